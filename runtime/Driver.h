@@ -1,0 +1,101 @@
+// The CUDA driver API, loaded with dlopen("libcuda.so.1") at first use, so attnc links and runs
+// on machines with no GPU driver: only launching needs one. Types are declared here (ABI-stable
+// since CUDA 4); no CUDA header is needed to build.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace attnc {
+
+class DynamicLibrary;
+
+namespace cu {
+using Result = int;  // CUresult; 0 is CUDA_SUCCESS
+using Device = int;  // CUdevice
+using DevicePtr = unsigned long long;  // CUdeviceptr
+using Context = struct CUctx_st*;
+using Module = struct CUmod_st*;
+using Function = struct CUfunc_st*;
+using Stream = struct CUstream_st*;
+
+constexpr Result kSuccess = 0;
+
+// CUdevice_attribute values attnc reads.
+enum DeviceAttribute : int {
+  kMaxThreadsPerBlock = 1,
+  kMaxSharedMemoryPerBlock = 8,
+  kWarpSize = 10,
+  kMaxRegistersPerBlock = 12,
+  kClockRate = 13,
+  kMultiprocessorCount = 16,
+  kComputeCapabilityMajor = 75,
+  kComputeCapabilityMinor = 76,
+  kMaxSharedMemoryPerMultiprocessor = 81,
+  kMaxRegistersPerMultiprocessor = 82,
+  kMaxSharedMemoryPerBlockOptin = 97,
+};
+
+// CUfunction_attribute values for cuFuncSetAttribute.
+enum FunctionAttribute : int {
+  kMaxDynamicSharedSizeBytes = 8,
+  kPreferredSharedMemoryCarveout = 9,
+};
+}  // namespace cu
+
+// Function pointers into libcuda, each resolved under its versioned ABI name (e.g. cuMemAlloc is
+// cuMemAlloc_v2), as the CUDA headers' macros would. All are non-null once get() succeeds.
+struct DriverApi {
+  cu::Result (*cuInit)(unsigned flags);
+  cu::Result (*cuDriverGetVersion)(int* version);
+  cu::Result (*cuGetErrorString)(cu::Result, const char** text);
+  cu::Result (*cuGetErrorName)(cu::Result, const char** name);
+
+  cu::Result (*cuDeviceGetCount)(int* count);
+  cu::Result (*cuDeviceGet)(cu::Device* device, int ordinal);
+  cu::Result (*cuDeviceGetAttribute)(int* value, int attribute, cu::Device device);
+  cu::Result (*cuDeviceGetName)(char* name, int length, cu::Device device);
+
+  cu::Result (*cuDevicePrimaryCtxRetain)(cu::Context* context, cu::Device device);
+  cu::Result (*cuDevicePrimaryCtxRelease)(cu::Device device);
+  cu::Result (*cuCtxCreate)(cu::Context* context, unsigned flags, cu::Device device);
+  cu::Result (*cuCtxSetCurrent)(cu::Context context);
+  cu::Result (*cuCtxGetCurrent)(cu::Context* context);
+  cu::Result (*cuCtxSynchronize)();
+
+  cu::Result (*cuModuleLoadData)(cu::Module* module, const void* image);
+  cu::Result (*cuModuleUnload)(cu::Module module);
+  cu::Result (*cuModuleGetFunction)(cu::Function* function, cu::Module module, const char* name);
+  cu::Result (*cuFuncSetAttribute)(cu::Function function, int attribute, int value);
+  cu::Result (*cuLaunchKernel)(cu::Function function, unsigned gridX, unsigned gridY,
+                               unsigned gridZ, unsigned blockX, unsigned blockY, unsigned blockZ,
+                               unsigned sharedBytes, cu::Stream stream, void** params,
+                               void** extra);
+
+  cu::Result (*cuMemAlloc)(cu::DevicePtr* pointer, size_t bytes);
+  cu::Result (*cuMemFree)(cu::DevicePtr pointer);
+  cu::Result (*cuMemcpyHtoD)(cu::DevicePtr destination, const void* source, size_t bytes);
+  cu::Result (*cuMemcpyDtoH)(void* destination, cu::DevicePtr source, size_t bytes);
+  cu::Result (*cuStreamSynchronize)(cu::Stream stream);
+
+  // The process-wide driver, loaded and cuInit(0)-ed on the first call (thread-safe). Null, with
+  // the reason in *error, when there is no libcuda.so.1, a symbol is missing or cuInit fails (for
+  // example on a machine without a GPU).
+  static const DriverApi* get(std::string* error);
+
+  // "CUDA_ERROR_OUT_OF_MEMORY: out of memory" for a result code.
+  std::string describe(cu::Result result) const;
+
+  // True on success; otherwise false with "<what>: <describe(result)>" in *error.
+  bool check(cu::Result result, const char* what, std::string* error) const;
+
+  // The libcuda that was loaded.
+  std::string libraryName() const;
+
+private:
+  std::shared_ptr<DynamicLibrary> library_;
+  friend struct DriverLoader;
+};
+
+}  // namespace attnc

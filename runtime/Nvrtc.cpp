@@ -1,0 +1,309 @@
+#include "runtime/Nvrtc.h"
+
+#include "runtime/DynamicLibrary.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace attnc {
+
+// The slice of nvrtc.h attnc uses, declared here so that building attnc needs no CUDA headers.
+struct Nvrtc::Api {
+  using Result = int;  // nvrtcResult; 0 is NVRTC_SUCCESS
+  using Program = struct NvrtcProgramOpaque*;
+
+  Result (*createProgram)(Program*, const char* source, const char* name, int numHeaders,
+                          const char* const* headers, const char* const* includeNames);
+  Result (*compileProgram)(Program, int numOptions, const char* const* options);
+  Result (*getProgramLogSize)(Program, size_t*);
+  Result (*getProgramLog)(Program, char*);
+  Result (*getPTXSize)(Program, size_t*);
+  Result (*getPTX)(Program, char*);
+  Result (*getCUBINSize)(Program, size_t*);
+  Result (*getCUBIN)(Program, char*);
+  Result (*destroyProgram)(Program*);
+  Result (*version)(int* major, int* minor);
+  const char* (*getErrorString)(Result);
+
+  bool resolve(const DynamicLibrary& library, std::string* error) {
+    return library.resolve(createProgram, "nvrtcCreateProgram", error) &&
+           library.resolve(compileProgram, "nvrtcCompileProgram", error) &&
+           library.resolve(getProgramLogSize, "nvrtcGetProgramLogSize", error) &&
+           library.resolve(getProgramLog, "nvrtcGetProgramLog", error) &&
+           library.resolve(getPTXSize, "nvrtcGetPTXSize", error) &&
+           library.resolve(getPTX, "nvrtcGetPTX", error) &&
+           library.resolve(getCUBINSize, "nvrtcGetCUBINSize", error) &&
+           library.resolve(getCUBIN, "nvrtcGetCUBIN", error) &&
+           library.resolve(destroyProgram, "nvrtcDestroyProgram", error) &&
+           library.resolve(version, "nvrtcVersion", error) &&
+           library.resolve(getErrorString, "nvrtcGetErrorString", error);
+  }
+
+  std::string describe(Result result) const {
+    const char* text = getErrorString(result);
+    return text ? text : "NVRTC error " + std::to_string(result);
+  }
+};
+
+namespace {
+
+// Where libnvrtc is looked for, first match wins: $ATTNC_NVRTC_PATH (an explicit file), the loader
+// cache / LD_LIBRARY_PATH by soname (13, the version attnc is tested with, before an unversioned
+// development link), then the toolkit under $CUDA_HOME, $CUDA_PATH and /usr/local/cuda.
+std::vector<std::string> nvrtcCandidates() {
+  std::vector<std::string> candidates;
+  if (const char* explicitPath = std::getenv("ATTNC_NVRTC_PATH"); explicitPath && *explicitPath)
+    candidates.push_back(explicitPath);
+  candidates.push_back("libnvrtc.so.13");
+  candidates.push_back("libnvrtc.so");
+  for (const char* variable : {"CUDA_HOME", "CUDA_PATH"}) {
+    if (const char* root = std::getenv(variable); root && *root) {
+      candidates.push_back(std::string(root) + "/lib64/libnvrtc.so.13");
+      candidates.push_back(std::string(root) + "/lib64/libnvrtc.so");
+    }
+  }
+  candidates.push_back("/usr/local/cuda/lib64/libnvrtc.so.13");
+  candidates.push_back("/usr/local/cuda/lib64/libnvrtc.so");
+  candidates.push_back("libnvrtc.so.12");
+  return candidates;
+}
+
+bool startsWith(const std::string& text, size_t at, const char* prefix) {
+  return text.compare(at, std::strlen(prefix), prefix) == 0;
+}
+
+std::string trim(const std::string& text) {
+  size_t begin = text.find_first_not_of(" \t\r");
+  if (begin == std::string::npos)
+    return "";
+  size_t end = text.find_last_not_of(" \t\r");
+  return text.substr(begin, end - begin + 1);
+}
+
+// The comma-separated items after "ptxas info    :" or "ptxas         .".
+std::vector<std::string> ptxasItems(const std::string& line) {
+  std::vector<std::string> items;
+  size_t marker = line.find_first_of(":.", 5);
+  if (marker == std::string::npos)
+    return items;
+  std::string rest = line.substr(marker + 1);
+  size_t begin = 0;
+  while (begin <= rest.size()) {
+    size_t comma = rest.find(',', begin);
+    if (comma == std::string::npos)
+      comma = rest.size();
+    items.push_back(trim(rest.substr(begin, comma - begin)));
+    begin = comma + 1;
+  }
+  return items;
+}
+
+// "'name'" -> name, from the first quote on.
+std::string quoted(const std::string& line, size_t from) {
+  size_t open = line.find('\'', from);
+  if (open == std::string::npos)
+    return "";
+  size_t close = line.find('\'', open + 1);
+  return close == std::string::npos ? "" : line.substr(open + 1, close - open - 1);
+}
+
+}  // namespace
+
+// ptxas -v prints, per entry function (NVRTC 13.0, sm_80 and sm_90a alike):
+//   ptxas info    : Compiling entry function 'fwd' for 'sm_90a'
+//   ptxas info    : Function properties for fwd
+//   ptxas         .     1152 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+//   ptxas info    : Used 40 registers, used 1 barriers, 1152 bytes cumulative stack size,
+//                   4096 bytes smem, 364 bytes cmem[0]          (one line; items may be absent)
+// and "Function properties for" blocks for non-inlined device functions, which are not entries.
+std::map<std::string, ResourceUsage> parsePtxasInfo(const std::string& log) {
+  std::map<std::string, ResourceUsage> entries;
+  std::map<std::string, ResourceUsage> frames;  // stack/spill lines, per function of any kind
+  std::string currentEntry;
+  std::string propertiesOf;
+
+  size_t lineBegin = 0;
+  while (lineBegin < log.size()) {
+    size_t lineEnd = log.find('\n', lineBegin);
+    if (lineEnd == std::string::npos)
+      lineEnd = log.size();
+    std::string line = log.substr(lineBegin, lineEnd - lineBegin);
+    lineBegin = lineEnd + 1;
+    if (!startsWith(line, 0, "ptxas"))
+      continue;
+
+    if (size_t at = line.find("Compiling entry function"); at != std::string::npos) {
+      currentEntry = quoted(line, at);
+      entries[currentEntry];
+      continue;
+    }
+    if (line.find(": Compiling ") != std::string::npos) {  // any other unit: not an entry
+      currentEntry.clear();
+      continue;
+    }
+    if (size_t at = line.find("Function properties for "); at != std::string::npos) {
+      propertiesOf = trim(line.substr(at + std::strlen("Function properties for ")));
+      continue;
+    }
+    if (line.find("bytes stack frame") != std::string::npos) {
+      ResourceUsage& frame = frames[propertiesOf];
+      for (const std::string& item : ptxasItems(line)) {
+        int value = 0;
+        if (std::sscanf(item.c_str(), "%d bytes stack frame", &value) == 1 &&
+            item.find("stack frame") != std::string::npos)
+          frame.stackBytes = value;
+        else if (std::sscanf(item.c_str(), "%d bytes spill stores", &value) == 1 &&
+                 item.find("spill stores") != std::string::npos)
+          frame.spillStoreBytes = value;
+        else if (std::sscanf(item.c_str(), "%d bytes spill loads", &value) == 1 &&
+                 item.find("spill loads") != std::string::npos)
+          frame.spillLoadBytes = value;
+      }
+      continue;
+    }
+    if (line.find(": Used ") != std::string::npos && !currentEntry.empty()) {
+      ResourceUsage& usage = entries[currentEntry];
+      for (const std::string& item : ptxasItems(line)) {
+        int value = 0;
+        int bank = 0;
+        if (std::sscanf(item.c_str(), "Used %d registers", &value) == 1)
+          usage.registers = value;
+        else if (std::sscanf(item.c_str(), "used %d barriers", &value) == 1)
+          usage.barriers = value;
+        else if (std::sscanf(item.c_str(), "%d bytes cmem[%d]", &value, &bank) == 2)
+          usage.constantBytes += value;
+        else if (std::sscanf(item.c_str(), "%d bytes smem", &value) == 1 &&
+                 item.find("smem") != std::string::npos)
+          usage.staticSharedBytes = value;
+      }
+      continue;
+    }
+  }
+
+  for (auto& [name, usage] : entries) {
+    auto frame = frames.find(name);
+    if (frame == frames.end())
+      continue;
+    usage.stackBytes = frame->second.stackBytes;
+    usage.spillStoreBytes = frame->second.spillStoreBytes;
+    usage.spillLoadBytes = frame->second.spillLoadBytes;
+  }
+  return entries;
+}
+
+Nvrtc::Nvrtc(std::unique_ptr<DynamicLibrary> library, std::unique_ptr<Api> api)
+    : library_(std::move(library)), api_(std::move(api)) {}
+
+Nvrtc::~Nvrtc() = default;
+
+Nvrtc* Nvrtc::get(std::string* error) {
+  struct Loaded {
+    std::unique_ptr<Nvrtc> nvrtc;
+    std::string error;
+  };
+  // A function-local static: initialised once, and thread-safe, by the language.
+  static const Loaded loaded = [] {
+    Loaded result;
+    std::unique_ptr<DynamicLibrary> library =
+        DynamicLibrary::open(nvrtcCandidates(), &result.error);
+    if (!library) {
+      result.error = "NVRTC not found (set ATTNC_NVRTC_PATH or CUDA_HOME): " + result.error;
+      return result;
+    }
+    auto api = std::make_unique<Api>();
+    if (!api->resolve(*library, &result.error)) {
+      result.error = "unusable NVRTC: " + result.error;
+      return result;
+    }
+    int major = 0, minor = 0;
+    if (int status = api->version(&major, &minor); status != 0) {
+      result.error = "nvrtcVersion failed in " + library->name() + ": " + api->describe(status);
+      return result;
+    }
+    result.nvrtc.reset(new Nvrtc(std::move(library), std::move(api)));
+    result.nvrtc->versionMajor = major;
+    result.nvrtc->versionMinor = minor;
+    return result;
+  }();
+  if (!loaded.nvrtc && error)
+    *error = loaded.error;
+  return loaded.nvrtc.get();
+}
+
+NvrtcResult Nvrtc::compile(const std::string& source, const std::string& name,
+                           const std::vector<EmbeddedFile>& headers, const std::string& arch,
+                           const std::vector<std::string>& extraOptions) {
+  NvrtcResult result;
+  auto start = std::chrono::steady_clock::now();
+  auto fail = [&](const char* what, Api::Result status) {
+    result.ok = false;
+    if (!result.log.empty() && result.log.back() != '\n')
+      result.log += '\n';
+    result.log += std::string(what) + " failed for " + name + ": " + api_->describe(status) + "\n";
+  };
+
+  std::vector<const char*> headerContents, headerNames;
+  for (const EmbeddedFile& header : headers) {
+    headerContents.push_back(header.contents.c_str());
+    headerNames.push_back(header.path.c_str());
+  }
+  Api::Program program = nullptr;
+  if (Api::Result status = api_->createProgram(&program, source.c_str(), name.c_str(),
+                                               static_cast<int>(headers.size()),
+                                               headerContents.data(), headerNames.data())) {
+    fail("nvrtcCreateProgram", status);
+    return result;
+  }
+
+  std::vector<std::string> options = {"--gpu-architecture=" + arch, "-std=c++17",
+                                      "-default-device", "--ptxas-options=-v"};
+  options.insert(options.end(), extraOptions.begin(), extraOptions.end());
+  std::vector<const char*> optionPointers;
+  for (const std::string& option : options)
+    optionPointers.push_back(option.c_str());
+
+  Api::Result compileStatus =
+      api_->compileProgram(program, static_cast<int>(optionPointers.size()), optionPointers.data());
+
+  size_t logSize = 0;
+  if (api_->getProgramLogSize(program, &logSize) == 0 && logSize > 1) {
+    result.log.resize(logSize);
+    api_->getProgramLog(program, result.log.data());
+    result.log.resize(logSize - 1);  // drop the NUL
+  }
+
+  result.ok = compileStatus == 0;
+  if (!result.ok) {
+    fail("nvrtcCompileProgram", compileStatus);
+  } else {
+    size_t size = 0;
+    if (Api::Result status = api_->getPTXSize(program, &size)) {
+      fail("nvrtcGetPTXSize", status);
+    } else if (size > 0) {
+      result.ptx.resize(size);
+      if (Api::Result status = api_->getPTX(program, result.ptx.data()))
+        fail("nvrtcGetPTX", status);
+      while (!result.ptx.empty() && result.ptx.back() == '\0')
+        result.ptx.pop_back();
+    }
+    // A virtual architecture (compute_XX) has no CUBIN: size 0, which is not an error.
+    if (result.ok && arch.rfind("sm_", 0) == 0) {
+      if (Api::Result status = api_->getCUBINSize(program, &size)) {
+        fail("nvrtcGetCUBINSize", status);
+      } else if (size > 0) {
+        result.cubin.resize(size);
+        if (Api::Result status = api_->getCUBIN(program, result.cubin.data()))
+          fail("nvrtcGetCUBIN", status);
+      }
+    }
+    result.resources = parsePtxasInfo(result.log);
+  }
+  api_->destroyProgram(&program);
+  result.compileSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+}  // namespace attnc

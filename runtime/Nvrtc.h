@@ -1,0 +1,69 @@
+// NVRTC, loaded with dlopen at first use: compiles a CUDA C++ translation unit plus headers passed
+// by name and contents into PTX and a CUBIN, and reports each kernel's registers, spills and
+// shared memory as ptxas prints them. Needs no CUDA headers to build and no GPU to run.
+#pragma once
+
+#include "runtime/EmbeddedTemplates.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace attnc {
+
+class DynamicLibrary;
+
+// What ptxas reports for one entry function (`--ptxas-options=-v`); -1 registers = not reported.
+struct ResourceUsage {
+  int registers = -1;
+  int barriers = 0;
+  int staticSharedBytes = 0;
+  int spillStoreBytes = 0;
+  int spillLoadBytes = 0;
+  int stackBytes = 0;     // the entry's own stack frame (local arrays, spills)
+  int constantBytes = 0;  // sum over the constant banks ptxas lists (cmem[0] holds the params)
+};
+
+struct NvrtcResult {
+  bool ok = false;
+  std::string log;          // NVRTC's log: errors as "<name>(<line>): error: ...", ptxas info
+  std::string ptx;          // without the trailing NUL
+  std::vector<char> cubin;  // empty when `arch` is virtual (compute_XX)
+  std::map<std::string, ResourceUsage> resources;  // per entry function, by (mangled) name
+  double compileSeconds = 0;
+};
+
+// Parses ptxas' "-v" report (as NVRTC 12/13 put it into the program log) per entry function.
+std::map<std::string, ResourceUsage> parsePtxasInfo(const std::string& log);
+
+class Nvrtc {
+public:
+  // The process-wide NVRTC, loaded on the first call (thread-safe). Null, with a message listing
+  // the places searched in *error, when no usable libnvrtc exists.
+  static Nvrtc* get(std::string* error);
+
+  int versionMajor = 0;
+  int versionMinor = 0;
+
+  // Compiles `source` (reported as `name` in diagnostics) for `arch` ("sm_80", "sm_90a": a real
+  // architecture yields PTX and a CUBIN; "compute_90a" yields PTX only). `headers` are visible to
+  // #include by their path exactly as written, from the source and from each other.
+  // Default options: --gpu-architecture=<arch> -std=c++17 -default-device --ptxas-options=-v;
+  // `extraOptions` are appended (e.g. "-lineinfo", "-DFOO=1", "--maxrregcount=128").
+  // Thread-safe: each call owns its NVRTC program.
+  NvrtcResult compile(const std::string& source, const std::string& name,
+                      const std::vector<EmbeddedFile>& headers, const std::string& arch,
+                      const std::vector<std::string>& extraOptions);
+
+  ~Nvrtc();
+
+private:
+  struct Api;
+  Nvrtc(std::unique_ptr<DynamicLibrary> library, std::unique_ptr<Api> api);
+
+  std::unique_ptr<DynamicLibrary> library_;
+  std::unique_ptr<Api> api_;
+};
+
+}  // namespace attnc

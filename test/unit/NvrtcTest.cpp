@@ -1,0 +1,189 @@
+// NVRTC through attnc::Nvrtc: loading, PTX + CUBIN for both targets, headers passed by name,
+// the ptxas resource report, errors; and the templates embedded at build time.
+#include "runtime/EmbeddedTemplates.h"
+#include "runtime/Nvrtc.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace attnc {
+namespace {
+
+Nvrtc* requireNvrtc() {
+  std::string error;
+  Nvrtc* nvrtc = Nvrtc::get(&error);
+  if (!nvrtc)
+    ADD_FAILURE() << error;
+  return nvrtc;
+}
+
+// A header that includes another header by its full path, as the templates do.
+const std::vector<EmbeddedFile> kHeaders = {
+    {"attnc/x.h", "#pragma once\n#include \"attnc/common/y.h\"\n"
+                  "__device__ inline float twice(float v) { return kFactor * v; }\n"},
+    {"attnc/common/y.h", "#pragma once\nconstexpr float kFactor = 2.0f;\n"},
+};
+
+const char* kScaleKernel = R"(#include "attnc/x.h"
+extern "C" __global__ void scale_kernel(float* data, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) data[i] = twice(data[i]);
+}
+)";
+
+TEST(Nvrtc, Loads) {
+  Nvrtc* nvrtc = requireNvrtc();
+  ASSERT_NE(nvrtc, nullptr);
+  EXPECT_GE(nvrtc->versionMajor, 12);
+  EXPECT_EQ(Nvrtc::get(nullptr), nvrtc);  // loaded once
+}
+
+class NvrtcArch : public testing::TestWithParam<const char*> {};
+
+TEST_P(NvrtcArch, CompilesKernelWithEmbeddedHeaders) {
+  Nvrtc* nvrtc = requireNvrtc();
+  ASSERT_NE(nvrtc, nullptr);
+  NvrtcResult result = nvrtc->compile(kScaleKernel, "scale.cu", kHeaders, GetParam(), {});
+  ASSERT_TRUE(result.ok) << result.log;
+  EXPECT_NE(result.ptx.find(".entry scale_kernel"), std::string::npos) << result.ptx;
+  EXPECT_NE(result.ptx.find(std::string(".target ") + GetParam()), std::string::npos);
+  ASSERT_GE(result.cubin.size(), 4u);
+  EXPECT_EQ(std::string(result.cubin.data(), 4), "\x7f" "ELF");
+  ASSERT_EQ(result.resources.count("scale_kernel"), 1u) << result.log;
+  const ResourceUsage& usage = result.resources.at("scale_kernel");
+  EXPECT_GT(usage.registers, 0) << result.log;
+  EXPECT_EQ(usage.spillStoreBytes, 0);
+  EXPECT_EQ(usage.stackBytes, 0);
+  EXPECT_GT(result.compileSeconds, 0.0);
+  RecordProperty("compileSeconds", std::to_string(result.compileSeconds));
+  std::printf("[ compile  ] %s: %.3f s, %d registers\n", GetParam(), result.compileSeconds,
+              usage.registers);
+}
+
+TEST_P(NvrtcArch, ReportsStackAndSharedMemory) {
+  Nvrtc* nvrtc = requireNvrtc();
+  ASSERT_NE(nvrtc, nullptr);
+  // A dynamically indexed local array cannot live in registers: it goes to the stack frame.
+  const char* source = R"(
+extern "C" __global__ void local_array(float* data, int n) {
+  __shared__ float tile[1024];
+  float values[256];
+  for (int i = 0; i < 256; ++i) values[i] = data[i * n];
+  tile[threadIdx.x] = values[(n * threadIdx.x) & 255];
+  __syncthreads();
+  data[threadIdx.x] = tile[n & 1023];
+}
+extern "C" __global__ void plain(float* data) { data[threadIdx.x] = 1.0f; }
+)";
+  NvrtcResult result =
+      nvrtc->compile(source, "local.cu", {}, GetParam(), {"--maxrregcount=32"});
+  ASSERT_TRUE(result.ok) << result.log;
+  ASSERT_EQ(result.resources.size(), 2u) << result.log;
+  const ResourceUsage& usage = result.resources.at("local_array");
+  EXPECT_GT(usage.stackBytes + usage.spillStoreBytes, 0) << result.log;
+  EXPECT_EQ(usage.staticSharedBytes, 4096) << result.log;
+  EXPECT_EQ(usage.barriers, 1) << result.log;
+  EXPECT_LE(usage.registers, 32) << result.log;
+  EXPECT_EQ(result.resources.at("plain").stackBytes, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Targets, NvrtcArch, testing::Values("sm_80", "sm_90a"));
+
+TEST(Nvrtc, VirtualArchGivesPtxOnly) {
+  Nvrtc* nvrtc = requireNvrtc();
+  ASSERT_NE(nvrtc, nullptr);
+  NvrtcResult result = nvrtc->compile(kScaleKernel, "scale.cu", kHeaders, "compute_90a", {});
+  ASSERT_TRUE(result.ok) << result.log;
+  EXPECT_NE(result.ptx.find(".entry scale_kernel"), std::string::npos);
+  EXPECT_TRUE(result.cubin.empty());
+}
+
+TEST(Nvrtc, SyntaxErrorNamesTheLine) {
+  Nvrtc* nvrtc = requireNvrtc();
+  ASSERT_NE(nvrtc, nullptr);
+  const char* source = "extern \"C\" __global__ void broken(float* data) {\n"
+                       "  data[0] = 1.0f\n"
+                       "}\n";
+  NvrtcResult result = nvrtc->compile(source, "broken.cu", {}, "sm_90a", {});
+  EXPECT_FALSE(result.ok);
+  EXPECT_NE(result.log.find("broken.cu(3): error"), std::string::npos) << result.log;
+  EXPECT_TRUE(result.ptx.empty());
+  EXPECT_TRUE(result.cubin.empty());
+}
+
+TEST(Nvrtc, MissingHeaderIsAnError) {
+  Nvrtc* nvrtc = requireNvrtc();
+  ASSERT_NE(nvrtc, nullptr);
+  NvrtcResult result = nvrtc->compile("#include \"attnc/absent.h\"\n", "missing.cu", {}, "sm_80", {});
+  EXPECT_FALSE(result.ok);
+  EXPECT_NE(result.log.find("attnc/absent.h"), std::string::npos) << result.log;
+}
+
+TEST(PtxasInfo, ParsesEntriesAndIgnoresDeviceFunctions) {
+  const char* log =
+      "ptxas info    : 0 bytes gmem\n"
+      "ptxas info    : Compiling entry function 'fwd' for 'sm_80'\n"
+      "ptxas info    : Function properties for fwd\n"
+      "ptxas         .     1152 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n"
+      "ptxas info    : Used 40 registers, used 1 barriers, 1152 bytes cumulative stack size, "
+      "4096 bytes smem, 364 bytes cmem[0], 8 bytes cmem[2]\n"
+      "ptxas info    : Compile time = 30.154 ms\n"
+      "ptxas info    : Function properties for _Z6helperPfi\n"
+      "ptxas         .     64 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
+      "ptxas info    : Compiling entry function 'bwd' for 'sm_80'\n"
+      "ptxas info    : Function properties for bwd\n"
+      "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Used 255 registers, used 0 barriers\n";
+  std::map<std::string, ResourceUsage> resources = parsePtxasInfo(log);
+  ASSERT_EQ(resources.size(), 2u);
+  const ResourceUsage& fwd = resources.at("fwd");
+  EXPECT_EQ(fwd.registers, 40);
+  EXPECT_EQ(fwd.barriers, 1);
+  EXPECT_EQ(fwd.stackBytes, 1152);
+  EXPECT_EQ(fwd.spillStoreBytes, 8);
+  EXPECT_EQ(fwd.spillLoadBytes, 12);
+  EXPECT_EQ(fwd.staticSharedBytes, 4096);
+  EXPECT_EQ(fwd.constantBytes, 372);
+  const ResourceUsage& bwd = resources.at("bwd");
+  EXPECT_EQ(bwd.registers, 255);
+  EXPECT_EQ(bwd.stackBytes, 0);
+  EXPECT_EQ(bwd.staticSharedBytes, 0);
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+TEST(EmbeddedTemplates, MatchFilesOnDisk) {
+  const std::vector<EmbeddedFile>& templates = embeddedTemplates();
+  const EmbeddedFile* params = nullptr;
+  for (const EmbeddedFile& file : templates) {
+    EXPECT_EQ(file.contents, readFile(std::string(ATTNC_SOURCE_DIR) + "/templates/" + file.path))
+        << file.path;
+    if (file.path == "attnc/common/params.h")
+      params = &file;
+  }
+  ASSERT_NE(params, nullptr);
+  EXPECT_FALSE(params->contents.empty());
+}
+
+TEST(EmbeddedTemplates, CompileUnderNvrtc) {
+  Nvrtc* nvrtc = requireNvrtc();
+  ASSERT_NE(nvrtc, nullptr);
+  const char* source = R"(#include "attnc/common/params.h"
+extern "C" __global__ void touch(attnc::FwdParams params) {
+  if (threadIdx.x == 0) params.lse[0] = params.scale;
+}
+)";
+  NvrtcResult result = nvrtc->compile(source, "params.cu", embeddedTemplates(), "sm_90a", {});
+  ASSERT_TRUE(result.ok) << result.log;
+  EXPECT_GT(result.resources.at("touch").registers, 0);
+}
+
+}  // namespace
+}  // namespace attnc
