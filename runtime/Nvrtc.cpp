@@ -259,6 +259,11 @@ NvrtcResult Nvrtc::compile(const std::string& source, const std::string& name,
 
   std::vector<std::string> options = {"--gpu-architecture=" + arch, "-std=c++17",
                                       "-default-device", "--ptxas-options=-v"};
+  // NVRTC >= 12.9 reuses cubins from the driver's compute cache when a driver is installed, and a
+  // hit skips ptxas: the log, and so the resource report, comes back empty (seen with 13.0 on the
+  // H200 machine). attnc keeps its own kernel cache, so NVRTC's is turned off.
+  if (versionMajor > 12 || (versionMajor == 12 && versionMinor >= 9))
+    options.push_back("--no-cache");
   options.insert(options.end(), extraOptions.begin(), extraOptions.end());
   std::vector<const char*> optionPointers;
   for (const std::string& option : options)

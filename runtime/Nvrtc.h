@@ -49,7 +49,8 @@ public:
   // Compiles `source` (reported as `name` in diagnostics) for `arch` ("sm_80", "sm_90a": a real
   // architecture yields PTX and a CUBIN; "compute_90a" yields PTX only). `headers` are visible to
   // #include by their path exactly as written, from the source and from each other.
-  // Default options: --gpu-architecture=<arch> -std=c++17 -default-device --ptxas-options=-v;
+  // Default options: --gpu-architecture=<arch> -std=c++17 -default-device --ptxas-options=-v,
+  // and --no-cache from NVRTC 12.9 on (a driver-cache hit would skip ptxas and its report);
   // `extraOptions` are appended (e.g. "-lineinfo", "-DFOO=1", "--maxrregcount=128").
   // Thread-safe: each call owns its NVRTC program.
   NvrtcResult compile(const std::string& source, const std::string& name,

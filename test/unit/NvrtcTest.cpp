@@ -1,5 +1,6 @@
 // NVRTC through attnc::Nvrtc: loading, PTX + CUBIN for both targets, headers passed by name,
 // the ptxas resource report, errors; and the templates embedded at build time.
+#include "runtime/Driver.h"
 #include "runtime/EmbeddedTemplates.h"
 #include "runtime/Nvrtc.h"
 
@@ -183,6 +184,67 @@ extern "C" __global__ void touch(attnc::FwdParams params) {
   NvrtcResult result = nvrtc->compile(source, "params.cu", embeddedTemplates(), "sm_90a", {});
   ASSERT_TRUE(result.ok) << result.log;
   EXPECT_GT(result.resources.at("touch").registers, 0);
+}
+
+// Runs only where a driver and a GPU exist (skipped in CI): the NVRTC cubin for the device's own
+// architecture loads and runs through the dlopen-ed driver API.
+TEST(Driver, LaunchesNvrtcCubin) {
+  std::string error;
+  const DriverApi* cuda = DriverApi::get(&error);
+  if (!cuda)
+    GTEST_SKIP() << error;
+  int count = 0;
+  ASSERT_TRUE(cuda->check(cuda->cuDeviceGetCount(&count), "cuDeviceGetCount", &error)) << error;
+  if (count == 0)
+    GTEST_SKIP() << "no CUDA device";
+  cu::Device device = 0;
+  ASSERT_TRUE(cuda->check(cuda->cuDeviceGet(&device, 0), "cuDeviceGet", &error)) << error;
+  int major = 0, minor = 0;
+  cuda->cuDeviceGetAttribute(&major, cu::kComputeCapabilityMajor, device);
+  cuda->cuDeviceGetAttribute(&minor, cu::kComputeCapabilityMinor, device);
+  std::string arch = "sm_" + std::to_string(major * 10 + minor) + (major == 9 ? "a" : "");
+
+  Nvrtc* nvrtc = requireNvrtc();
+  ASSERT_NE(nvrtc, nullptr);
+  NvrtcResult compiled = nvrtc->compile(kScaleKernel, "scale.cu", kHeaders, arch, {});
+  ASSERT_TRUE(compiled.ok) << compiled.log;
+
+  cu::Context context = nullptr;
+  ASSERT_TRUE(cuda->check(cuda->cuDevicePrimaryCtxRetain(&context, device),
+                          "cuDevicePrimaryCtxRetain", &error)) << error;
+  ASSERT_TRUE(cuda->check(cuda->cuCtxSetCurrent(context), "cuCtxSetCurrent", &error)) << error;
+  cu::Module module = nullptr;
+  ASSERT_TRUE(cuda->check(cuda->cuModuleLoadData(&module, compiled.cubin.data()),
+                          "cuModuleLoadData", &error)) << error;
+  cu::Function function = nullptr;
+  ASSERT_TRUE(cuda->check(cuda->cuModuleGetFunction(&function, module, "scale_kernel"),
+                          "cuModuleGetFunction", &error)) << error;
+
+  std::vector<float> host(1000);
+  for (size_t i = 0; i < host.size(); ++i)
+    host[i] = float(i);
+  size_t bytes = host.size() * sizeof(float);
+  cu::DevicePtr data = 0;
+  ASSERT_TRUE(cuda->check(cuda->cuMemAlloc(&data, bytes), "cuMemAlloc", &error)) << error;
+  ASSERT_TRUE(cuda->check(cuda->cuMemcpyHtoD(data, host.data(), bytes), "cuMemcpyHtoD", &error));
+  int n = int(host.size());
+  void* params[] = {&data, &n};
+  ASSERT_TRUE(cuda->check(cuda->cuLaunchKernel(function, (n + 255) / 256, 1, 1, 256, 1, 1, 0,
+                                               nullptr, params, nullptr),
+                          "cuLaunchKernel", &error)) << error;
+  ASSERT_TRUE(cuda->check(cuda->cuStreamSynchronize(nullptr), "cuStreamSynchronize", &error))
+      << error;
+  std::vector<float> result(host.size());
+  ASSERT_TRUE(cuda->check(cuda->cuMemcpyDtoH(result.data(), data, bytes), "cuMemcpyDtoH", &error));
+  for (size_t i = 0; i < host.size(); ++i)
+    ASSERT_EQ(result[i], 2.0f * host[i]) << "at " << i;
+  EXPECT_TRUE(cuda->check(cuda->cuMemFree(data), "cuMemFree", &error)) << error;
+  EXPECT_TRUE(cuda->check(cuda->cuModuleUnload(module), "cuModuleUnload", &error)) << error;
+  cuda->cuDevicePrimaryCtxRelease(device);
+
+  // An error code becomes a readable message.
+  EXPECT_NE(cuda->describe(2).find("CUDA_ERROR_OUT_OF_MEMORY"), std::string::npos);
+  std::printf("[ driver   ] %s, %s\n", cuda->libraryName().c_str(), arch.c_str());
 }
 
 }  // namespace
