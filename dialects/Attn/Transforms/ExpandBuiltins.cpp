@@ -1,0 +1,151 @@
+// attn-expand-builtins: builtin masks and score modifications become plain regions.
+#include "dialects/Attn/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/IR/Builders.h"
+
+#define DEBUG_TYPE "attn-expand-builtins"
+
+namespace mlir::attn {
+#define GEN_PASS_DEF_ATTNEXPANDBUILTINS
+#include "dialects/Attn/Transforms/Passes.h.inc"
+}  // namespace mlir::attn
+
+using namespace mlir;
+using namespace mlir::attn;
+
+namespace {
+
+// Builds region bodies with short names for the few ops builtins need.
+struct RegionBuilder {
+  OpBuilder b;
+  Location loc;
+
+  Value i32(int64_t v) { return arith::ConstantIntOp::create(b, loc, v, 32); }
+  Value f32(double v) { return arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(float(v))); }
+  Value add(Value x, Value y) { return arith::AddIOp::create(b, loc, x, y); }
+  Value sub(Value x, Value y) { return arith::SubIOp::create(b, loc, x, y); }
+  Value cmp(arith::CmpIPredicate p, Value x, Value y) { return arith::CmpIOp::create(b, loc, p, x, y); }
+  Value both(Value x, Value y) { return arith::AndIOp::create(b, loc, x, y); }
+  Value either(Value x, Value y) { return arith::OrIOp::create(b, loc, x, y); }
+  Value toF32(Value x) { return arith::SIToFPOp::create(b, loc, b.getF32Type(), x); }
+  Value fadd(Value x, Value y) { return arith::AddFOp::create(b, loc, x, y); }
+  Value fmul(Value x, Value y) { return arith::MulFOp::create(b, loc, x, y); }
+  Value fdiv(Value x, Value y) { return arith::DivFOp::create(b, loc, x, y); }
+  void yield(Value v) { YieldOp::create(b, loc, ValueRange{v}); }
+};
+
+// The region arguments by name (the mask's; the score region has `score` first).
+struct Indices {
+  Value b, h, q, k, qLen, kvLen;
+  explicit Indices(Block& block, unsigned first) {
+    auto args = block.getArguments().drop_front(first);
+    b = args[0], h = args[1], q = args[2], k = args[3], qLen = args[4], kvLen = args[5];
+  }
+};
+
+// `q` aligned to the keys: bottom-right (FlashAttention) unless `top_left` is set.
+Value alignedQuery(RegionBuilder& rb, const Indices& idx, DictionaryAttr builtin) {
+  auto topLeft = builtin.getAs<BoolAttr>("top_left");
+  if (topLeft && topLeft.getValue()) return idx.q;
+  return rb.add(idx.q, rb.sub(idx.kvLen, idx.qLen));
+}
+
+LogicalResult expandMask(AttentionOp op, DictionaryAttr builtin) {
+  Block& block = createMaskBlock(op.getMask(), op.getLoc());
+  RegionBuilder rb{OpBuilder::atBlockEnd(&block), op.getLoc()};
+  Indices idx(block, 0);
+  StringRef kind = builtin.getAs<StringAttr>("kind").getValue();
+  auto intParam = [&](StringRef name) -> FailureOr<int64_t> {
+    auto attr = builtin.getAs<IntegerAttr>(name);
+    if (!attr) return op.emitOpError() << "mask_builtin '" << kind << "' needs an integer '" << name << "'";
+    return attr.getInt();
+  };
+  using P = arith::CmpIPredicate;
+  Value keep;
+  if (kind == "causal") {
+    keep = rb.cmp(P::sge, alignedQuery(rb, idx, builtin), idx.k);
+  } else if (kind == "window") {
+    auto size = intParam("size");
+    if (failed(size)) return failure();
+    Value q = alignedQuery(rb, idx, builtin);
+    keep = rb.both(rb.cmp(P::sge, q, idx.k), rb.cmp(P::slt, rb.sub(q, idx.k), rb.i32(*size)));
+  } else if (kind == "prefix") {
+    auto length = intParam("length");
+    if (failed(length)) return failure();
+    keep = rb.either(rb.cmp(P::slt, idx.k, rb.i32(*length)),
+                     rb.cmp(P::sge, alignedQuery(rb, idx, builtin), idx.k));
+  } else if (kind == "document") {
+    auto input = builtin.getAs<StringAttr>("input");
+    auto decl = input ? op.getInputs().getAs<DictionaryAttr>(input.getValue()) : DictionaryAttr();
+    if (!decl) return op.emitOpError() << "document mask names an undeclared input";
+    auto docAt = [&](Value pos) {
+      SmallVector<Value> indices;
+      for (Attribute dim : decl.getAs<ArrayAttr>("dims")) {
+        StringRef name = cast<StringAttr>(dim).getValue();
+        indices.push_back(name == "b" ? idx.b : name == "h" ? idx.h : pos);
+      }
+      return LoadOp::create(rb.b, rb.loc, rb.b.getI32Type(), input, indices).getResult();
+    };
+    keep = rb.cmp(P::eq, docAt(idx.q), docAt(idx.k));
+    auto causal = builtin.getAs<BoolAttr>("causal");
+    if (causal && causal.getValue())
+      keep = rb.both(keep, rb.cmp(P::sge, alignedQuery(rb, idx, builtin), idx.k));
+  }
+  rb.yield(keep);
+  op.removeMaskBuiltinAttr();
+  return success();
+}
+
+LogicalResult expandScore(AttentionOp op, DictionaryAttr builtin) {
+  Block& block = createScoreBlock(op.getScore(), op.getLoc());
+  RegionBuilder rb{OpBuilder::atBlockEnd(&block), op.getLoc()};
+  Value score = block.getArgument(0);
+  Indices idx(block, 1);
+  StringRef kind = builtin.getAs<StringAttr>("kind").getValue();
+  Value result;
+  if (kind == "softcap") {
+    auto cap = builtin.getAs<FloatAttr>("cap");
+    if (!cap || !(cap.getValueAsDouble() > 0))
+      return op.emitOpError() << "softcap needs a positive 'cap'";
+    Value c = rb.f32(cap.getValueAsDouble());
+    result = rb.fmul(c, math::TanhOp::create(rb.b, rb.loc, rb.fdiv(score, c)));
+  } else {  // alibi
+    Value slope;
+    if (auto slopes = builtin.getAs<StringAttr>("slopes")) {
+      auto decl = op.getInputs().getAs<DictionaryAttr>(slopes.getValue());
+      if (!decl) return op.emitOpError() << "alibi names an undeclared input";
+      SmallVector<Value> indices;
+      for (Attribute dim : decl.getAs<ArrayAttr>("dims")) {
+        StringRef name = cast<StringAttr>(dim).getValue();
+        indices.push_back(name == "b" ? idx.b : name == "h" ? idx.h : idx.q);
+      }
+      slope = LoadOp::create(rb.b, rb.loc, rb.b.getF32Type(), slopes, indices);
+    } else {
+      // The standard geometric slopes of the ALiBi paper: 2^(-8 (h + 1) / heads).
+      Value exponent = rb.fdiv(rb.fmul(rb.f32(-8.0), rb.toF32(rb.add(idx.h, rb.i32(1)))),
+                               rb.f32(double(op.getHeadsQ())));
+      slope = math::Exp2Op::create(rb.b, rb.loc, exponent);
+    }
+    result = rb.fadd(score, rb.fmul(slope, rb.toF32(rb.sub(idx.k, idx.q))));
+  }
+  rb.yield(result);
+  op.removeScoreBuiltinAttr();
+  return success();
+}
+
+struct AttnExpandBuiltins final : mlir::attn::impl::AttnExpandBuiltinsBase<AttnExpandBuiltins> {
+  void runOnOperation() override {
+    auto result = getOperation().walk([](AttentionOp op) {
+      if (auto builtin = op.getMaskBuiltinAttr())
+        if (failed(expandMask(op, builtin))) return WalkResult::interrupt();
+      if (auto builtin = op.getScoreBuiltinAttr())
+        if (failed(expandScore(op, builtin))) return WalkResult::interrupt();
+      return WalkResult::advance();
+    });
+    if (result.wasInterrupted()) signalPassFailure();
+  }
+};
+
+}  // namespace

@@ -1,0 +1,123 @@
+// The passes that take an attention variant from its spec form to its tiled, fused kernel form.
+#ifndef ATTN_PASSES_TD
+#define ATTN_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def AttnExpandBuiltins : Pass<"attn-expand-builtins", "::mlir::ModuleOp"> {
+  let summary = "Turns builtin masks and score modifications into plain mask and score regions.";
+  let description = [{
+    `causal`, `window`, `prefix`, `document`, `softcap` and `alibi` named by the `mask_builtin`
+    and `score_builtin` attributes become ordinary `arith`/`math`/`attn.load` ops in the mask and
+    score regions, so nothing downstream special-cases a builtin. Causal alignment is bottom-right
+    (`q + kv_len - q_len >= k`) unless `top_left = true`. A window of `W` keeps
+    `k in (q' - W, q']`, a prefix of `P` keeps `k < P || k <= q'`, a document mask keeps
+    `doc[q] == doc[k]` (and `k <= q'` when `causal`), softcap gives `c * tanh(score / c)` and ALiBi
+    `score + slope_h * (k - q)` with `slope_h = slopes[h]` or, without an input, the standard
+    `2^(-8 (h + 1) / heads_q)`.
+
+    Before:
+    ```mlir
+    attn.attention @causal attributes {mask_builtin = {kind = "causal", top_left = false}, ...}
+        mask {} score {}
+    ```
+    After:
+    ```mlir
+    attn.attention @causal attributes {...} mask {
+    ^bb0(%b: i32, %h: i32, %q: i32, %k: i32, %q_len: i32, %kv_len: i32):
+      %0 = arith.subi %kv_len, %q_len : i32
+      %1 = arith.addi %q, %0 : i32
+      %2 = arith.cmpi sge, %1, %k : i32
+      attn.yield %2 : i1
+    } score {}
+    ```
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::math::MathDialect"];
+}
+
+def AttnSelectTiles : Pass<"attn-select-tiles", "::mlir::ModuleOp"> {
+  let summary = "Derives tile sizes from the target's shared memory, FlashAttention-style.";
+  let description = [{
+    Starts from the FlashAttention rule with M the target's shared memory per block in elements
+    of the input dtype and d the (padded) head dim: `B_c = ceil(M / 4d)`, `B_r = min(B_c, d)`.
+    Then fits the tiles to the sm_80-family kernel: rows to 16-row mma.sync fragments per warp,
+    B_c to a power of two the register budget holds (S and O accumulators per thread), and the
+    K/V pipeline stages to the shared memory left. Every step is kept in `tiles.derivation`.
+
+    Before:
+    ```mlir
+    attn.attention @causal attributes {head_dim = 128, ...} mask {...} score {}
+    ```
+    After (sm_90, 232448 bytes per block):
+    ```mlir
+    attn.attention @causal attributes {head_dim = 128, tiles = {block_kv = 64, block_q = 128,
+        derivation = ["M = 232448 B / 2 B = 116224 elements", "B_c = ceil(M / 4d) = 227", ...],
+        smem_bytes = 98304, stages = 2, warps = 8}, ...} mask {...} score {}
+    ```
+  }];
+  let options = [
+    Option<"arch", "arch", "std::string", "\"sm_80\"", "Target architecture (for the record).">,
+    Option<"smemPerBlock", "smem-per-block", "int64_t", "166912",
+           "Shared memory one block may use, in bytes (opt-in maximum).">,
+    Option<"smemPerSM", "smem-per-sm", "int64_t", "167936",
+           "Shared memory of one SM, in bytes.">,
+    Option<"regsPerThread", "regs-per-thread", "int64_t", "255",
+           "Most 32-bit registers one thread may use.">,
+    Option<"blockQ", "block-q", "int64_t", "0", "Override B_r (experiments only; 0 = derive).">,
+    Option<"blockKV", "block-kv", "int64_t", "0", "Override B_c (experiments only; 0 = derive).">
+  ];
+}
+
+def AttnClassifyBlocks : Pass<"attn-classify-blocks", "::mlir::ModuleOp"> {
+  let summary = "Classifies (q-tile, kv-tile) pairs as empty, full or partial by interval analysis.";
+  let description = [{
+    Checks that the mask region can be evaluated over index intervals (every op has a sound
+    interval form) and records how tiles are classified: `"none"` (no mask: every tile full),
+    `"static"` (the class depends only on b, h, the tile ranges and the lengths) or `"runtime"`
+    (the mask reads declared inputs, so their values at launch decide). The kernel evaluates the
+    same region over a tile's index intervals: false everywhere = empty (skipped; the kv loop
+    bounds of each q tile shrink to the non-empty range), true everywhere = full (no mask
+    evaluated), otherwise partial. With `q-len`/`kv-len` given, the pass also counts the classes
+    for those lengths (`block_summary`), which `attnc explain` prints.
+
+    Before:
+    ```mlir
+    attn.attention @causal attributes {tiles = {block_q = 128, block_kv = 64, ...}, ...} mask {...}
+    ```
+    After (`q-len=1024 kv-len=1024`):
+    ```mlir
+    attn.attention @causal attributes {block_classification = "static",
+        block_summary = {empty = 56, full = 56, partial = 16}, ...} mask {...}
+    ```
+  }];
+  let options = [
+    Option<"qLen", "q-len", "int64_t", "0", "Query length to summarise the classes for (0: none).">,
+    Option<"kvLen", "kv-len", "int64_t", "0", "Key length to summarise the classes for (0: q-len).">
+  ];
+}
+
+def AttnTile : Pass<"attn-tile", "::mlir::ModuleOp"> {
+  let summary = "Rewrites attn.attention into its tiled, fused kernel form attn.tiled_forward.";
+  let description = [{
+    Needs `tiles` (attn-select-tiles) and `block_classification` (attn-classify-blocks). The
+    result carries the grid, the tile loop, the kv-bound strategy and the fused epilogue order
+    described on `attn.tiled_forward`; CodeGen emits exactly that.
+
+    Before:
+    ```mlir
+    attn.attention @causal attributes {block_classification = "static", tiles = {...}, ...}
+        mask {...} score {}
+    ```
+    After:
+    ```mlir
+    attn.tiled_forward @causal attributes {block_q = 128, block_kv = 64, warps = 8, stages = 2,
+        smem_bytes = 98304, classification = "static", kv_bounds = "interval-search", ...}
+        mask {...} score {}
+    ```
+  }];
+  let options = [
+    Option<"target", "target", "std::string", "\"sm_80\"", "Target the kernel is built for.">
+  ];
+}
+
+#endif // ATTN_PASSES_TD

@@ -1,0 +1,52 @@
+// attn-select-tiles: B_c = ceil(M / 4d), B_r = min(B_c, d) from the target's shared memory, then
+// fitted to the sm_80-family kernel's instruction shapes, registers and pipeline stages.
+#include "dialects/Attn/Transforms/Passes.h"
+#include "dialects/Attn/Transforms/TileRule.h"
+
+#include "mlir/IR/Builders.h"
+
+#define DEBUG_TYPE "attn-select-tiles"
+
+namespace mlir::attn {
+#define GEN_PASS_DEF_ATTNSELECTTILES
+#include "dialects/Attn/Transforms/Passes.h.inc"
+}  // namespace mlir::attn
+
+using namespace mlir;
+using namespace mlir::attn;
+
+namespace {
+
+struct AttnSelectTiles final : mlir::attn::impl::AttnSelectTilesBase<AttnSelectTiles> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    TileTarget target{arch, smemPerBlock, smemPerSM, regsPerThread};
+    auto result = getOperation().walk([&](AttentionOp op) {
+      TileProblem problem{op.getHeadDim(), op.getHeadDimV(),
+                          int64_t(op.getElementType().getIntOrFloatBitWidth() / 8), blockQ,
+                          blockKV};
+      FailureOr<TileChoice> choice = deriveTiles(problem, target);
+      if (failed(choice)) {
+        op.emitOpError() << "no tile configuration fits " << arch << " (" << smemPerBlock
+                         << " bytes of shared memory per block) for head_dim "
+                         << op.getHeadDim();
+        return WalkResult::interrupt();
+      }
+      Builder b(op.getContext());
+      SmallVector<NamedAttribute> tiles = {
+          b.getNamedAttr("block_q", b.getI64IntegerAttr(choice->blockQ)),
+          b.getNamedAttr("block_kv", b.getI64IntegerAttr(choice->blockKV)),
+          b.getNamedAttr("warps", b.getI64IntegerAttr(choice->warps)),
+          b.getNamedAttr("stages", b.getI64IntegerAttr(choice->stages)),
+          b.getNamedAttr("smem_bytes", b.getI64IntegerAttr(choice->smemBytes)),
+          b.getNamedAttr("derivation", b.getStrArrayAttr(SmallVector<StringRef>(
+                                           choice->derivation.begin(), choice->derivation.end())))};
+      op.setTilesAttr(b.getDictionaryAttr(tiles));
+      return WalkResult::advance();
+    });
+    if (result.wasInterrupted()) signalPassFailure();
+  }
+};
+
+}  // namespace

@@ -1,0 +1,32 @@
+// The tile-size rule attn-select-tiles applies, kept apart from the pass so `attnc explain` and
+// the unit tests can run it for any head dim and target.
+#pragma once
+
+#include "mlir/Support/LLVM.h"
+
+#include <string>
+#include <vector>
+
+namespace mlir::attn {
+
+struct TileTarget {
+  std::string arch;
+  int64_t smemPerBlock;  // bytes one block may use (opt-in maximum)
+  int64_t smemPerSM;     // bytes of one SM
+  int64_t regsPerThread; // most 32-bit registers per thread
+};
+
+struct TileProblem {
+  int64_t headDim, headDimV;
+  int64_t elementBytes;
+  int64_t blockQOverride = 0, blockKVOverride = 0;  // experiments only; 0 = derive
+};
+
+struct TileChoice {
+  int64_t blockQ, blockKV, warps, stages, smemBytes;
+  std::vector<std::string> derivation;  // one line per step, for the op and `attnc explain`
+};
+
+FailureOr<TileChoice> deriveTiles(const TileProblem& problem, const TileTarget& target);
+
+}  // namespace mlir::attn
