@@ -1,0 +1,87 @@
+// Global -> shared copies of the sm_80 kernels: 16-byte cp.async with zero fill, and the block-wide
+// loader that moves one [rows x head_dim] tile into a swizzled shared tile.
+#pragma once
+
+#include "attnc/common/types.h"
+#include "attnc/sm80/layout.h"
+
+namespace attnc {
+namespace sm80 {
+
+// 32-bit shared-window address of a generic pointer into shared memory.
+ATTNC_DEVICE u32 smemAddress(const void* p) {
+  u32 r;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+  return r;
+}
+
+// Copies 16 bytes global -> shared bypassing L1 (.cg: K/V tiles are read once per block). When
+// `valid` is false nothing is read and the destination is zero-filled: that is how rows past the
+// sequence end and head-dim padding become zeros (never garbage: 0 * NaN would poison P V).
+ATTNC_DEVICE void cpAsync16(u32 dst, const void* src, bool valid) {
+  const int srcBytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(srcBytes)
+               : "memory");
+}
+
+ATTNC_DEVICE void cpAsyncCommit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+// Waits until at most `Pending` of this thread's committed groups are still in flight.
+template <int Pending>
+ATTNC_DEVICE void cpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(Pending) : "memory");
+}
+
+ATTNC_DEVICE void blockSync() { __syncthreads(); }
+ATTNC_DEVICE void warpSync() { asm volatile("bar.warp.sync 0xffffffff;" ::: "memory"); }
+
+ATTNC_DEVICE void storeShared32(u32 addr, u32 v) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+
+ATTNC_DEVICE u32x4 loadShared128(u32 addr) {
+  u32x4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
+ATTNC_DEVICE void storeGlobal128(void* dst, u32x4 v) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z),
+               "r"(v.w)
+               : "memory");
+}
+
+namespace block {
+
+// Starts the copy of rows [0, Rows) x columns [0, LoadCols) of a global tile into the swizzled
+// shared tile `Tile`. Columns in [Cols, LoadCols) (the k16 padding of the head dim) and rows at or
+// past `validRows` are zero-filled; global memory past row `validRows` or column `Cols` is never
+// touched. `gmem` points at element (0, 0); rows are `rowStride` elements apart. Needs 16-byte
+// aligned `gmem` and `rowStride % 8 == 0`.
+template <class Tile, class Element, int Rows, int Cols, int LoadCols, int Threads>
+ATTNC_DEVICE void loadTileAsync(u32 tileBase, const Element* gmem, i64 rowStride, int validRows,
+                                int tid) {
+  static_assert(Cols % 8 == 0 && LoadCols % 8 == 0 && Cols <= LoadCols && LoadCols <= Tile::kWidth,
+                "columns are whole 16-byte chunks inside the tile");
+  constexpr int kChunksPerRow = LoadCols / 8;
+  constexpr int kValidChunks = Cols / 8;
+  constexpr int kChunks = Rows * kChunksPerRow;
+  constexpr int kIters = ceilDiv(kChunks, Threads);
+#pragma unroll
+  for (int i = 0; i < kIters; ++i) {
+    const int idx = tid + i * Threads;
+    if (kChunks % Threads != 0 && idx >= kChunks) break;
+    const int row = idx / kChunksPerRow;
+    const int chunk = idx % kChunksPerRow;
+    const bool valid = row < validRows && chunk < kValidChunks;
+    const Element* src = valid ? gmem + row * rowStride + chunk * 8 : gmem;
+    cpAsync16(tileBase + Tile::chunkOffset(row, chunk), src, valid);
+  }
+}
+
+}  // namespace block
+}  // namespace sm80
+}  // namespace attnc
