@@ -17,7 +17,8 @@ using namespace mlir::attn;
 
 namespace {
 
-// Builds region bodies with short names for the few ops builtins need.
+// Builds region bodies with short names for the few ops builtins need. Callers create operands
+// in named locals first, so the op order does not depend on argument evaluation order.
 struct RegionBuilder {
   OpBuilder b;
   Location loc;
@@ -70,12 +71,16 @@ LogicalResult expandMask(AttentionOp op, DictionaryAttr builtin) {
     auto size = intParam("size");
     if (failed(size)) return failure();
     Value q = alignedQuery(rb, idx, builtin);
-    keep = rb.both(rb.cmp(P::sge, q, idx.k), rb.cmp(P::slt, rb.sub(q, idx.k), rb.i32(*size)));
+    Value causal = rb.cmp(P::sge, q, idx.k);
+    Value distance = rb.sub(q, idx.k);
+    Value near = rb.cmp(P::slt, distance, rb.i32(*size));
+    keep = rb.both(causal, near);
   } else if (kind == "prefix") {
     auto length = intParam("length");
     if (failed(length)) return failure();
-    keep = rb.either(rb.cmp(P::slt, idx.k, rb.i32(*length)),
-                     rb.cmp(P::sge, alignedQuery(rb, idx, builtin), idx.k));
+    Value inPrefix = rb.cmp(P::slt, idx.k, rb.i32(*length));
+    Value causal = rb.cmp(P::sge, alignedQuery(rb, idx, builtin), idx.k);
+    keep = rb.either(inPrefix, causal);
   } else if (kind == "document") {
     auto input = builtin.getAs<StringAttr>("input");
     auto decl = input ? op.getInputs().getAs<DictionaryAttr>(input.getValue()) : DictionaryAttr();
@@ -88,7 +93,9 @@ LogicalResult expandMask(AttentionOp op, DictionaryAttr builtin) {
       }
       return LoadOp::create(rb.b, rb.loc, rb.b.getI32Type(), input, indices).getResult();
     };
-    keep = rb.cmp(P::eq, docAt(idx.q), docAt(idx.k));
+    Value docQ = docAt(idx.q);
+    Value docK = docAt(idx.k);
+    keep = rb.cmp(P::eq, docQ, docK);
     auto causal = builtin.getAs<BoolAttr>("causal");
     if (causal && causal.getValue())
       keep = rb.both(keep, rb.cmp(P::sge, alignedQuery(rb, idx, builtin), idx.k));
@@ -110,7 +117,8 @@ LogicalResult expandScore(AttentionOp op, DictionaryAttr builtin) {
     if (!cap || !(cap.getValueAsDouble() > 0))
       return op.emitOpError() << "softcap needs a positive 'cap'";
     Value c = rb.f32(cap.getValueAsDouble());
-    result = rb.fmul(c, math::TanhOp::create(rb.b, rb.loc, rb.fdiv(score, c)));
+    Value tanh = math::TanhOp::create(rb.b, rb.loc, rb.fdiv(score, c));
+    result = rb.fmul(c, tanh);
   } else {  // alibi
     Value slope;
     if (auto slopes = builtin.getAs<StringAttr>("slopes")) {
@@ -124,11 +132,14 @@ LogicalResult expandScore(AttentionOp op, DictionaryAttr builtin) {
       slope = LoadOp::create(rb.b, rb.loc, rb.b.getF32Type(), slopes, indices);
     } else {
       // The standard geometric slopes of the ALiBi paper: 2^(-8 (h + 1) / heads).
-      Value exponent = rb.fdiv(rb.fmul(rb.f32(-8.0), rb.toF32(rb.add(idx.h, rb.i32(1)))),
-                               rb.f32(double(op.getHeadsQ())));
+      Value minusEight = rb.f32(-8.0);
+      Value headNumber = rb.toF32(rb.add(idx.h, rb.i32(1)));
+      Value heads = rb.f32(double(op.getHeadsQ()));
+      Value exponent = rb.fdiv(rb.fmul(minusEight, headNumber), heads);
       slope = math::Exp2Op::create(rb.b, rb.loc, exponent);
     }
-    result = rb.fadd(score, rb.fmul(slope, rb.toF32(rb.sub(idx.k, idx.q))));
+    Value distance = rb.toF32(rb.sub(idx.k, idx.q));
+    result = rb.fadd(score, rb.fmul(slope, distance));
   }
   rb.yield(result);
   op.removeScoreBuiltinAttr();
