@@ -169,6 +169,8 @@ public:
       return nullptr;
     if (current.kind == Tok::Punct && current.text == ")")
       return fail(current.offset, "unbalanced parenthesis: ')' has no matching '('");
+    if (current.kind == Tok::Error)
+      return fail(current.offset, lexErrorMessage(current.text));
     if (current.kind != Tok::End)
       return fail(current.offset, "unexpected " + describe(current) +
                                       " after a complete expression (missing operator?)");
@@ -448,7 +450,11 @@ private:
     return node;
   }
 
+  // The same mistake repeated (doc[q] == doc[k] with doc undeclared) is reported once.
   ExprPtr error(size_t offset, std::string message) {
+    for (const ParseError &earlier : errors)
+      if (earlier.message == message)
+        return nullptr;
     errors.push_back({offset, std::move(message)});
     return nullptr;
   }

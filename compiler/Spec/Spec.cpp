@@ -228,11 +228,12 @@ private:
     }
     if (skip("heads.kv"))
       return;
-    if (spec.headsKV < 1) {
+    // A kv that defaulted to q repeats q's error; only a kv of its own has one.
+    if (spec.headsKV < 1 && spec.headsKV != spec.headsQ) {
       report("heads.kv", "heads.kv: must be at least 1, got " + std::to_string(spec.headsKV));
       ok = false;
     }
-    if (ok && spec.headsQ % spec.headsKV != 0)
+    if (ok && spec.headsKV >= 1 && spec.headsQ % spec.headsKV != 0)
       report("heads.kv", "heads.kv: must divide heads.q (" + std::to_string(spec.headsQ) +
                              ") so query heads share key/value heads evenly, got " +
                              std::to_string(spec.headsKV));

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 namespace attnc {
 
@@ -183,8 +184,10 @@ private:
       if (!llvm::is_contained(known, llvm::StringRef(key))) {
         std::string message = "unknown field '" + prefix + key + "'";
         std::string nearest = detail::nearestName(key, known);
-        if (!nearest.empty())
+        if (!nearest.empty()) {
           message += "; did you mean '" + prefix + nearest + "'?";
+          suggested.insert(prefix + nearest);
+        }
         else {
           message += "; expected one of ";
           for (size_t i = 0; i < known.size(); ++i)
@@ -222,6 +225,8 @@ private:
   Spec spec;
   detail::SpecSites sites;
   bool sawHeadDimV = false, sawHeadsKV = false;
+  // Fields offered as "did you mean"; their absence is that same mistake, not a second one.
+  std::set<std::string> suggested;
 };
 
 // Where each byte of an (unescaped, unfolded) scalar string sits in the file: matches the string's
@@ -268,7 +273,7 @@ std::optional<Spec> SpecReader::read(yaml::Stream &stream) {
   if (!root || llvm::isa<yaml::NullNode>(root)) {
     diags.push_back(Diagnostic{SourceLoc{source.fileName.str(), 1, 1},
                                "empty spec: expected a mapping of fields (name, head_dim, heads, ...)",
-                               source.place(source.text.begin()).sourceLine, ""});
+                               "", ""});
     return std::nullopt;
   }
   auto *top = llvm::dyn_cast<yaml::MappingNode>(root);
@@ -343,8 +348,10 @@ void SpecReader::readTop(yaml::MappingNode *top) {
                              std::pair{sawHeads, "heads"}}) {
     if (seen)
       continue;
-    error(sites.top, std::string("missing required field '") + field + "'");
     sites.reported.insert(field);
+    if (suggested.count(field))
+      continue;
+    error(sites.top, std::string("missing required field '") + field + "'");
   }
 }
 
@@ -372,8 +379,9 @@ void SpecReader::readHeads(yaml::Node *key, yaml::Node *value) {
                    (field == "q" ? spec.headsQ : spec.headsKV) = *count;
                });
   if (!sawQ) {
-    error(value, "heads: missing required field 'q'", key);
     sites.reported.insert("heads.q");
+    if (!suggested.count("heads.q"))
+      error(value, "heads: missing required field 'q'", key);
   }
 }
 
@@ -606,8 +614,9 @@ void SpecReader::readInput(const std::string &name, yaml::Node *key, yaml::Node 
   for (auto [seen, sub] : {std::pair{sawDtype, "dtype"}, std::pair{sawDims, "dims"}}) {
     if (seen)
       continue;
-    error(mapping, field + ": missing required field '" + sub + "'", key);
     sites.reported.insert(field + "." + sub);
+    if (!suggested.count(field + "." + sub))
+      error(mapping, field + ": missing required field '" + sub + "'", key);
   }
   spec.inputs.push_back(input);
 }
