@@ -25,7 +25,8 @@ struct u32x4 {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-constexpr float kInfinity = __builtin_huge_valf();
+// __builtin_huge_valf is missing under NVRTC; a bit cast is constexpr under NVRTC, nvcc and g++.
+constexpr float kInfinity = __builtin_bit_cast(float, 0x7f800000u);
 
 ATTNC_HD constexpr int ceilDiv(int a, int b) { return (a + b - 1) / b; }
 ATTNC_HD constexpr int roundUp(int a, int b) { return (a + b - 1) / b * b; }
