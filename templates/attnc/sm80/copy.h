@@ -70,15 +70,33 @@ ATTNC_DEVICE void loadTileAsync(u32 tileBase, const Element* gmem, i64 rowStride
   constexpr int kValidChunks = Cols / 8;
   constexpr int kChunks = Rows * kChunksPerRow;
   constexpr int kIters = ceilDiv(kChunks, Threads);
+  if constexpr (Threads % kChunksPerRow == 0 && (Threads / kChunksPerRow) % 8 == 0) {
+    // A thread keeps its chunk and steps down a multiple of 8 rows (so its swizzle never changes):
+    // one pointer and one add per iteration, fewer live registers than an address per iteration.
+    constexpr int kRowStep = Threads / kChunksPerRow;
+    const int row0 = tid / kChunksPerRow, chunk = tid % kChunksPerRow;
+    const Element* src = gmem + row0 * rowStride + chunk * 8;
+    const i64 step = kRowStep * rowStride;
+    const u32 dst = tileBase + Tile::chunkOffset(row0, chunk);
 #pragma unroll
-  for (int i = 0; i < kIters; ++i) {
-    const int idx = tid + i * Threads;
-    if (kChunks % Threads != 0 && idx >= kChunks) break;
-    const int row = idx / kChunksPerRow;
-    const int chunk = idx % kChunksPerRow;
-    const bool valid = row < validRows && chunk < kValidChunks;
-    const Element* src = valid ? gmem + row * rowStride + chunk * 8 : gmem;
-    cpAsync16(tileBase + Tile::chunkOffset(row, chunk), src, valid);
+    for (int i = 0; i < kIters; ++i) {
+      const int row = row0 + i * kRowStep;
+      if (kChunks % Threads != 0 && row >= Rows) break;
+      const bool valid = row < validRows && chunk < kValidChunks;
+      cpAsync16(dst + u32(i * kRowStep * Tile::kRowBytes), valid ? src : gmem, valid);
+      src += step;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+      const int idx = tid + i * Threads;
+      if (kChunks % Threads != 0 && idx >= kChunks) break;
+      const int row = idx / kChunksPerRow;
+      const int chunk = idx % kChunksPerRow;
+      const bool valid = row < validRows && chunk < kValidChunks;
+      const Element* src = valid ? gmem + row * rowStride + chunk * 8 : gmem;
+      cpAsync16(tileBase + Tile::chunkOffset(row, chunk), src, valid);
+    }
   }
 }
 
