@@ -6,6 +6,7 @@
 
 #include "llvm/ADT/StringExtras.h"
 
+#include <climits>
 #include <cmath>
 
 namespace attnc {
@@ -222,15 +223,16 @@ private:
     if (skip("heads") || skip("heads.q"))
       return;
     bool ok = true;
-    if (spec.headsQ < 1) {
-      report("heads.q", "heads.q: must be at least 1, got " + std::to_string(spec.headsQ));
+    // Positions and head indices are i32 in expressions and kernels.
+    if (spec.headsQ < 1 || spec.headsQ > INT32_MAX) {
+      report("heads.q", "heads.q: must be in [1, 2147483647], got " + std::to_string(spec.headsQ));
       ok = false;
     }
     if (skip("heads.kv"))
       return;
     // A kv that defaulted to q repeats q's error; only a kv of its own has one.
-    if (spec.headsKV < 1 && spec.headsKV != spec.headsQ) {
-      report("heads.kv", "heads.kv: must be at least 1, got " + std::to_string(spec.headsKV));
+    if ((spec.headsKV < 1 || spec.headsKV > INT32_MAX) && spec.headsKV != spec.headsQ) {
+      report("heads.kv", "heads.kv: must be in [1, 2147483647], got " + std::to_string(spec.headsKV));
       ok = false;
     }
     if (ok && spec.headsKV >= 1 && spec.headsQ % spec.headsKV != 0)
@@ -327,12 +329,14 @@ private:
     case MaskSpec::Causal:
       break;
     case MaskSpec::Window:
-      if (mask.window < 1)
-        return report("mask", "mask: window must be at least 1, got " + std::to_string(mask.window));
+      if (mask.window < 1 || mask.window > INT32_MAX)
+        return report("mask", "mask: window must be in [1, 2147483647], got " +
+                                  std::to_string(mask.window));
       break;
     case MaskSpec::Prefix:
-      if (mask.prefix < 0)
-        return report("mask", "mask: prefix must be at least 0, got " + std::to_string(mask.prefix));
+      if (mask.prefix < 0 || mask.prefix > INT32_MAX)
+        return report("mask", "mask: prefix must be in [0, 2147483647], got " +
+                                  std::to_string(mask.prefix));
       break;
     case MaskSpec::Document: {
       if (!inputsOk)

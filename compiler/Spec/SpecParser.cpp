@@ -648,6 +648,27 @@ struct YamlErrorSink {
 std::optional<Spec> parseSpecText(llvm::StringRef text, llvm::StringRef fileName,
                                   Diagnostics &diags) {
   SourceText source(text, fileName);
+  // LLVM's YAML parser recurses once per nesting level, so absurd nesting would overflow the stack
+  // instead of failing. No spec comes near these limits.
+  constexpr size_t kMaxSpecBytes = 1 << 20;
+  constexpr int kMaxFlowNesting = 1000;
+  if (text.size() > kMaxSpecBytes) {
+    diags.push_back(Diagnostic{SourceLoc{fileName.str(), 0, 0},
+                               "spec is larger than 1 MiB; this is not a spec file", "", ""});
+    return std::nullopt;
+  }
+  int depth = 0; // counted over quotes too: only makes the guard stricter
+  for (const char &c : text) {
+    depth += (c == '[' || c == '{') ? 1 : (c == ']' || c == '}') ? -1 : 0;
+    depth = std::max(depth, 0);
+    if (depth > kMaxFlowNesting) {
+      Place place = source.place(&c);
+      diags.push_back(Diagnostic{place.loc, "invalid YAML: nested more than " +
+                                                std::to_string(kMaxFlowNesting) + " levels deep",
+                                 place.sourceLine, ""});
+      return std::nullopt;
+    }
+  }
   // First pass: syntax only. The node walk below runs on a document known to be well-formed, so it
   // never sees the partial nodes LLVM builds after a syntax error.
   {
