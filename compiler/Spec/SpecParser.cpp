@@ -89,7 +89,8 @@ private:
   const char *start(yaml::Node *node) const { return node->getSourceRange().Start.getPointer(); }
 
   Place placeOf(yaml::Node *node, yaml::Node *fallback = nullptr) const {
-    const char *ptr = node ? start(node) : nullptr;
+    // A missing value's position is wherever the parser stopped; its key says more.
+    const char *ptr = node && !(fallback && llvm::isa<yaml::NullNode>(node)) ? start(node) : nullptr;
     if (!source.contains(ptr) && fallback)
       ptr = start(fallback);
     return source.place(ptr);
@@ -109,7 +110,11 @@ private:
 
   void typeError(const std::string &field, yaml::Node *value, yaml::Node *key,
                  const std::string &expected, const std::string &got) {
-    error(value, field + ": expected " + expected + ", got " + got, key);
+    std::string message = field + ": expected " + expected + ", got " + got;
+    if (llvm::isa_and_nonnull<yaml::NullNode>(value) && key &&
+        llvm::StringRef(placeOf(key).sourceLine).contains(": !"))
+      message += " (a value starting with '!' is a YAML tag: quote it)";
+    error(value, message, key);
     sites.reported.insert(field);
   }
 
@@ -385,8 +390,19 @@ void SpecReader::readHeads(yaml::Node *key, yaml::Node *value) {
   }
 }
 
+// A value like `!q` parses as an empty scalar tagged "!q"; say so instead of reporting the rest.
+static bool hasStrayTag(yaml::Node *value) {
+  return value && !value->getRawTag().empty() && !value->getRawTag().starts_with("!!");
+}
+
 void SpecReader::readMask(yaml::Node *key, yaml::Node *value) {
   MaskSpec &mask = spec.mask;
+  if (hasStrayTag(value)) {
+    error(value, "mask: a value starting with '!' is a YAML tag: quote the expression, e.g. "
+                 "\"!(k > q)\"", key);
+    sites.reported.insert("mask");
+    return;
+  }
   mask.loc = placeOf(value, key).loc;
   if (llvm::isa_and_nonnull<yaml::ScalarNode>(value) ||
       llvm::isa_and_nonnull<yaml::BlockScalarNode>(value)) {
@@ -484,6 +500,11 @@ void SpecReader::readMask(yaml::Node *key, yaml::Node *value) {
 
 void SpecReader::readScore(yaml::Node *key, yaml::Node *value) {
   ScoreSpec &score = spec.score;
+  if (hasStrayTag(value)) {
+    error(value, "score: a value starting with '!' is a YAML tag: quote the expression", key);
+    sites.reported.insert("score");
+    return;
+  }
   score.loc = placeOf(value, key).loc;
   if (llvm::isa_and_nonnull<yaml::ScalarNode>(value) ||
       llvm::isa_and_nonnull<yaml::BlockScalarNode>(value)) {
@@ -638,8 +659,13 @@ struct YamlErrorSink {
                             unsigned(smDiag.getColumnNo() + 1)};
       place.sourceLine = smDiag.getLineContents().str();
     }
-    sink->diags.push_back(
-        Diagnostic{place.loc, "invalid YAML: " + smDiag.getMessage().str(), place.sourceLine, ""});
+    std::string message = "invalid YAML: " + smDiag.getMessage().str();
+    // `mask: !(k > q)` is the likeliest way to hit this: YAML reads the '!' as a tag.
+    llvm::StringRef line(place.sourceLine);
+    size_t bang = line.find(": !");
+    if (bang != llvm::StringRef::npos && !line.substr(bang + 3).starts_with("!"))
+      message += " (a value starting with '!' is a YAML tag: quote the expression, e.g. \"!(k > q)\")";
+    sink->diags.push_back(Diagnostic{place.loc, message, place.sourceLine, ""});
   }
 };
 
