@@ -172,7 +172,7 @@ ATTNC_HD Tri cmp_ne(IntI a, IntI b) {
 }
 
 // Float intervals. A NaN bound or an unordered comparison makes the result unknown.
-constexpr float kInf = __builtin_huge_valf();
+constexpr float kInf = __builtin_bit_cast(float, 0x7f800000u);
 ATTNC_HD bool isNan(float x) { return x != x; }
 ATTNC_HD FltI anyFloat() { return FltI(-kInf, kInf); }
 // Widen by a few ulps (relative) plus a tiny absolute slack, so contraction or libm differences
