@@ -56,7 +56,8 @@ attn.attention @prefix attributes {dropout = 0.0, element_type = bf16, head_dim 
 // Causal document mask over a [b, pos] input.
 // CHECK-LABEL: attn.attention @document
 // CHECK: ^bb0(%[[B:[^:]+]]: i32, %{{[^:]+}}: i32, %[[Q:[^:]+]]: i32, %[[K:[^:]+]]: i32, %{{[^:]+}}: i32, %{{[^:]+}}: i32):
-// CHECK: %[[DQ:.+]] = attn.load "doc"[%[[B]], %[[Q]]] : i32
+// CHECK: %[[QA:.+]] = arith.addi %[[Q]],
+// CHECK: %[[DQ:.+]] = attn.load "doc"[%[[B]], %[[QA]]] : i32
 // CHECK: %[[DK:.+]] = attn.load "doc"[%[[B]], %[[K]]] : i32
 // CHECK: %[[SAME:.+]] = arith.cmpi eq, %[[DQ]], %[[DK]] : i32
 // CHECK: %[[CAUSAL:.+]] = arith.cmpi sge
@@ -84,18 +85,34 @@ attn.attention @softcap attributes {dropout = 0.0, element_type = bf16, head_dim
 
 // -----
 
-// ALiBi with the standard slopes 2^(-8 (h + 1) / heads_q).
+// ALiBi with the standard slopes 2^(-8 (h + 1) / heads_q): score - slope_h * |q' - k|.
 // CHECK-LABEL: attn.attention @alibi
 // CHECK: ^bb0(%[[S:[^:]+]]: f32, %{{[^:]+}}: i32, %[[H:[^:]+]]: i32, %[[Q:[^:]+]]: i32, %[[K:[^:]+]]: i32,
 // CHECK: arith.addi %[[H]]
 // CHECK: %[[SLOPE:.+]] = math.exp2
-// CHECK: %[[DIST:.+]] = arith.subi %[[K]], %[[Q]] : i32
+// CHECK-NOT: arith.select
+// CHECK: %[[QA:.+]] = arith.addi %[[Q]],
+// CHECK: %[[OFF:.+]] = arith.subi %[[QA]], %[[K]] : i32
+// CHECK: %[[DIST:.+]] = math.absi %[[OFF]] : i32
 // CHECK: %[[DISTF:.+]] = arith.sitofp %[[DIST]] : i32 to f32
 // CHECK: %[[BIAS:.+]] = arith.mulf %[[SLOPE]], %[[DISTF]] : f32
-// CHECK: %[[R:.+]] = arith.addf %[[S]], %[[BIAS]] : f32
+// CHECK: %[[R:.+]] = arith.subf %[[S]], %[[BIAS]] : f32
 // CHECK: attn.yield %[[R]] : f32
 attn.attention @alibi attributes {dropout = 0.0, element_type = bf16, head_dim = 64,
     head_dim_v = 64, heads_kv = 1, heads_q = 16, inputs = {}, scale = 0.125,
+    score_builtin = {kind = "alibi"}} mask {} score {}
+
+// -----
+
+// 12 heads: the first 8 slopes of 8 heads, then every other slope of 16 heads.
+// CHECK-LABEL: attn.attention @alibi_12_heads
+// CHECK: %[[FIRST:.+]] = math.exp2
+// CHECK: %[[EXTRA:.+]] = math.exp2
+// CHECK: %[[C8:.+]] = arith.constant 8 : i32
+// CHECK: %[[LOW:.+]] = arith.cmpi slt, %{{.+}}, %[[C8]] : i32
+// CHECK: arith.select %[[LOW]], %[[FIRST]], %[[EXTRA]] : f32
+attn.attention @alibi_12_heads attributes {dropout = 0.0, element_type = bf16, head_dim = 64,
+    head_dim_v = 64, heads_kv = 1, heads_q = 12, inputs = {}, scale = 0.125,
     score_builtin = {kind = "alibi"}} mask {} score {}
 
 // -----

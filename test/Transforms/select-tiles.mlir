@@ -15,7 +15,7 @@ attn.attention @hd64 attributes {dropout = 0.0, element_type = bf16, head_dim = 
 // hd128 on sm_90: B_c = 227 -> 128, then halved to 64 by the register budget; B_r = 128.
 // SM90-LABEL: attn.attention @hd128
 // SM90: tiles = {block_kv = 64 : i64, block_q = 128 : i64
-// SM90-SAME: smem_bytes = 98304 : i64
+// SM90-SAME: smem_bytes = 65536 : i64
 // SM90-SAME: warps = 8 : i64
 // hd128 on sm_86: B_c = ceil(50688 / 512) = 99 -> 64; B_r = min(99, 128) = 99 -> 64.
 // SM86-LABEL: attn.attention @hd128
@@ -26,16 +26,17 @@ attn.attention @hd128 attributes {dropout = 0.0, element_type = bf16, head_dim =
 // hd256: Q fragments no longer fit in registers; B_c = 114 -> 64 on sm_90, B_r = 64.
 // SM90-LABEL: attn.attention @hd256
 // SM90: tiles = {block_kv = 64 : i64, block_q = 64 : i64
-// SM90-SAME: smem_bytes = 163840 : i64
-// On sm_86 shared memory halves B_c: 64x256 Q + 2 x 32 x 512 x 2 B = 98304 B.
+// SM90-SAME: smem_bytes = 98304 : i64
+// On sm_86, M = 50688 gives B_c = ceil(50688 / 1024) = 50 -> 32: (64 + 2 x 32) x 256 x 2 B.
 // SM86-LABEL: attn.attention @hd256
 // SM86: tiles = {block_kv = 32 : i64, block_q = 64 : i64
-// SM86-SAME: smem_bytes = 98304 : i64
+// SM86-SAME: smem_bytes = 65536 : i64
 attn.attention @hd256 attributes {dropout = 0.0, element_type = bf16, head_dim = 256,
     head_dim_v = 256, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.0625} mask {} score {}
 
 // A head dim that is not a multiple of 16 is padded for the k16 mma step.
 // SM90-LABEL: attn.attention @hd72
 // SM90: "d = head_dim 72 (v: 72) padded to the k16 mma step = 80 (v: 80)"
+// SM90-SAME: "shared memory: (Q 64 + 2 K/V buffers x 128) rows x 128 wide x 2 B = 81920 B <= 232448 B"
 attn.attention @hd72 attributes {dropout = 0.0, element_type = f16, head_dim = 72,
     head_dim_v = 72, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.125} mask {} score {}

@@ -5,7 +5,7 @@
 // CHECK-SAME: block_q = 128
 // CHECK-SAME: classification = "static"
 // CHECK-SAME: kv_bounds = "interval-search"
-// CHECK-SAME: smem_bytes = 98304
+// CHECK-SAME: smem_bytes = 65536
 // CHECK-SAME: stages = 2
 // CHECK-SAME: target = "sm_90a"
 // CHECK-SAME: warps = 8

@@ -93,7 +93,8 @@ LogicalResult expandMask(AttentionOp op, DictionaryAttr builtin) {
       }
       return LoadOp::create(rb.b, rb.loc, rb.b.getI32Type(), input, indices).getResult();
     };
-    Value docQ = docAt(idx.q);
+    // Document ids are per key position; a query row sits at key position q'.
+    Value docQ = docAt(alignedQuery(rb, idx, builtin));
     Value docK = docAt(idx.k);
     keep = rb.cmp(P::eq, docQ, docK);
     auto causal = builtin.getAs<BoolAttr>("causal");
@@ -103,6 +104,26 @@ LogicalResult expandMask(AttentionOp op, DictionaryAttr builtin) {
   rb.yield(keep);
   op.removeMaskBuiltinAttr();
   return success();
+}
+
+// The ALiBi paper's slopes as a function of h: 2^(-8 (h + 1) / n) for the largest power of two
+// n <= heads; heads beyond n take every other slope of 2n heads: 2^(-4 (2 (h - n) + 1) / n).
+Value standardAlibiSlope(RegionBuilder& rb, Value h, int64_t heads) {
+  int64_t n = 1;
+  while (n * 2 <= heads) n *= 2;
+  Value minusEight = rb.f32(-8.0);
+  Value headNumber = rb.toF32(rb.add(h, rb.i32(1)));
+  Value scaled = rb.fmul(minusEight, headNumber);
+  Value slope = math::Exp2Op::create(rb.b, rb.loc, rb.fdiv(scaled, rb.f32(double(n))));
+  if (n == heads) return slope;
+  Value minusFour = rb.f32(-4.0);
+  Value beyond = rb.sub(h, rb.i32(n));
+  Value twice = arith::MulIOp::create(rb.b, rb.loc, rb.i32(2), beyond);
+  Value odd = rb.toF32(rb.add(twice, rb.i32(1)));
+  Value scaledOdd = rb.fmul(minusFour, odd);
+  Value extra = math::Exp2Op::create(rb.b, rb.loc, rb.fdiv(scaledOdd, rb.f32(double(n))));
+  Value firstN = rb.cmp(arith::CmpIPredicate::slt, h, rb.i32(n));
+  return arith::SelectOp::create(rb.b, rb.loc, firstN, slope, extra);
 }
 
 LogicalResult expandScore(AttentionOp op, DictionaryAttr builtin) {
@@ -119,7 +140,7 @@ LogicalResult expandScore(AttentionOp op, DictionaryAttr builtin) {
     Value c = rb.f32(cap.getValueAsDouble());
     Value tanh = math::TanhOp::create(rb.b, rb.loc, rb.fdiv(score, c));
     result = rb.fmul(c, tanh);
-  } else {  // alibi
+  } else {  // alibi: score - slope_h * |q' - k|
     Value slope;
     if (auto slopes = builtin.getAs<StringAttr>("slopes")) {
       auto decl = op.getInputs().getAs<DictionaryAttr>(slopes.getValue());
@@ -131,15 +152,12 @@ LogicalResult expandScore(AttentionOp op, DictionaryAttr builtin) {
       }
       slope = LoadOp::create(rb.b, rb.loc, rb.b.getF32Type(), slopes, indices);
     } else {
-      // The standard geometric slopes of the ALiBi paper: 2^(-8 (h + 1) / heads).
-      Value minusEight = rb.f32(-8.0);
-      Value headNumber = rb.toF32(rb.add(idx.h, rb.i32(1)));
-      Value heads = rb.f32(double(op.getHeadsQ()));
-      Value exponent = rb.fdiv(rb.fmul(minusEight, headNumber), heads);
-      slope = math::Exp2Op::create(rb.b, rb.loc, exponent);
+      slope = standardAlibiSlope(rb, idx.h, op.getHeadsQ());
     }
-    Value distance = rb.toF32(rb.sub(idx.k, idx.q));
-    result = rb.fadd(score, rb.fmul(slope, distance));
+    Value offset = rb.sub(alignedQuery(rb, idx, builtin), idx.k);
+    Value distance = rb.toF32(math::AbsIOp::create(rb.b, rb.loc, offset));
+    Value bias = rb.fmul(slope, distance);
+    result = arith::SubFOp::create(rb.b, rb.loc, score, bias);
   }
   rb.yield(result);
   op.removeScoreBuiltinAttr();

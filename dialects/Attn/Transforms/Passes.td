@@ -12,8 +12,8 @@ def AttnExpandBuiltins : Pass<"attn-expand-builtins", "::mlir::ModuleOp"> {
     score regions, so nothing downstream special-cases a builtin. Causal alignment is bottom-right
     (`q + kv_len - q_len >= k`) unless `top_left = true`. A window of `W` keeps
     `k in (q' - W, q']`, a prefix of `P` keeps `k < P || k <= q'`, a document mask keeps
-    `doc[q] == doc[k]` (and `k <= q'` when `causal`), softcap gives `c * tanh(score / c)` and ALiBi
-    `score + slope_h * (k - q)` with `slope_h = slopes[h]` or, without an input, the standard
+    `doc[q'] == doc[k]` (and `k <= q'` when `causal`), softcap gives `c * tanh(score / c)` and ALiBi
+    `score - slope_h * abs(q' - k)` with `slope_h = slopes[h]` or, without an input, the standard
     `2^(-8 (h + 1) / heads_q)`.
 
     Before:

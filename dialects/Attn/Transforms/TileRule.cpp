@@ -15,7 +15,8 @@ namespace {
 constexpr int64_t kRowsPerWarp = 16;       // one m16 fragment row block per warp
 constexpr int64_t kMinBlockQ = 64, kMaxBlockQ = 128;
 constexpr int64_t kMinBlockKV = 32, kMaxBlockKV = 128;
-constexpr int64_t kStages = 2;             // K/V double buffering (cp.async)
+constexpr int64_t kStages = 2;             // K and V alternate in a ring of 2 cp.async buffers
+constexpr int64_t kQRegisterLimit = 32;    // Q fragments stay resident up to this many registers
 constexpr int64_t kRegisterMargin = 32;    // addresses, loop state, row max and sum
 constexpr int64_t kFixedRegisters = 40;
 
@@ -28,13 +29,16 @@ int64_t estimateRegisters(int64_t d, int64_t dv, int64_t blockKV, bool qInRegist
   int64_t oAccum = kRowsPerWarp * dv / lanes;
   int64_t sAccum = kRowsPerWarp * blockKV / lanes;
   int64_t pPacked = sAccum / 2;
-  int64_t qFragments = qInRegisters ? kRowsPerWarp * d / lanes / 2 : 0;
+  int64_t qFragments = qInRegisters ? kRowsPerWarp * d / lanes / 2 : 0;  // bf16 pairs
   return oAccum + sAccum + pPacked + qFragments + kFixedRegisters;
 }
 
-int64_t smemBytes(int64_t blockQ, int64_t blockKV, int64_t stages, int64_t d, int64_t dv,
+// The kernel's shared memory: rows are whole 128-byte swizzle segments (64 elements), the Q tile
+// (which also stages O on the way out) and `stages` K/V buffers of one ring, as wide as the wider
+// head dim (templates/attnc/sm80/config.h, FwdConfig::kSmemBytes).
+int64_t smemBytes(int64_t blockQ, int64_t blockKV, int64_t stages, int64_t rowWidth,
                   int64_t elementBytes) {
-  return (blockQ * d + stages * blockKV * (d + dv)) * elementBytes;
+  return (blockQ + stages * blockKV) * rowWidth * elementBytes;
 }
 
 }  // namespace
@@ -70,7 +74,7 @@ FailureOr<TileChoice> mlir::attn::deriveTiles(const TileProblem& problem, const 
 
   // 3. Registers: the accumulators live in registers; shrink B_c until they fit.
   int64_t budget = target.regsPerThread - kRegisterMargin;
-  bool qInRegisters = estimateRegisters(d, dv, kMinBlockKV, true) <= budget;
+  bool qInRegisters = kRowsPerWarp * d / 64 <= kQRegisterLimit;
   while (blockKV > kMinBlockKV && estimateRegisters(d, dv, blockKV, qInRegisters) > budget)
     blockKV /= 2;
   int64_t regs = estimateRegisters(d, dv, blockKV, qInRegisters);
@@ -81,17 +85,18 @@ FailureOr<TileChoice> mlir::attn::deriveTiles(const TileProblem& problem, const 
                      target.regsPerThread, blockKV));
   if (regs > budget) return failure();
 
-  // 4. Shared memory: Q once, K and V per stage.
+  // 4. Shared memory: the Q tile and a ring of K/V buffers, rows padded to 128-byte segments.
   int64_t stages = kStages;
-  while (blockKV > kMinBlockKV && smemBytes(blockQ, blockKV, stages, d, dv, e) > target.smemPerBlock)
+  int64_t width = llvm::alignTo(std::max(problem.headDim, problem.headDimV), 64);
+  while (blockKV > kMinBlockKV && smemBytes(blockQ, blockKV, stages, width, e) > target.smemPerBlock)
     blockKV /= 2;
-  while (blockQ > kMinBlockQ && smemBytes(blockQ, blockKV, stages, d, dv, e) > target.smemPerBlock) {
+  while (blockQ > kMinBlockQ && smemBytes(blockQ, blockKV, stages, width, e) > target.smemPerBlock) {
     blockQ /= 2;
     warps = blockQ / kRowsPerWarp;
   }
-  int64_t smem = smemBytes(blockQ, blockKV, stages, d, dv, e);
-  note(llvm::formatv("shared memory: Q {0}x{1} + {2} stages x K,V {3}x({1}+{4}) x {5} B = {6} B "
-                     "<= {7} B", blockQ, d, stages, blockKV, dv, e, smem, target.smemPerBlock));
+  int64_t smem = smemBytes(blockQ, blockKV, stages, width, e);
+  note(llvm::formatv("shared memory: (Q {0} + {1} K/V buffers x {2}) rows x {3} wide x {4} B = "
+                     "{5} B <= {6} B", blockQ, stages, blockKV, width, e, smem, target.smemPerBlock));
   if (smem > target.smemPerBlock) return failure();
 
   // Explicit overrides replace the derived sizes (experiments; the derivation says so).
@@ -100,7 +105,7 @@ FailureOr<TileChoice> mlir::attn::deriveTiles(const TileProblem& problem, const 
     if (problem.blockKVOverride) blockKV = problem.blockKVOverride;
     if (blockQ % kRowsPerWarp != 0 || blockKV % 16 != 0) return failure();
     warps = blockQ / kRowsPerWarp;
-    smem = smemBytes(blockQ, blockKV, stages, d, dv, e);
+    smem = smemBytes(blockQ, blockKV, stages, width, e);
     note(llvm::formatv("override: B_r = {0}, B_c = {1} ({2} B shared memory)", blockQ, blockKV, smem));
     if (smem > target.smemPerBlock) return failure();
   }
