@@ -1,0 +1,26 @@
+# Two commands for people: `make demo` and `make check` (see README.md). Both install missing
+# Debian packages first (scripts/install-deps.sh) and build with $(JOBS) parallel jobs: the CI
+# machines have 2 cores, and LLVM/MLIR-heavy C++ units need about 1 GB of memory each.
+JOBS       ?= 2
+BUILD_DIR  ?= build
+BUILD_TYPE ?= Release
+LLVM_ROOT  ?= /usr/lib/llvm-22
+export JOBS BUILD_DIR BUILD_TYPE LLVM_ROOT
+
+.PHONY: all deps build check demo clean
+all: build
+
+deps:
+	@scripts/install-deps.sh $(BUILD_DIR)
+
+build:
+	@scripts/build.sh
+
+check: build
+	@scripts/check.sh
+
+demo: build
+	@scripts/demo.sh
+
+clean:
+	rm -rf $(BUILD_DIR)
