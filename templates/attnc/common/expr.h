@@ -275,6 +275,12 @@ ATTNC_HD IntI select(bool c, IntI a, IntI b) { return c ? a : b; }
 ATTNC_HD FltI select(bool c, FltI a, FltI b) { return c ? a : b; }
 ATTNC_HD Tri select(bool c, Tri a, Tri b) { return c ? a : b; }
 
+// The value a generated mask returns: bool per element, Tri over a tile (a mask that does not
+// depend on the tile at all still yields a plain bool, which becomes a definite Tri).
+ATTNC_HD bool mask_result(bool keep, int) { return keep; }
+ATTNC_HD Tri mask_result(Tri keep, IntI) { return keep; }
+ATTNC_HD Tri mask_result(bool keep, IntI) { return tri(keep); }
+
 // Loads over index intervals: the hull of the elements in range. A range too large to scan
 // cheaply is "anything" (sound, merely imprecise).
 constexpr i64 kMaxScannedElements = 4096;

@@ -1,0 +1,215 @@
+// Writes the tiled form as CUDA C++. Each region op becomes one call of the overloaded operations
+// in templates/attnc/common/expr.h; the mask is emitted once as a template over the index type,
+// so the same text is the per-element mask (int) and the tile classifier (IntI intervals).
+#include "compiler/CodeGen/CUDA/EmitCUDA.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+#include <cstdio>
+
+using namespace mlir;
+
+namespace attnc {
+namespace {
+
+// The expr.h function for an elementwise op, or empty.
+std::string exprFunction(Operation& op) {
+  if (auto cmp = dyn_cast<arith::CmpIOp>(op)) {
+    switch (cmp.getPredicate()) {
+    case arith::CmpIPredicate::slt: return "cmp_lt";
+    case arith::CmpIPredicate::sle: return "cmp_le";
+    case arith::CmpIPredicate::sgt: return "cmp_gt";
+    case arith::CmpIPredicate::sge: return "cmp_ge";
+    case arith::CmpIPredicate::eq: return "cmp_eq";
+    case arith::CmpIPredicate::ne: return "cmp_ne";
+    default: return "";
+    }
+  }
+  if (auto cmp = dyn_cast<arith::CmpFOp>(op)) {
+    switch (cmp.getPredicate()) {
+    case arith::CmpFPredicate::OLT: return "cmp_lt";
+    case arith::CmpFPredicate::OLE: return "cmp_le";
+    case arith::CmpFPredicate::OGT: return "cmp_gt";
+    case arith::CmpFPredicate::OGE: return "cmp_ge";
+    case arith::CmpFPredicate::OEQ: return "cmp_eq";
+    case arith::CmpFPredicate::UNE: return "cmp_ne";
+    default: return "";
+    }
+  }
+  bool isBool = op.getNumResults() == 1 && op.getResult(0).getType().isInteger(1);
+  return llvm::StringSwitch<std::string>(op.getName().getStringRef())
+      .Cases({"arith.addi", "arith.addf"}, "add")
+      .Cases({"arith.subi", "arith.subf"}, "sub")
+      .Cases({"arith.muli", "arith.mulf"}, "mul")
+      .Cases({"arith.divsi", "arith.divf"}, "div")
+      .Cases({"arith.remsi", "arith.remf"}, "rem")
+      .Case("arith.negf", "neg")
+      .Cases({"arith.minsi", "arith.minnumf"}, "min")
+      .Cases({"arith.maxsi", "arith.maxnumf"}, "max")
+      .Cases({"math.absi", "math.absf"}, "abs")
+      .Case("math.tanh", "tanh")
+      .Case("math.exp", "exp")
+      .Case("math.exp2", "exp2")
+      .Case("math.log", "log")
+      .Case("math.sqrt", "sqrt")
+      .Case("arith.sitofp", "to_f32")
+      .Case("arith.select", "select")
+      .Case("arith.andi", isBool ? "land" : "")
+      .Case("arith.ori", isBool ? "lor" : "")
+      .Case("arith.xori", isBool ? "lxor" : "")
+      .Default("");
+}
+
+std::string floatLiteral(double value) {
+  float f = float(value);
+  if (std::isinf(f)) return f > 0 ? "ex::kInf" : "(-ex::kInf)";
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.9g", double(f));
+  std::string literal = text;
+  if (literal.find_first_of(".e") == std::string::npos) literal += ".0";
+  return literal + "f";
+}
+
+// Emits the body of a region: one `auto vN = ex::fn(...);` per op, then `return ...`.
+class RegionEmitter {
+public:
+  RegionEmitter(llvm::raw_ostream& os, DictionaryAttr inputs) : os(os), inputs(inputs) {}
+
+  // `argNames` name the block arguments in order.
+  LogicalResult emit(Region& region, ArrayRef<std::string> argNames, bool isMask) {
+    Block& block = region.front();
+    for (auto [arg, name] : llvm::zip(block.getArguments(), argNames)) names[arg] = name;
+    for (Operation& op : block) {
+      if (auto yield = dyn_cast<attn::YieldOp>(op)) {
+        std::string value = name(yield.getValues()[0]);
+        if (isMask)
+          os << "    return ex::mask_result(" << value << ", q);\n";
+        else
+          os << "    return " << value << ";\n";
+        continue;
+      }
+      std::string result = "v" + std::to_string(counter++);
+      names[op.getResult(0)] = result;
+      os << "    auto " << result << " = ";
+      if (failed(emitExpression(op))) return failure();
+      os << ";\n";
+    }
+    return success();
+  }
+
+private:
+  std::string name(Value value) { return names.lookup(value); }
+
+  LogicalResult emitExpression(Operation& op) {
+    if (auto constant = dyn_cast<arith::ConstantOp>(op)) {
+      if (auto intAttr = dyn_cast<IntegerAttr>(constant.getValue())) {
+        if (intAttr.getType().isInteger(1)) {
+          os << (intAttr.getValue().getBoolValue() ? "true" : "false");
+        } else {
+          int64_t v = intAttr.getValue().getSExtValue();
+          if (v == INT32_MIN)
+            os << "(-2147483647 - 1)";
+          else
+            os << "int(" << v << ")";
+        }
+        return success();
+      }
+      if (auto floatAttr = dyn_cast<FloatAttr>(constant.getValue())) {
+        os << floatLiteral(floatAttr.getValueAsDouble());
+        return success();
+      }
+      return op.emitOpError() << "constant of a type CodeGen cannot emit";
+    }
+    if (auto load = dyn_cast<attn::LoadOp>(op)) {
+      auto decl = inputs.getAs<DictionaryAttr>(load.getInput());
+      std::string index[3] = {"0", "0", "0"};  // b, h, pos
+      for (auto [dim, value] : llvm::zip(decl.getAs<ArrayAttr>("dims"), load.getIndices())) {
+        StringRef dimName = cast<StringAttr>(dim).getValue();
+        index[dimName == "b" ? 0 : dimName == "h" ? 1 : 2] = name(value);
+      }
+      os << (load.getType().isF32() ? "ex::load_f32" : "ex::load_i32") << "(p.inputs["
+         << decl.getAs<IntegerAttr>("slot").getInt() << "], " << index[0] << ", " << index[1]
+         << ", " << index[2] << ")";
+      return success();
+    }
+    std::string function = exprFunction(op);
+    if (function.empty())
+      return op.emitOpError() << "has no device form in attnc's expression set";
+    os << "ex::" << function << "(";
+    llvm::interleaveComma(op.getOperands(), os, [&](Value v) { os << name(v); });
+    os << ")";
+    return success();
+  }
+
+  llvm::raw_ostream& os;
+  DictionaryAttr inputs;
+  llvm::DenseMap<Value, std::string> names;
+  unsigned counter = 0;
+};
+
+}  // namespace
+
+FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op) {
+  KernelSource result;
+  result.entry = (op.getSymName() + "_fwd").str();
+  result.threads = int(op.getWarps() * 32);
+  result.smemBytes = op.getSmemBytes();
+
+  std::string code;
+  llvm::raw_string_ostream os(code);
+  std::string element = op.getElementType().isF16() ? "attnc::half" : "attnc::bf16";
+  os << "// Generated by attnc from spec '" << op.getSymName() << "' for " << op.getTarget()
+     << ": B_r = " << op.getBlockQ() << ", B_c = " << op.getBlockKv() << ", " << op.getWarps()
+     << " warps, " << op.getStages() << " K/V buffers, " << op.getSmemBytes()
+     << " B shared memory,\n// blocks classified '" << op.getClassification() << "', kv bounds '"
+     << op.getKvBounds() << "'.\n";
+  os << "#include \"attnc/sm80/forward.h\"\n\nnamespace {\nnamespace ex = attnc::expr;\n\n";
+  os << "struct Variant {\n";
+  os << "  static constexpr bool kHasMask = " << (op.getMask().empty() ? "false" : "true") << ";\n";
+  os << "  static constexpr bool kHasScore = " << (op.getScore().empty() ? "false" : "true") << ";\n";
+  os << "  static constexpr bool kHasDropout = "
+     << (op.getDropout().convertToDouble() > 0 ? "true" : "false") << ";\n\n";
+
+  RegionEmitter emitter(os, op.getInputs());
+  os << "  // Keep element (q, k)? With I = IntI: is it kept over a whole tile (True / False / "
+        "Unknown)?\n";
+  os << "  template <class I>\n  ATTNC_HD static auto mask(const attnc::FwdParams& p, I b, I h, "
+        "I q, I k) {\n";
+  if (op.getMask().empty()) {
+    os << "    return ex::mask_result(true, q);\n";
+  } else if (failed(emitter.emit(op.getMask(), {"b", "h", "q", "k", "p.q_len", "p.kv_len"},
+                                 /*isMask=*/true))) {
+    return failure();
+  }
+  os << "  }\n\n";
+  os << "  // The score after `scale * q.k`.\n";
+  os << "  ATTNC_DEVICE static float score(const attnc::FwdParams& p, float score, int b, int h, "
+        "int q, int k) {\n";
+  if (op.getScore().empty()) {
+    os << "    return score;\n";
+  } else if (failed(emitter.emit(op.getScore(),
+                                 {"score", "b", "h", "q", "k", "p.q_len", "p.kv_len"},
+                                 /*isMask=*/false))) {
+    return failure();
+  }
+  os << "  }\n};\n\n";
+  os << llvm::formatv("using Config = attnc::sm80::FwdConfig<{0}, {1}, {2}, {3}, {4}, {5}, {6}>;\n",
+                      element, op.getHeadDim(), op.getHeadDimV(), op.getBlockQ(), op.getBlockKv(),
+                      op.getWarps(), op.getStages());
+  os << "static_assert(Config::kSmemBytes == " << op.getSmemBytes()
+     << ", \"attn-select-tiles and the kernel template disagree on shared memory\");\n";
+  os << "}  // namespace\n\n";
+  os << "extern \"C\" __global__ void __launch_bounds__(Config::kThreads) " << result.entry
+     << "(const attnc::FwdParams p) {\n"
+     << "  extern __shared__ __align__(128) unsigned char smem[];\n"
+     << "  attnc::sm80::forward<Config, Variant>(p, smem);\n}\n";
+  result.code = std::move(code);
+  return result;
+}
+
+}  // namespace attnc

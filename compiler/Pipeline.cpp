@@ -1,0 +1,180 @@
+// Drives the attn passes, CodeGen and NVRTC for one spec.
+#include "compiler/Pipeline.h"
+
+#include "compiler/CodeGen/CUDA/EmitCUDA.h"
+#include "compiler/Spec/BuildIR.h"
+#include "dialects/Attn/IR/AttnOps.h"
+#include "dialects/Attn/Transforms/MaskEvaluator.h"
+#include "dialects/Attn/Transforms/Passes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstring>
+#include <mutex>
+#include "runtime/EmbeddedTemplates.h"
+
+using namespace mlir;
+
+namespace attnc {
+namespace {
+
+std::string print(Operation* op) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  op->print(os);
+  return text;
+}
+
+// Turns MLIR diagnostics into attnc ones for as long as it lives.
+class DiagnosticCollector {
+public:
+  DiagnosticCollector(MLIRContext& context, const Spec& spec, Diagnostics& diags)
+      : handler(&context, [this, &spec, &diags](mlir::Diagnostic& diag) {
+          attnc::Diagnostic out;
+          out.specName = spec.name;
+          out.message = diag.str();
+          for (const mlir::Diagnostic& note : diag.getNotes()) out.message += "\n  note: " + note.str();
+          if (auto loc = dyn_cast<FileLineColLoc>(diag.getLocation())) {
+            out.loc = {loc.getFilename().str(), loc.getLine(), loc.getColumn()};
+          } else {
+            out.loc.file = spec.loc.file;
+          }
+          if (diag.getSeverity() == DiagnosticSeverity::Error) diags.push_back(std::move(out));
+          return success();
+        }) {}
+
+private:
+  ScopedDiagnosticHandler handler;
+};
+
+// The fraction of (q, k) elements the mask keeps, for FLOP counts: exact up to 2^26 elements,
+// otherwise on an evenly strided grid of rows and columns.
+double keptFraction(const attn::MaskEvaluator& mask, long long qLen, long long kvLen) {
+  if (mask.empty()) return 1.0;
+  long long qStep = 1, kStep = 1;
+  while ((qLen / qStep) * (kvLen / kStep) > (1LL << 26)) {
+    qStep *= 2;
+    kStep *= 2;
+  }
+  long long kept = 0, total = 0;
+  for (long long q = 0; q < qLen; q += qStep)
+    for (long long k = 0; k < kvLen; k += kStep, ++total)
+      kept += mask.keep(0, 0, int(q), int(k), int(qLen), int(kvLen)) ? 1 : 0;
+  return total ? double(kept) / double(total) : 0.0;
+}
+
+}  // namespace
+
+Compiler::Compiler() : context(std::make_unique<MLIRContext>()) {
+  static std::once_flag registered;
+  std::call_once(registered, [] { attn::registerAttnPasses(); });
+  context->loadDialect<attn::AttnDialect>();
+  context->disableMultithreading();  // one small module per compile; threads cost more than they save
+}
+
+Compiler::~Compiler() = default;
+
+std::string Compiler::passPipeline(const Target& target, const CompileOptions& options) {
+  std::string classify = "attn-classify-blocks";
+  if (options.summaryQLen > 0)
+    classify += llvm::formatv("{{q-len={0} kv-len={1}}", options.summaryQLen,
+                              options.summaryKVLen > 0 ? options.summaryKVLen : options.summaryQLen)
+                    .str();
+  return llvm::formatv(
+      "builtin.module(attn-expand-builtins, attn-select-tiles{{arch={0} smem-per-block={1} "
+      "smem-per-sm={2} regs-per-thread={3} block-q={4} block-kv={5}}, {6}, attn-tile{{target={0}})",
+      target.name, target.smemPerBlock, target.smemPerSM, target.regsPerThread, options.blockQ,
+      options.blockKV, classify);
+}
+
+std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& target,
+                                                Stage stage, const CompileOptions& options,
+                                                Diagnostics& diags) {
+  DiagnosticCollector collector(*context, spec, diags);
+  OwningOpRef<ModuleOp> module = buildAttentionIR(spec, *context);
+  if (failed(verify(*module))) return std::nullopt;
+
+  CompiledKernel kernel;
+  kernel.name = spec.name;
+  kernel.target = target;
+  kernel.specIR = print(*module);
+  if (stage == Stage::SpecIR) return kernel;
+
+  // The pass manager is anchored on the module already: parse what runs inside it.
+  std::string pipeline = passPipeline(target, options);
+  llvm::StringRef inner = llvm::StringRef(pipeline).drop_front(strlen("builtin.module(")).drop_back();
+  PassManager pm(context.get(), ModuleOp::getOperationName());
+  if (failed(parsePassPipeline(inner, pm))) {
+    attnc::Diagnostic d;
+    d.specName = spec.name;
+    d.message = "internal error: bad pass pipeline " + passPipeline(target, options);
+    diags.push_back(d);
+    return std::nullopt;
+  }
+  if (failed(pm.run(*module))) return std::nullopt;
+  kernel.tiledIR = print(*module);
+
+  attn::TiledForwardOp tiled;
+  module->walk([&](attn::TiledForwardOp op) { tiled = op; });
+  assert(tiled && "attn-tile produces one attn.tiled_forward per attn.attention");
+  kernel.blockQ = tiled.getBlockQ();
+  kernel.blockKV = tiled.getBlockKv();
+  kernel.warps = tiled.getWarps();
+  kernel.stages = tiled.getStages();
+  kernel.smemBytes = tiled.getSmemBytes();
+  kernel.threads = tiled.getWarps() * 32;
+  for (Attribute line : tiled.getDerivation()) kernel.derivation.push_back(cast<StringAttr>(line).str());
+  kernel.classification = tiled.getClassification().str();
+  kernel.kvBounds = tiled.getKvBounds().str();
+  if (auto summary = tiled->getAttrOfType<DictionaryAttr>("block_summary"))
+    kernel.summary = TileSummary{summary.getAs<IntegerAttr>("empty").getInt(),
+                                 summary.getAs<IntegerAttr>("full").getInt(),
+                                 summary.getAs<IntegerAttr>("partial").getInt()};
+  if (options.summaryQLen > 0 && kernel.classification != "runtime") {
+    std::string error;
+    auto mask = attn::MaskEvaluator::create(tiled.getMask(), tiled.getInputs(), error);
+    if (succeeded(mask))
+      kernel.keptFraction = keptFraction(*mask, options.summaryQLen,
+                                         options.summaryKVLen > 0 ? options.summaryKVLen
+                                                                  : options.summaryQLen);
+  }
+  if (stage == Stage::TiledIR) return kernel;
+
+  FailureOr<KernelSource> source = emitCUDA(tiled);
+  if (failed(source)) return std::nullopt;
+  kernel.cuda = source->code;
+  kernel.entry = source->entry;
+  if (stage == Stage::CUDA) return kernel;
+
+  std::string error;
+  Nvrtc* nvrtc = Nvrtc::get(&error);
+  attnc::Diagnostic failure;
+  failure.specName = spec.name;
+  failure.loc.file = spec.loc.file;
+  if (!nvrtc) {
+    failure.message = "cannot compile to PTX/CUBIN: " + error;
+    diags.push_back(failure);
+    return std::nullopt;
+  }
+  NvrtcResult result = nvrtc->compile(kernel.cuda, spec.name + ".cu", embeddedTemplates(),
+                                      target.name, {});
+  kernel.nvrtcLog = result.log;
+  kernel.nvrtcSeconds = result.compileSeconds;
+  if (!result.ok) {
+    failure.message = "NVRTC failed to compile the generated kernel (a bug in attnc):\n" + result.log;
+    diags.push_back(failure);
+    return std::nullopt;
+  }
+  kernel.ptx = std::move(result.ptx);
+  kernel.cubin = std::move(result.cubin);
+  if (auto it = result.resources.find(kernel.entry); it != result.resources.end())
+    kernel.resources = it->second;
+  return kernel;
+}
+
+}  // namespace attnc

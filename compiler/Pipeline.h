@@ -1,0 +1,73 @@
+// The compile path from a spec to a kernel: spec -> attn IR -> passes -> tiled form -> CUDA C++
+// -> NVRTC (PTX, CUBIN, resource report). `attnc::Compiler` owns the MLIRContext.
+#pragma once
+
+#include "compiler/Spec/Spec.h"
+#include "compiler/Target/Target.h"
+#include "runtime/Nvrtc.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mlir {
+class MLIRContext;
+}
+
+namespace attnc {
+
+// How far to go: stopping early needs no NVRTC.
+enum class Stage { SpecIR, TiledIR, CUDA, Binary };
+
+struct CompileOptions {
+  long long blockQ = 0, blockKV = 0;  // tile overrides for experiments; 0 = derive
+  long long summaryQLen = 0;          // count tile classes for these lengths (explain)
+  long long summaryKVLen = 0;
+};
+
+struct TileSummary {
+  long long empty = 0, full = 0, partial = 0;
+};
+
+struct CompiledKernel {
+  std::string name;    // the spec's name
+  std::string entry;   // kernel symbol
+  Target target;
+  std::string specIR;  // attn.attention as built from the spec
+  std::string tiledIR; // after the pipeline
+  std::string cuda;    // generated translation unit
+  // The tiled form's decisions.
+  long long blockQ = 0, blockKV = 0, warps = 0, stages = 0, smemBytes = 0, threads = 0;
+  std::vector<std::string> derivation;
+  std::string classification, kvBounds;
+  std::optional<TileSummary> summary;
+  std::optional<double> keptFraction;  // of (q, k) elements, at the summary lengths
+  // NVRTC (Stage::Binary).
+  std::string ptx;
+  std::vector<char> cubin;
+  ResourceUsage resources;
+  std::string nvrtcLog;
+  double nvrtcSeconds = 0;
+};
+
+class Compiler {
+public:
+  Compiler();
+  ~Compiler();
+  Compiler(const Compiler&) = delete;
+  Compiler& operator=(const Compiler&) = delete;
+
+  // Runs the pipeline up to `stage`. On failure returns nullopt and appends diagnostics (pass
+  // and verifier errors point at the spec's file:line:col where the IR carries it).
+  std::optional<CompiledKernel> compile(const Spec& spec, const Target& target, Stage stage,
+                                        const CompileOptions& options, Diagnostics& diags);
+
+  // The textual pass pipeline compile() runs for `target` (what `attnc-opt` would be given).
+  static std::string passPipeline(const Target& target, const CompileOptions& options);
+
+private:
+  std::unique_ptr<mlir::MLIRContext> context;
+};
+
+}  // namespace attnc

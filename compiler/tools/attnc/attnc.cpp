@@ -1,0 +1,230 @@
+// attnc: compiles attention specs to kernels (compile) and explains what it derived (explain).
+#include "compiler/Pipeline.h"
+
+#include "CLI/CLI.hpp"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+#include <map>
+
+using namespace attnc;
+
+namespace {
+
+// Prints diagnostics and yields exit code 1.
+int fail(const Diagnostics& diags) {
+  llvm::errs() << renderAll(diags);
+  return 1;
+}
+
+int failWith(const std::string& message) {
+  llvm::errs() << "attnc: error: " << message << "\n";
+  return 1;
+}
+
+// Writes `data` to `path` (or stdout for "-"/empty) through a temporary file and a rename, so a
+// failed or interrupted write never leaves a partial output behind.
+bool writeOutput(const std::string& path, llvm::StringRef data, std::string& error) {
+  if (path.empty() || path == "-") {
+    llvm::outs() << data;
+    llvm::outs().flush();
+    return true;
+  }
+  std::string temp = path + ".tmp";
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(temp, ec, llvm::sys::fs::OF_None);
+    if (ec) {
+      error = "cannot write '" + path + "': " + ec.message();
+      return false;
+    }
+    os << data;
+    os.close();
+    if (os.has_error()) {
+      error = "cannot write '" + path + "': " + os.error().message();
+      llvm::sys::fs::remove(temp);
+      return false;
+    }
+  }
+  if (std::error_code ec = llvm::sys::fs::rename(temp, path)) {
+    error = "cannot write '" + path + "': " + ec.message();
+    llvm::sys::fs::remove(temp);
+    return false;
+  }
+  return true;
+}
+
+struct Common {
+  std::string specPath;
+  std::string target = "sm_90a";
+  long long blockQ = 0, blockKV = 0;
+};
+
+std::optional<std::pair<Spec, Target>> load(const Common& common, Diagnostics& diags,
+                                            std::string& error) {
+  std::optional<Target> target = Target::byName(common.target, &error);
+  if (!target) return std::nullopt;
+  std::optional<Spec> spec = parseSpecFile(common.specPath, diags);
+  if (!spec) return std::nullopt;
+  return std::make_pair(std::move(*spec), std::move(*target));
+}
+
+int runCompile(const Common& common, const std::string& emit, const std::string& output) {
+  static const std::map<std::string, Stage> stages = {{"mlir", Stage::SpecIR},
+                                                      {"tiled", Stage::TiledIR},
+                                                      {"cuda", Stage::CUDA},
+                                                      {"ptx", Stage::Binary},
+                                                      {"cubin", Stage::Binary}};
+  if (emit == "cubin" && (output.empty() || output == "-"))
+    return failWith("--emit cubin writes a binary file: give -o FILE");
+  Diagnostics diags;
+  std::string error;
+  auto loaded = load(common, diags, error);
+  if (!loaded) return error.empty() ? fail(diags) : failWith(error);
+  auto& [spec, target] = *loaded;
+  Compiler compiler;
+  CompileOptions options;
+  options.blockQ = common.blockQ;
+  options.blockKV = common.blockKV;
+  std::optional<CompiledKernel> kernel =
+      compiler.compile(spec, target, stages.at(emit), options, diags);
+  if (!kernel) return fail(diags);
+
+  llvm::StringRef data = emit == "mlir"    ? llvm::StringRef(kernel->specIR)
+                         : emit == "tiled" ? llvm::StringRef(kernel->tiledIR)
+                         : emit == "cuda"  ? llvm::StringRef(kernel->cuda)
+                         : emit == "ptx"   ? llvm::StringRef(kernel->ptx)
+                                           : llvm::StringRef(kernel->cubin.data(), kernel->cubin.size());
+  if (!writeOutput(output, data, error)) return failWith(error);
+  return 0;
+}
+
+std::string bytes(double b) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  int u = 0;
+  while (b >= 1000 && u < 4) b /= 1000, ++u;
+  return llvm::formatv("{0:f2} {1}", b, units[u]);
+}
+
+int runExplain(const Common& common, long long seqLen, long long kvSeqLen, long long batch) {
+  Diagnostics diags;
+  std::string error;
+  auto loaded = load(common, diags, error);
+  if (!loaded) return error.empty() ? fail(diags) : failWith(error);
+  auto& [spec, target] = *loaded;
+  if (seqLen < 1 || kvSeqLen < 0 || batch < 1)
+    return failWith("--seqlen and --batch must be at least 1");
+  if (kvSeqLen == 0) kvSeqLen = seqLen;
+
+  Compiler compiler;
+  CompileOptions options;
+  options.blockQ = common.blockQ;
+  options.blockKV = common.blockKV;
+  options.summaryQLen = seqLen;
+  options.summaryKVLen = kvSeqLen;
+  std::optional<CompiledKernel> kernel = compiler.compile(spec, target, Stage::Binary, options, diags);
+  if (!kernel) return fail(diags);
+
+  auto& os = llvm::outs();
+  os << "attnc explain: " << spec.name << " for " << target.name << " (" << target.description
+     << ")\n\n";
+  os << "Tile derivation\n";
+  for (auto [i, line] : llvm::enumerate(kernel->derivation)) os << "  " << i + 1 << ". " << line << "\n";
+
+  long long qTiles = (seqLen + kernel->blockQ - 1) / kernel->blockQ;
+  long long kvTiles = (kvSeqLen + kernel->blockKV - 1) / kernel->blockKV;
+  os << "\nBlock classification (q_len " << seqLen << ", kv_len " << kvSeqLen << ": " << qTiles
+     << " x " << kvTiles << " tiles of " << kernel->blockQ << " x " << kernel->blockKV << ")\n";
+  os << "  mode: " << kernel->classification << ", kv loop bounds: " << kernel->kvBounds << "\n";
+  double tileFraction = 1.0;
+  if (kernel->summary) {
+    const TileSummary& s = *kernel->summary;
+    long long total = s.empty + s.full + s.partial;
+    tileFraction = total ? double(s.full + s.partial) / double(total) : 1.0;
+    os << llvm::formatv("  empty {0} (skipped), full {1} (no mask evaluated), partial {2} (mask per "
+                        "element): {3:f1}% of tiles computed\n",
+                        s.empty, s.full, s.partial, 100.0 * tileFraction);
+  } else {
+    os << "  the mask reads declared inputs: tiles are classified at launch from their values\n";
+  }
+  double kept = kernel->keptFraction.value_or(1.0);
+  if (kernel->keptFraction)
+    os << llvm::formatv("  elements kept by the mask: {0:f2}%\n", 100.0 * kept);
+
+  os << "\nCompiled kernel (NVRTC " << llvm::formatv("{0:f2}", kernel->nvrtcSeconds) << " s)\n";
+  const ResourceUsage& r = kernel->resources;
+  os << "  entry " << kernel->entry << ": " << kernel->threads << " threads, " << r.registers
+     << " registers/thread, " << kernel->smemBytes << " B dynamic + " << r.staticSharedBytes
+     << " B static shared memory\n";
+  os << "  spills: " << r.spillStoreBytes << " B stores, " << r.spillLoadBytes << " B loads; stack "
+     << r.stackBytes << " B" << (r.spillStoreBytes || r.spillLoadBytes ? "  <-- SPILLS" : "")
+     << "\n";
+  long long blocksByRegs = r.registers > 0 ? target.regsPerSM / (r.registers * kernel->threads) : 0;
+  long long blocksBySmem = target.smemPerSM / std::max<long long>(kernel->smemBytes, 1);
+  os << "  occupancy: " << std::min(blocksByRegs, blocksBySmem) << " block(s) per SM (registers allow "
+     << blocksByRegs << ", shared memory " << blocksBySmem << ")\n";
+
+  // FlashAttention's IO analysis: standard attention materialises S and P in HBM
+  // (Theta(N d + N^2) accesses); the tiled kernel reads each K/V tile once per Q tile it is not
+  // empty for (Theta(N^2 d^2 / M)) and never writes an N x N matrix.
+  double e = 2.0;  // bf16/fp16 bytes
+  double heads = double(spec.headsQ), bh = double(batch) * heads;
+  double d = double(spec.headDim), dv = double(spec.headDimV);
+  double n = double(seqLen), nk = double(kvSeqLen);
+  double standard = bh * e * (n * d + nk * d + 4.0 * n * nk + nk * dv + n * dv);
+  double kvHeadsRatio = double(spec.headsKV) / heads;
+  double flash = bh * (e * (n * d + n * dv) + 4.0 * n) +
+                 double(batch) * double(spec.headsQ) * e * qTiles * (nk * (d + dv)) * tileFraction *
+                     (kvHeadsRatio > 0 ? 1.0 : 1.0);
+  double flops = 4.0 * double(batch) * heads * n * nk * std::max(d, dv) * kept;
+  os << "\nHBM traffic and FLOPs (batch " << batch << ", " << spec.headsQ << " query heads)\n";
+  os << "  standard attention (S and P in HBM): " << bytes(standard) << "\n";
+  os << "  attnc tiled kernel (K/V re-read per Q tile): " << bytes(flash) << "  ("
+     << llvm::formatv("{0:f1}", standard / flash) << "x less)\n";
+  os << "  FLOPs (4 B H N_q N_kv d x kept fraction): " << llvm::formatv("{0:e3}", flops) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"attnc: compiles declarative attention specs into fused GPU kernels"};
+  app.require_subcommand(1);
+
+  Common compileArgs;
+  std::string emit = "ptx", output;
+  CLI::App* compile = app.add_subcommand("compile", "Compile a spec to MLIR, the tiled form, CUDA C++, PTX or a CUBIN");
+  compile->add_option("spec", compileArgs.specPath, "The spec file (YAML)")->required();
+  compile->add_option("--target", compileArgs.target, "GPU target: sm_80, sm_86, sm_89, sm_90, sm_90a")
+      ->capture_default_str();
+  compile->add_option("--emit", emit, "What to write")
+      ->check(CLI::IsMember({"mlir", "tiled", "cuda", "ptx", "cubin"}))
+      ->capture_default_str();
+  compile->add_option("-o,--output", output, "Output file (text forms default to stdout)");
+  compile->add_option("--block-q", compileArgs.blockQ, "Override B_r (experiments only)");
+  compile->add_option("--block-kv", compileArgs.blockKV, "Override B_c (experiments only)");
+
+  Common explainArgs;
+  long long seqLen = 4096, kvSeqLen = 0, batch = 1;
+  CLI::App* explain = app.add_subcommand(
+      "explain", "Show the tile derivation, block classification, kernel resources and the IO model");
+  explain->add_option("spec", explainArgs.specPath, "The spec file (YAML)")->required();
+  explain->add_option("--target", explainArgs.target, "GPU target: sm_80, sm_86, sm_89, sm_90, sm_90a")
+      ->capture_default_str();
+  explain->add_option("--seqlen", seqLen, "Query length for the classification and IO model")
+      ->capture_default_str();
+  explain->add_option("--kv-seqlen", kvSeqLen, "Key length (default: --seqlen)");
+  explain->add_option("--batch", batch, "Batch size for the IO model")->capture_default_str();
+  explain->add_option("--block-q", explainArgs.blockQ, "Override B_r (experiments only)");
+  explain->add_option("--block-kv", explainArgs.blockKV, "Override B_c (experiments only)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (compile->parsed()) return runCompile(compileArgs, emit, output);
+  return runExplain(explainArgs, seqLen, kvSeqLen, batch);
+}
