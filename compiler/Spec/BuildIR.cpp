@@ -232,8 +232,12 @@ OwningOpRef<ModuleOp> buildAttentionIR(const Spec& spec, MLIRContext& context) {
   state.addAttribute("inputs", inputDecls(b, spec));
   if (auto builtin = maskBuiltin(b, spec.mask)) state.addAttribute("mask_builtin", *builtin);
   if (auto builtin = scoreBuiltin(b, spec.score)) state.addAttribute("score_builtin", *builtin);
-  Region* maskRegion = state.addRegion();
-  Region* scoreRegion = state.addRegion();
+  state.addRegion();
+  state.addRegion();
+  // Regions are filled once the op exists: builders take their context from the parent op.
+  auto attention = cast<attn::AttentionOp>(b.create(state));
+  Region* maskRegion = &attention.getMask();
+  Region* scoreRegion = &attention.getScore();
 
   if (spec.mask.kind == MaskSpec::Expr && spec.mask.expr) {
     Block& block = attn::createMaskBlock(*maskRegion, locationOf(context, spec.mask.loc));
@@ -247,7 +251,6 @@ OwningOpRef<ModuleOp> buildAttentionIR(const Spec& spec, MLIRContext& context) {
     Value score = ExprLowering(body, block, /*isScore=*/true).lower(*spec.score.expr);
     attn::YieldOp::create(body, score.getLoc(), ValueRange{score});
   }
-  b.create(state);
   return module;
 }
 

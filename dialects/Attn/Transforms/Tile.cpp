@@ -44,6 +44,7 @@ struct AttnTile final : mlir::attn::impl::AttnTileBase<AttnTile> {
       state.addRegion();
       state.addRegion();
       auto tiled = cast<TiledForwardOp>(b.create(state));
+      if (Attribute summary = op->getAttr("block_summary")) tiled->setAttr("block_summary", summary);
       tiled.getMask().takeBody(op.getMask());
       tiled.getScore().takeBody(op.getScore());
       op.erase();
