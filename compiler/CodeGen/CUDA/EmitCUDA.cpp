@@ -134,7 +134,7 @@ private:
       }
       os << (load.getType().isF32() ? "ex::load_f32" : "ex::load_i32") << "(p.inputs["
          << decl.getAs<IntegerAttr>("slot").getInt() << "], " << index[0] << ", " << index[1]
-         << ", " << index[2] << ")";
+         << ", " << index[2] << ", ex::input_extents(p))";
       return success();
     }
     std::string function = exprFunction(op);

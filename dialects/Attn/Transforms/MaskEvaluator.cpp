@@ -180,7 +180,8 @@ bool MaskEvaluator::readsInputs() const {
 
 template <class Int, class Flt, class Bool>
 Bool MaskEvaluator::run(Int b, Int h, Int q, Int k, int qLen, int kvLen,
-                        llvm::ArrayRef<attnc::InputRef> inputs) const {
+                        const MaskInputs& inputs) const {
+  const ex::InputExtents extents{inputs.batch, inputs.heads, qLen > kvLen ? qLen : kvLen};
   if (steps.empty()) return makeBool<Bool>(true);
   struct Slot {
     Int i = Int(0);
@@ -234,11 +235,11 @@ Bool MaskEvaluator::run(Int b, Int h, Int q, Int k, int qLen, int kvLen,
       Int index[3] = {Int(0), Int(0), Int(0)};
       for (int d = 0; d < 3; ++d)
         if (s.dimOperand[d] >= 0) index[d] = v[s.dimOperand[d]].i;
-      const attnc::InputRef& in = inputs[s.intValue];
+      const attnc::InputRef& in = inputs.refs[s.intValue];
       if (s.kind == Step::LoadI32)
-        r.i = ex::load_i32(in, index[0], index[1], index[2]);
+        r.i = ex::load_i32(in, index[0], index[1], index[2], extents);
       else
-        r.f = ex::load_f32(in, index[0], index[1], index[2]);
+        r.f = ex::load_f32(in, index[0], index[1], index[2], extents);
       break;
     }
     }
@@ -247,17 +248,17 @@ Bool MaskEvaluator::run(Int b, Int h, Int q, Int k, int qLen, int kvLen,
 }
 
 bool MaskEvaluator::keep(int b, int h, int q, int k, int qLen, int kvLen,
-                         llvm::ArrayRef<attnc::InputRef> inputs) const {
+                         const MaskInputs& inputs) const {
   return run<int, float, bool>(b, h, q, k, qLen, kvLen, inputs);
 }
 
 ex::Tri MaskEvaluator::keep(ex::IntI b, ex::IntI h, ex::IntI q, ex::IntI k, int qLen, int kvLen,
-                            llvm::ArrayRef<attnc::InputRef> inputs) const {
+                            const MaskInputs& inputs) const {
   return run<ex::IntI, ex::FltI, ex::Tri>(b, h, q, k, qLen, kvLen, inputs);
 }
 
 BlockClass MaskEvaluator::classify(int b, int h, int qLo, int qHi, int kLo, int kHi, int qLen,
-                                   int kvLen, llvm::ArrayRef<attnc::InputRef> inputs) const {
+                                   int kvLen, const MaskInputs& inputs) const {
   ex::Tri tri = keep(ex::IntI(b), ex::IntI(h), ex::IntI(qLo, qHi), ex::IntI(kLo, kHi), qLen,
                      kvLen, inputs);
   return tri == ex::Tri::False ? BlockClass::Empty
@@ -266,7 +267,7 @@ BlockClass MaskEvaluator::classify(int b, int h, int qLo, int qHi, int kLo, int 
 }
 
 TileCounts mlir::attn::countTiles(const MaskEvaluator& mask, int blockQ, int blockKV, int qLen,
-                                  int kvLen, llvm::ArrayRef<attnc::InputRef> inputs, int b,
+                                  int kvLen, const MaskInputs& inputs, int b,
                                   int h) {
   TileCounts counts;
   for (int qLo = 0; qLo < qLen; qLo += blockQ) {

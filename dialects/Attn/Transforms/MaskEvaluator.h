@@ -16,23 +16,28 @@ namespace mlir::attn {
 
 enum class BlockClass { Empty, Full, Partial };
 
+// Declared inputs as the kernel sees them: by slot, with the batch and head counts that bound
+// their clamped indices (positions are bounded by max(q_len, kv_len), as on the device).
+struct MaskInputs {
+  llvm::ArrayRef<attnc::InputRef> refs;
+  int batch = 1, heads = 1;
+};
+
 class MaskEvaluator {
 public:
   // Flattens `mask` (the mask region of an attn op with declared `inputs`). Fails, naming the
   // op in `error`, when an op has no interval form. An empty region keeps every element.
   static FailureOr<MaskEvaluator> create(Region& mask, DictionaryAttr inputs, std::string& error);
 
-  // The mask of one element. `inputs` is indexed by slot.
-  bool keep(int b, int h, int q, int k, int qLen, int kvLen,
-            llvm::ArrayRef<attnc::InputRef> inputs = {}) const;
+  // The mask of one element.
+  bool keep(int b, int h, int q, int k, int qLen, int kvLen, const MaskInputs& inputs = {}) const;
   // What the mask is over every element of the given index ranges (inclusive).
   attnc::expr::Tri keep(attnc::expr::IntI b, attnc::expr::IntI h, attnc::expr::IntI q,
-                        attnc::expr::IntI k, int qLen, int kvLen,
-                        llvm::ArrayRef<attnc::InputRef> inputs = {}) const;
+                        attnc::expr::IntI k, int qLen, int kvLen, const MaskInputs& inputs = {}) const;
 
   // The class of the tile [qLo, qHi] x [kLo, kHi] (already clipped to the lengths).
   BlockClass classify(int b, int h, int qLo, int qHi, int kLo, int kHi, int qLen, int kvLen,
-                      llvm::ArrayRef<attnc::InputRef> inputs = {}) const;
+                      const MaskInputs& inputs = {}) const;
 
   bool empty() const { return steps.empty(); }
   bool readsInputs() const;
@@ -56,8 +61,7 @@ public:
 
 private:
   template <class Int, class Flt, class Bool>
-  Bool run(Int b, Int h, Int q, Int k, int qLen, int kvLen,
-           llvm::ArrayRef<attnc::InputRef> inputs) const;
+  Bool run(Int b, Int h, Int q, Int k, int qLen, int kvLen, const MaskInputs& inputs) const;
 
   std::vector<Step> steps;
   unsigned result = 0;
@@ -69,6 +73,6 @@ struct TileCounts {
 
 // Counts the classes of every (q-tile, kv-tile) pair of one (b, h) for the given lengths.
 TileCounts countTiles(const MaskEvaluator& mask, int blockQ, int blockKV, int qLen, int kvLen,
-                      llvm::ArrayRef<attnc::InputRef> inputs = {}, int b = 0, int h = 0);
+                      const MaskInputs& inputs = {}, int b = 0, int h = 0);
 
 }  // namespace mlir::attn

@@ -70,11 +70,25 @@ ATTNC_HD float select(bool c, float a, float b) { return c ? a : b; }
 ATTNC_HD bool select(bool c, bool a, bool b) { return c ? a : b; }
 
 // Declared inputs: element (b, h, pos) of a tensor whose absent dimensions have stride 0.
-ATTNC_HD int load_i32(const InputRef& in, int b, int h, int pos) {
-  return static_cast<const int*>(in.ptr)[b * in.stride_b + h * in.stride_h + pos * in.stride_pos];
+// Indices are clamped into the input's extent (batch, query heads, max(q_len, kv_len) positions),
+// so no mask or score expression can read out of bounds: with q_len > kv_len, for instance, the
+// aligned query position q + kv_len - q_len of the first rows is negative.
+struct InputExtents {
+  int batch, heads, positions;
+};
+ATTNC_HD InputExtents input_extents(const FwdParams& p) {
+  return InputExtents{p.batch, p.heads_q, p.q_len > p.kv_len ? p.q_len : p.kv_len};
 }
-ATTNC_HD float load_f32(const InputRef& in, int b, int h, int pos) {
-  return static_cast<const float*>(in.ptr)[b * in.stride_b + h * in.stride_h + pos * in.stride_pos];
+ATTNC_HD int clamp_index(int i, int extent) { return i < 0 ? 0 : (i >= extent ? extent - 1 : i); }
+ATTNC_HD i64 input_offset(const InputRef& in, int b, int h, int pos, InputExtents e) {
+  return clamp_index(b, e.batch) * in.stride_b + clamp_index(h, e.heads) * in.stride_h +
+         clamp_index(pos, e.positions) * in.stride_pos;
+}
+ATTNC_HD int load_i32(const InputRef& in, int b, int h, int pos, InputExtents e) {
+  return static_cast<const int*>(in.ptr)[input_offset(in, b, h, pos, e)];
+}
+ATTNC_HD float load_f32(const InputRef& in, int b, int h, int pos, InputExtents e) {
+  return static_cast<const float*>(in.ptr)[input_offset(in, b, h, pos, e)];
 }
 
 // ---- intervals -------------------------------------------------------------------------------
@@ -284,23 +298,29 @@ ATTNC_HD Tri mask_result(bool keep, IntI) { return tri(keep); }
 // Loads over index intervals: the hull of the elements in range. A range too large to scan
 // cheaply is "anything" (sound, merely imprecise).
 constexpr i64 kMaxScannedElements = 4096;
+// Clamping is monotone, so the clamped interval holds every clamped scalar index.
+ATTNC_HD IntI clamp_index(IntI i, int extent) {
+  return IntI(clamp_index(i.lo, extent), clamp_index(i.hi, extent));
+}
 ATTNC_HD bool scannable(IntI b, IntI h, IntI pos) {
   return i64(b.hi - b.lo + 1) * (h.hi - h.lo + 1) * (pos.hi - pos.lo + 1) <= kMaxScannedElements;
 }
-ATTNC_HD IntI load_i32(const InputRef& in, IntI b, IntI h, IntI pos) {
+ATTNC_HD IntI load_i32(const InputRef& in, IntI b, IntI h, IntI pos, InputExtents e) {
+  b = clamp_index(b, e.batch), h = clamp_index(h, e.heads), pos = clamp_index(pos, e.positions);
   if (!scannable(b, h, pos)) return IntI(kIntMin, kIntMax);
-  IntI r(load_i32(in, b.lo, h.lo, pos.lo));
+  IntI r(load_i32(in, b.lo, h.lo, pos.lo, e));
   for (int bi = b.lo; bi <= b.hi; ++bi)
     for (int hi = h.lo; hi <= h.hi; ++hi)
-      for (int pi = pos.lo; pi <= pos.hi; ++pi) r = hull(r, IntI(load_i32(in, bi, hi, pi)));
+      for (int pi = pos.lo; pi <= pos.hi; ++pi) r = hull(r, IntI(load_i32(in, bi, hi, pi, e)));
   return r;
 }
-ATTNC_HD FltI load_f32(const InputRef& in, IntI b, IntI h, IntI pos) {
+ATTNC_HD FltI load_f32(const InputRef& in, IntI b, IntI h, IntI pos, InputExtents e) {
+  b = clamp_index(b, e.batch), h = clamp_index(h, e.heads), pos = clamp_index(pos, e.positions);
   if (!scannable(b, h, pos)) return anyFloat();
-  FltI r(load_f32(in, b.lo, h.lo, pos.lo));
+  FltI r(load_f32(in, b.lo, h.lo, pos.lo, e));
   for (int bi = b.lo; bi <= b.hi; ++bi)
     for (int hi = h.lo; hi <= h.hi; ++hi)
-      for (int pi = pos.lo; pi <= pos.hi; ++pi) r = hull(r, FltI(load_f32(in, bi, hi, pi)));
+      for (int pi = pos.lo; pi <= pos.hi; ++pi) r = hull(r, FltI(load_f32(in, bi, hi, pi, e)));
   return r;
 }
 
