@@ -7,7 +7,7 @@ jobs=${JOBS:-2}
 build_type=${BUILD_TYPE:-Release}
 llvm_root=${LLVM_ROOT:-/usr/lib/llvm-22}
 
-start=$(date +%s)
+start=$EPOCHREALTIME
 scripts/install-deps.sh "$build_dir"
 
 # Configure only once: afterwards ninja re-runs CMake by itself when a CMakeLists.txt changes.
@@ -18,8 +18,8 @@ fi
 
 status=0
 ninja -C "$build_dir" -j"$jobs" || status=$?
-elapsed=$(($(date +%s) - start))
-printf 'build: %s in %dm%02ds (ninja -j%s, %s, %s)\n' \
-  "$([[ $status -eq 0 ]] && echo done || echo FAILED)" $((elapsed / 60)) $((elapsed % 60)) \
-  "$jobs" "$build_type" "$build_dir"
+elapsed_ms=$(( (${EPOCHREALTIME//[.,]/} - ${start//[.,]/}) / 1000 ))
+printf 'build: %s in %dm%02d.%ds (deps + configure + ninja -j%s, %s, %s)\n' \
+  "$([[ $status -eq 0 ]] && echo done || echo FAILED)" $((elapsed_ms / 60000)) \
+  $((elapsed_ms / 1000 % 60)) $((elapsed_ms / 100 % 10)) "$jobs" "$build_type" "$build_dir"
 exit $status

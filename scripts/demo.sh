@@ -6,6 +6,11 @@ cd "$(dirname "$0")/.."
 attnc=${BUILD_DIR:-build}/bin/attnc
 spec=examples/causal_hd128.yaml
 
+if [[ ! -x $attnc ]]; then
+  echo "demo: $attnc was not built (is compiler/tools/attnc in this tree?)" >&2
+  exit 1
+fi
+
 run() { echo; echo "\$ $*"; "$@"; }
 
 echo "\$ cat $spec"
