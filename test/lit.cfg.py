@@ -3,6 +3,7 @@ import os
 
 import lit.formats
 from lit.llvm import llvm_config
+from lit.llvm.subst import ToolSubst
 
 config.name = "attnc"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
@@ -15,4 +16,7 @@ config.substitutions.append(("%examples", os.path.join(config.attnc_src_root, "e
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.with_environment("ATTNC_CACHE_DIR", os.path.join(config.test_exec_root, "cache"))
-llvm_config.add_tool_substitutions(["attnc-opt", "attnc"], [config.attnc_tools_dir])
+# A missing tool is an error, never a silent fallback to some other PATH entry.
+llvm_config.add_tool_substitutions(
+    [ToolSubst(tool, unresolved="fatal") for tool in ("attnc-opt", "attnc")],
+    [config.attnc_tools_dir])

@@ -71,7 +71,13 @@ std::optional<std::pair<Spec, Target>> load(const Common& common, Diagnostics& d
   return std::make_pair(std::move(*spec), std::move(*target));
 }
 
-int runCompile(const Common& common, const std::string& emit, const std::string& output) {
+struct ReportOptions {
+  bool report = false;            // print the resource report to stderr
+  bool requireNoSpills = false;   // fail when the kernel spills to local memory
+};
+
+int runCompile(const Common& common, const std::string& emit, const std::string& output,
+               const ReportOptions& reportOptions) {
   static const std::map<std::string, Stage> stages = {{"mlir", Stage::SpecIR},
                                                       {"tiled", Stage::TiledIR},
                                                       {"cuda", Stage::CUDA},
@@ -97,6 +103,17 @@ int runCompile(const Common& common, const std::string& emit, const std::string&
                          : emit == "cuda"  ? llvm::StringRef(kernel->cuda)
                          : emit == "ptx"   ? llvm::StringRef(kernel->ptx)
                                            : llvm::StringRef(kernel->cubin.data(), kernel->cubin.size());
+  const ResourceUsage& r = kernel->resources;
+  bool binary = emit == "ptx" || emit == "cubin";
+  if (binary && reportOptions.report)
+    llvm::errs() << llvm::formatv("{0} {1}: {2} threads, {3} registers, {4} B shared, spill stores "
+                                  "{5} B, spill loads {6} B, stack {7} B, NVRTC {8:f2} s\n",
+                                  kernel->entry, target.name, kernel->threads, r.registers,
+                                  kernel->smemBytes, r.spillStoreBytes, r.spillLoadBytes,
+                                  r.stackBytes, kernel->nvrtcSeconds);
+  if (binary && reportOptions.requireNoSpills && (r.spillStoreBytes || r.spillLoadBytes || r.registers < 0))
+    return failWith(r.registers < 0 ? "NVRTC gave no resource report for " + kernel->entry
+                                    : kernel->entry + " spills to local memory");
   if (!writeOutput(output, data, error)) return failWith(error);
   return 0;
 }
@@ -205,6 +222,11 @@ int main(int argc, char** argv) {
   compile->add_option("-o,--output", output, "Output file (text forms default to stdout)");
   compile->add_option("--block-q", compileArgs.blockQ, "Override B_r (experiments only)");
   compile->add_option("--block-kv", compileArgs.blockKV, "Override B_c (experiments only)");
+  ReportOptions reportOptions;
+  compile->add_flag("--report", reportOptions.report,
+                    "Print registers, shared memory, spills and NVRTC time to stderr (ptx, cubin)");
+  compile->add_flag("--require-no-spills", reportOptions.requireNoSpills,
+                    "Fail if the kernel spills registers to local memory (ptx, cubin)");
 
   Common explainArgs;
   long long seqLen = 4096, kvSeqLen = 0, batch = 1;
@@ -225,6 +247,6 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (compile->parsed()) return runCompile(compileArgs, emit, output);
+  if (compile->parsed()) return runCompile(compileArgs, emit, output, reportOptions);
   return runExplain(explainArgs, seqLen, kvSeqLen, batch);
 }
