@@ -7,7 +7,7 @@ BUILD_TYPE ?= Release
 LLVM_ROOT  ?= /usr/lib/llvm-22
 export JOBS BUILD_DIR BUILD_TYPE LLVM_ROOT
 
-.PHONY: all deps build check demo clean
+.PHONY: all deps build check demo docs clean
 all: build
 
 deps:
@@ -21,6 +21,10 @@ check: build
 
 demo: build
 	@scripts/demo.sh
+
+# Regenerates the dialect, op and pass reference in docs/dialect from the .td files.
+docs: build
+	cp $(BUILD_DIR)/docs/Attn/*.md docs/dialect/
 
 clean:
 	rm -rf $(BUILD_DIR)
