@@ -37,6 +37,7 @@ struct DriverLoader {
         lib.resolve(api.cuCtxCreate, "cuCtxCreate_v2", error) &&
         lib.resolve(api.cuCtxSetCurrent, "cuCtxSetCurrent", error) &&
         lib.resolve(api.cuCtxGetCurrent, "cuCtxGetCurrent", error) &&
+        lib.resolve(api.cuCtxGetDevice, "cuCtxGetDevice", error) &&
         lib.resolve(api.cuCtxSynchronize, "cuCtxSynchronize", error) &&
         lib.resolve(api.cuModuleLoadData, "cuModuleLoadData", error) &&
         lib.resolve(api.cuModuleUnload, "cuModuleUnload", error) &&

@@ -34,6 +34,7 @@ enum DeviceAttribute : int {
   kComputeCapabilityMinor = 76,
   kMaxSharedMemoryPerMultiprocessor = 81,
   kMaxRegistersPerMultiprocessor = 82,
+  kMaxThreadsPerMultiprocessor = 39,
   kMaxSharedMemoryPerBlockOptin = 97,
 };
 
@@ -62,6 +63,7 @@ struct DriverApi {
   cu::Result (*cuCtxCreate)(cu::Context* context, unsigned flags, cu::Device device);
   cu::Result (*cuCtxSetCurrent)(cu::Context context);
   cu::Result (*cuCtxGetCurrent)(cu::Context* context);
+  cu::Result (*cuCtxGetDevice)(cu::Device* device);
   cu::Result (*cuCtxSynchronize)();
 
   cu::Result (*cuModuleLoadData)(cu::Module* module, const void* image);

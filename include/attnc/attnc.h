@@ -1,0 +1,205 @@
+// The public C++ API of attnc: kernels (from build-time cubins or the JIT), their launch arguments
+// and validation, and the JIT compiler with its on-disk cache. Everything but JitCompiler lives in
+// the LLVM-free attncRuntime library; JitCompiler is in attncJit (the compiler, LLVM/MLIR static).
+// Errors are Status values; no call here aborts or throws.
+#pragma once
+
+#include "attnc/status.h"
+#include "attnc/target.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace attnc {
+
+// "0.1.0": the attnc that built this library (part of every JIT cache key).
+const char* version();
+
+// Q, K or V: a base pointer and element strides of the batch, head and sequence dimensions; the
+// head dimension is contiguous. BHSD and BSHD layouts are both just strides.
+struct TensorArg {
+  const void* data = nullptr;
+  int64_t stride_b = 0, stride_h = 0, stride_s = 0;
+};
+
+// O: as TensorArg, written by the kernel.
+struct OutputArg {
+  void* data = nullptr;
+  int64_t stride_b = 0, stride_h = 0, stride_s = 0;
+};
+
+// A declared input (`doc`, `slopes`, ...): the element stride of each dimension the spec gives it
+// (b, h, pos); strides of dimensions it does not have are ignored.
+struct InputArg {
+  const void* data = nullptr;
+  int64_t stride_b = 0, stride_h = 0, stride_pos = 0;
+};
+
+// Strides of a contiguous [batch, heads, seq, dim] (BHSD) or [batch, seq, heads, dim] (BSHD) tensor.
+struct Strides {
+  int64_t b, h, s;
+};
+inline Strides bhsdStrides(int64_t heads, int64_t seq, int64_t dim) {
+  return {heads * seq * dim, seq * dim, dim};
+}
+inline Strides bshdStrides(int64_t heads, int64_t seq, int64_t dim) {
+  return {seq * heads * dim, dim, heads * dim};
+}
+inline TensorArg tensorArg(const void* data, Strides s) { return {data, s.b, s.h, s.s}; }
+inline OutputArg outputArg(void* data, Strides s) { return {data, s.b, s.h, s.s}; }
+
+// One forward launch. Heads and head dims come from the kernel's spec:
+//   q [batch, heads_q, q_len, head_dim], k [batch, heads_kv, kv_len, head_dim],
+//   v [batch, heads_kv, kv_len, head_dim_v], o [batch, heads_q, q_len, head_dim_v] (by strides),
+//   lse [batch, heads_q, q_len] float32 contiguous, or null to skip it.
+// Requirements (checked before launch): device pointers 16-byte aligned, strides multiples of 8
+// elements (non-negative; O's positive), one InputArg per declared input in the spec's order.
+struct ForwardArgs {
+  TensorArg q, k, v;
+  OutputArg o;
+  float* lse = nullptr;
+  int64_t batch = 0, q_len = 0, kv_len = 0;
+  std::vector<InputArg> inputs;
+  uint64_t dropout_seed = 0, dropout_offset = 0;
+};
+
+// A declared input as the kernel sees it.
+struct InputInfo {
+  std::string name;
+  std::string type;  // "i32" | "f32"
+  std::string dims;  // what indexes it, comma-separated: "pos", "b,pos", "h"
+};
+
+// What a launcher needs to know about a compiled kernel besides its binary. Build-time headers
+// spell it out; the JIT cache stores it next to the cubin (serialize()/parse()).
+struct KernelMetadata {
+  std::string name;    // the spec's name
+  std::string entry;   // the kernel symbol
+  std::string target;  // "sm_80", "sm_90a", ...
+  int computeMajor = 0, computeMinor = 0;
+  int threads = 0;
+  long long smemBytes = 0;  // dynamic shared memory per block
+  int blockQ = 0, blockKV = 0;
+  int headDim = 0, headDimV = 0, headsQ = 0, headsKV = 0;
+  std::string dtype;  // "bf16" | "fp16"
+  float scale = 0;    // softmax scale (spec's, or 1/sqrt(head_dim))
+  float dropout = 0;  // probability of dropping
+  std::vector<InputInfo> inputs;  // in slot order
+  std::string attncVersion;
+
+  // A line-based "key value" text; parse() rejects anything it does not fully understand.
+  std::string serialize() const;
+  static std::optional<KernelMetadata> parse(const std::string& text, std::string* error);
+};
+
+// One compiled form of a kernel: metadata plus a cubin for metadata.target and, optionally, the
+// PTX (NUL-terminated), which lets the driver run it on a newer architecture than the cubin's.
+struct KernelImage {
+  KernelMetadata metadata;
+  const void* cubin = nullptr;
+  size_t cubinSize = 0;
+  const char* ptx = nullptr;
+};
+
+// A launchable kernel. Cheap to copy and move (copies share the loaded modules). The module is
+// loaded on the first launch in each CUDA context (thread-safe); without a current context the
+// primary context of device 0 is made current, as the CUDA runtime does.
+class Kernel {
+public:
+  Kernel();
+  ~Kernel();
+  Kernel(const Kernel&);
+  Kernel& operator=(const Kernel&);
+  Kernel(Kernel&&) noexcept;
+  Kernel& operator=(Kernel&&) noexcept;
+
+  // The bytes are copied. A cubin runs on devices of the same major compute capability and a
+  // minor at least the target's (sm_90a: exactly 9.0).
+  static Kernel fromCubin(const KernelMetadata& metadata, const void* cubin, size_t size,
+                          Status* status);
+  // Several forms of one kernel (say sm_80 and sm_90a); the launch picks the best for the device:
+  // an exact architecture, else a cubin of the same major, else PTX the driver can compile.
+  static Kernel fromImages(const std::vector<KernelImage>& images, Status* status);
+
+  bool valid() const { return impl_ != nullptr; }
+  explicit operator bool() const { return valid(); }
+
+  // Validates `args` (validate() plus the current device) and launches on `stream` (a CUstream;
+  // null = the legacy default stream). Asynchronous: errors inside the kernel surface later.
+  Status forward(const ForwardArgs& args, void* stream) const;
+  // Every check of forward() that needs no GPU: pointers, alignment, lengths, strides, inputs.
+  Status validate(const ForwardArgs& args) const;
+
+  // Of the first image (the one fromCubin was given).
+  const KernelMetadata& metadata() const;
+  const std::string& name() const { return metadata().name; }
+  const std::string& entry() const { return metadata().entry; }
+  const std::string& target() const { return metadata().target; }
+  std::vector<std::string> targets() const;  // of every image
+  int threads() const { return metadata().threads; }
+  long long smemBytes() const { return metadata().smemBytes; }
+  int headDim() const { return metadata().headDim; }
+  int headDimV() const { return metadata().headDimV; }
+  int headsQ() const { return metadata().headsQ; }
+  int headsKV() const { return metadata().headsKV; }
+  const std::string& dtype() const { return metadata().dtype; }
+  float dropout() const { return metadata().dropout; }
+  std::vector<std::string> inputNames() const;
+  // The cubin and PTX of the first image (what the JIT cache stores).
+  const std::vector<char>& cubin() const;
+  const std::string& ptx() const;
+
+  struct Impl;
+
+private:
+  std::shared_ptr<Impl> impl_;
+};
+
+// ---- JIT (library attncJit) -------------------------------------------------------------------
+
+struct Spec;  // compiler/Spec/Spec.h (the C++ SpecBuilder makes one)
+
+struct JitOptions {
+  std::string cacheDir;   // empty: $ATTNC_CACHE_DIR, else $XDG_CACHE_HOME/attnc, else ~/.cache/attnc
+  bool useCache = true;   // false: always compile, never read or write the disk cache
+};
+
+// Process-wide counters (all JitCompiler objects together), for tests and tools.
+struct JitStats {
+  long long compiles = 0;      // compile*() calls that returned a kernel
+  long long nvrtcRuns = 0;     // NVRTC invocations
+  long long cacheHits = 0;     // kernels read from the disk cache
+  long long cacheRebuilds = 0; // corrupt or mismatched cache entries deleted and rebuilt
+};
+
+// Compiles specs to kernels at run time: spec -> attn passes -> CUDA C++ -> NVRTC -> cubin,
+// through the on-disk kernel cache (keyed by a SHA-256 of the generated source, NVRTC version,
+// target, options and attnc version). Thread-safe; several threads asking for one kernel at once
+// compile it once.
+class JitCompiler {
+public:
+  JitCompiler();
+  explicit JitCompiler(JitOptions options);
+  ~JitCompiler();
+  JitCompiler(JitCompiler&&) noexcept;
+  JitCompiler& operator=(JitCompiler&&) noexcept;
+
+  Kernel compile(const Spec& spec, const Target& target, Status* status);
+  Kernel compileFile(const std::string& specPath, const Target& target, Status* status);
+  Kernel compileText(const std::string& yaml, const Target& target, Status* status);
+
+  // Where the cache lives for these options.
+  std::string cacheDirectory() const;
+  static JitStats stats();
+
+  struct Impl;
+
+private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace attnc

@@ -1,0 +1,368 @@
+// attnc::Kernel: argument validation, per-context module loading and the launch of one forward
+// kernel through the dlopen-ed driver. The launch ABI is attnc::FwdParams (templates/attnc/common/
+// params.h): grid (ceil(q_len / block_q), heads_q, batch), block `threads`, dynamic shared memory
+// `smemBytes` (opted into above 48 KiB).
+#include "attnc/attnc.h"
+
+#include "attnc/common/params.h"
+#include "runtime/Driver.h"
+
+#include <climits>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+namespace attnc {
+
+struct Kernel::Impl {
+  struct Image {
+    KernelMetadata metadata;
+    std::vector<char> cubin;
+    std::string ptx;
+  };
+  struct Loaded {
+    cu::Module module = nullptr;
+    cu::Function function = nullptr;
+    const Image* image = nullptr;  // the form loaded into this context
+    std::string error;  // why this context cannot run the kernel (kept: the answer will not change)
+  };
+
+  std::vector<Image> images;
+  std::mutex mutex;
+  std::map<cu::Context, Loaded> loaded;
+
+  ~Impl() {
+    // Errors are ignored: at process exit the driver may be gone before static kernels are.
+    std::string error;
+    if (const DriverApi* driver = DriverApi::get(&error))
+      for (auto& [context, entry] : loaded)
+        if (entry.module) driver->cuModuleUnload(entry.module);
+  }
+
+  // The image to load on a device of compute capability major.minor, and whether to use its PTX:
+  // an exact architecture first, then a cubin of the same major and no greater minor, then PTX of
+  // a lower architecture (not an arch-specific "a" one: its PTX only runs on that architecture).
+  const Image* choose(int major, int minor, bool* usePtx) const {
+    const Image* best = nullptr;
+    for (const Image& image : images) {
+      const KernelMetadata& m = image.metadata;
+      if (m.computeMajor == major && m.computeMinor == minor) {
+        *usePtx = false;
+        return &image;
+      }
+      bool archSpecific = !m.target.empty() && m.target.back() == 'a';
+      if (!archSpecific && m.computeMajor == major && m.computeMinor < minor &&
+          (!best || m.computeMinor > best->metadata.computeMinor))
+        best = &image;
+    }
+    if (best) {
+      *usePtx = false;
+      return best;
+    }
+    for (const Image& image : images) {
+      const KernelMetadata& m = image.metadata;
+      bool archSpecific = !m.target.empty() && m.target.back() == 'a';
+      bool older = m.computeMajor < major || (m.computeMajor == major && m.computeMinor <= minor);
+      if (!archSpecific && older && !image.ptx.empty() &&
+          (!best || m.computeMajor * 10 + m.computeMinor >
+                        best->metadata.computeMajor * 10 + best->metadata.computeMinor))
+        best = &image;
+    }
+    *usePtx = best != nullptr;
+    return best;
+  }
+
+  std::string describeTargets() const {
+    std::string text;
+    for (const Image& image : images) {
+      if (!text.empty()) text += ", ";
+      text += image.metadata.target + (image.ptx.empty() ? " (cubin)" : " (cubin + PTX)");
+    }
+    return text;
+  }
+
+  // Loads the module into `context` (once per context); the function, or null with *error set.
+  Loaded* function(const DriverApi& driver, cu::Context context, std::string* error) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto [it, inserted] = loaded.try_emplace(context);
+    Loaded& entry = it->second;
+    if (!inserted) {
+      if (!entry.function) *error = entry.error;
+      return entry.function ? &entry : nullptr;
+    }
+    auto fail = [&](std::string message) -> Loaded* {
+      entry.error = "kernel '" + images.front().metadata.name + "': " + message;
+      *error = entry.error;
+      return nullptr;
+    };
+    std::string why;
+    cu::Device device = 0;
+    int major = 0, minor = 0, smemOptin = 0;
+    if (!driver.check(driver.cuCtxGetDevice(&device), "cuCtxGetDevice", &why) ||
+        !driver.check(driver.cuDeviceGetAttribute(&major, cu::kComputeCapabilityMajor, device),
+                      "cuDeviceGetAttribute", &why) ||
+        !driver.check(driver.cuDeviceGetAttribute(&minor, cu::kComputeCapabilityMinor, device),
+                      "cuDeviceGetAttribute", &why) ||
+        !driver.check(driver.cuDeviceGetAttribute(&smemOptin, cu::kMaxSharedMemoryPerBlockOptin,
+                                                  device),
+                      "cuDeviceGetAttribute", &why))
+      return fail(why);
+    bool usePtx = false;
+    const Image* image = choose(major, minor, &usePtx);
+    std::string cc = std::to_string(major) + "." + std::to_string(minor);
+    if (!image)
+      return fail("the current device has compute capability " + cc +
+                  ", which none of the kernel's targets runs on: expected a device for " +
+                  describeTargets() + " (sm_90a needs exactly 9.0; sm_8x cubins run on 8.x with "
+                  "the same or a higher minor; PTX of sm_8x also on newer GPUs)");
+    if (image->metadata.smemBytes > smemOptin)
+      return fail("needs " + std::to_string(image->metadata.smemBytes) +
+                  " bytes of shared memory per block, the device (cc " + cc + ") allows " +
+                  std::to_string(smemOptin));
+    const void* code = usePtx ? static_cast<const void*>(image->ptx.c_str())
+                              : static_cast<const void*>(image->cubin.data());
+    if (!driver.check(driver.cuModuleLoadData(&entry.module, code),
+                      usePtx ? "cuModuleLoadData (PTX)" : "cuModuleLoadData (cubin)", &why)) {
+      entry.module = nullptr;
+      return fail(why);
+    }
+    cu::Function fn = nullptr;
+    if (!driver.check(driver.cuModuleGetFunction(&fn, entry.module, image->metadata.entry.c_str()),
+                      ("cuModuleGetFunction(" + image->metadata.entry + ")").c_str(), &why) ||
+        !driver.check(driver.cuFuncSetAttribute(fn, cu::kMaxDynamicSharedSizeBytes,
+                                                int(image->metadata.smemBytes)),
+                      "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", &why))
+      return fail(why);
+    entry.function = fn;
+    entry.image = image;
+    return &entry;
+  }
+};
+
+namespace {
+
+std::string hexAddress(const void* p) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%p", p);
+  return text;
+}
+
+// Collects the first problem with a launch's arguments.
+struct Checker {
+  Status status;
+
+  bool fail(const std::string& argument, const std::string& expected, const std::string& given) {
+    if (status.ok) status = Status::error("ForwardArgs." + argument + ": expected " + expected + ", got " + given);
+    return false;
+  }
+  void pointer(const std::string& argument, const void* p, unsigned alignment) {
+    if (!p) {
+      fail(argument, "a device pointer", "null");
+    } else if (reinterpret_cast<uintptr_t>(p) % alignment) {
+      fail(argument, std::to_string(alignment) + "-byte alignment",
+           hexAddress(p) + " (address % " + std::to_string(alignment) + " = " +
+               std::to_string(reinterpret_cast<uintptr_t>(p) % alignment) + ")");
+    }
+  }
+  void length(const std::string& argument, int64_t value, int64_t most) {
+    if (value < 1 || value > most)
+      fail(argument, "a value in [1, " + std::to_string(most) + "]", std::to_string(value));
+  }
+  // Tensor strides: multiples of 8 elements (16-byte vector loads); O's also positive (rows never
+  // overlap), inputs' at least 0.
+  void stride(const std::string& argument, int64_t value, bool positive, bool multipleOf8) {
+    if (positive ? value <= 0 : value < 0)
+      fail(argument, positive ? "a positive stride" : "a non-negative stride", std::to_string(value));
+    else if (multipleOf8 && value % 8 != 0)
+      fail(argument, "a multiple of 8 elements", std::to_string(value));
+  }
+  template <class T>
+  void tensor(const std::string& name, const T& t, bool output) {
+    pointer(name + ".data", t.data, 16);
+    stride(name + ".stride_b", t.stride_b, output, true);
+    stride(name + ".stride_h", t.stride_h, output, true);
+    stride(name + ".stride_s", t.stride_s, output, true);
+  }
+};
+
+constexpr int64_t kMaxGridYZ = 65535;
+
+}  // namespace
+
+Kernel::Kernel() = default;
+Kernel::~Kernel() = default;
+Kernel::Kernel(const Kernel&) = default;
+Kernel& Kernel::operator=(const Kernel&) = default;
+Kernel::Kernel(Kernel&&) noexcept = default;
+Kernel& Kernel::operator=(Kernel&&) noexcept = default;
+
+Kernel Kernel::fromCubin(const KernelMetadata& metadata, const void* cubin, size_t size,
+                         Status* status) {
+  return fromImages({KernelImage{metadata, cubin, size, nullptr}}, status);
+}
+
+Kernel Kernel::fromImages(const std::vector<KernelImage>& images, Status* status) {
+  auto fail = [&](std::string message) {
+    if (status) *status = Status::error("Kernel::fromImages: " + message);
+    return Kernel();
+  };
+  if (images.empty()) return fail("expected at least one image, got none");
+  auto impl = std::make_shared<Impl>();
+  for (size_t i = 0; i < images.size(); ++i) {
+    const KernelImage& image = images[i];
+    const KernelMetadata& m = image.metadata;
+    std::string which = "image " + std::to_string(i) + " (" + m.target + ")";
+    if (!image.cubin || image.cubinSize < 4 || std::memcmp(image.cubin, "\x7f" "ELF", 4) != 0)
+      return fail(which + ": expected a cubin (an ELF image), got " +
+                  (image.cubin ? std::to_string(image.cubinSize) + " bytes of something else" : "null"));
+    if (m.entry.empty() || m.threads <= 0 || m.blockQ <= 0 || m.headsQ <= 0 || m.headsKV <= 0 ||
+        m.computeMajor <= 0 || !(m.scale > 0))
+      return fail(which + ": incomplete metadata (entry, threads, block_q, heads, compute "
+                          "capability and scale are required)");
+    if (int(m.inputs.size()) > kMaxInputs)
+      return fail(which + ": expected at most " + std::to_string(kMaxInputs) + " inputs, got " +
+                  std::to_string(m.inputs.size()));
+    if (i > 0) {
+      const KernelMetadata& first = images.front().metadata;
+      if (m.name != first.name || m.headDim != first.headDim || m.headDimV != first.headDimV ||
+          m.headsQ != first.headsQ || m.headsKV != first.headsKV || m.dtype != first.dtype ||
+          m.inputs.size() != first.inputs.size())
+        return fail(which + ": expected the same spec as image 0 ('" + first.name + "'), got '" +
+                    m.name + "' with other shapes");
+    }
+    Impl::Image copy;
+    copy.metadata = m;
+    copy.cubin.assign(static_cast<const char*>(image.cubin),
+                      static_cast<const char*>(image.cubin) + image.cubinSize);
+    if (image.ptx) copy.ptx = image.ptx;
+    impl->images.push_back(std::move(copy));
+  }
+  Kernel kernel;
+  kernel.impl_ = std::move(impl);
+  if (status) *status = Status::success();
+  return kernel;
+}
+
+const KernelMetadata& Kernel::metadata() const {
+  static const KernelMetadata empty;
+  return impl_ ? impl_->images.front().metadata : empty;
+}
+
+std::vector<std::string> Kernel::targets() const {
+  std::vector<std::string> names;
+  if (impl_)
+    for (const auto& image : impl_->images) names.push_back(image.metadata.target);
+  return names;
+}
+
+std::vector<std::string> Kernel::inputNames() const {
+  std::vector<std::string> names;
+  for (const InputInfo& input : metadata().inputs) names.push_back(input.name);
+  return names;
+}
+
+const std::vector<char>& Kernel::cubin() const {
+  static const std::vector<char> empty;
+  return impl_ ? impl_->images.front().cubin : empty;
+}
+
+const std::string& Kernel::ptx() const {
+  static const std::string empty;
+  return impl_ ? impl_->images.front().ptx : empty;
+}
+
+Status Kernel::validate(const ForwardArgs& args) const {
+  if (!impl_) return Status::error("Kernel: empty kernel (its creation failed)");
+  const KernelMetadata& m = metadata();
+  Checker check;
+  check.tensor("q", args.q, false);
+  check.tensor("k", args.k, false);
+  check.tensor("v", args.v, false);
+  check.tensor("o", args.o, true);
+  if (args.lse) check.pointer("lse", args.lse, 4);
+  check.length("batch", args.batch, kMaxGridYZ);
+  check.length("q_len", args.q_len, INT32_MAX);
+  check.length("kv_len", args.kv_len, INT32_MAX);
+  if (m.headsQ > kMaxGridYZ)
+    check.fail("(kernel) heads_q", "at most 65535 (the grid's y dimension)", std::to_string(m.headsQ));
+  if (args.inputs.size() != m.inputs.size()) {
+    std::string names;
+    for (const InputInfo& input : m.inputs) names += (names.empty() ? "" : ", ") + input.name;
+    check.fail("inputs", std::to_string(m.inputs.size()) + " input(s)" +
+                             (names.empty() ? "" : " (" + names + ")"),
+               std::to_string(args.inputs.size()));
+  } else {
+    for (size_t i = 0; i < args.inputs.size(); ++i) {
+      const InputArg& in = args.inputs[i];
+      std::string name = "inputs[" + std::to_string(i) + "] (" + m.inputs[i].name + ")";
+      check.pointer(name + ".data", in.data, 4);
+      const std::string& dims = m.inputs[i].dims;
+      auto has = [&](const char* dim) {
+        return ("," + dims + ",").find(std::string(",") + dim + ",") != std::string::npos;
+      };
+      if (has("b")) check.stride(name + ".stride_b", in.stride_b, false, false);
+      if (has("h")) check.stride(name + ".stride_h", in.stride_h, false, false);
+      if (has("pos")) check.stride(name + ".stride_pos", in.stride_pos, false, false);
+    }
+  }
+  return check.status;
+}
+
+Status Kernel::forward(const ForwardArgs& args, void* stream) const {
+  if (Status status = validate(args); !status) return status;
+  const KernelMetadata& m = metadata();
+  std::string error;
+  const DriverApi* driver = DriverApi::get(&error);
+  if (!driver) return Status::error("Kernel::forward: " + error);
+
+  cu::Context context = nullptr;
+  if (!driver->check(driver->cuCtxGetCurrent(&context), "cuCtxGetCurrent", &error))
+    return Status::error("Kernel::forward: " + error);
+  if (!context) {
+    cu::Device device = 0;
+    if (!driver->check(driver->cuDeviceGet(&device, 0), "cuDeviceGet(0)", &error) ||
+        !driver->check(driver->cuDevicePrimaryCtxRetain(&context, device),
+                       "cuDevicePrimaryCtxRetain", &error) ||
+        !driver->check(driver->cuCtxSetCurrent(context), "cuCtxSetCurrent", &error))
+      return Status::error("Kernel::forward: no current CUDA context and none could be made: " + error);
+  }
+  const Impl::Loaded* loaded = impl_->function(*driver, context, &error);
+  if (!loaded) return Status::error(error);
+  // The chosen image's tile sizes: images for other architectures may tile differently.
+  const KernelMetadata& tiles = loaded->image->metadata;
+
+  FwdParams p{};
+  p.q = args.q.data;
+  p.k = args.k.data;
+  p.v = args.v.data;
+  p.o = args.o.data;
+  p.lse = args.lse;
+  p.q_stride_b = args.q.stride_b, p.q_stride_h = args.q.stride_h, p.q_stride_s = args.q.stride_s;
+  p.k_stride_b = args.k.stride_b, p.k_stride_h = args.k.stride_h, p.k_stride_s = args.k.stride_s;
+  p.v_stride_b = args.v.stride_b, p.v_stride_h = args.v.stride_h, p.v_stride_s = args.v.stride_s;
+  p.o_stride_b = args.o.stride_b, p.o_stride_h = args.o.stride_h, p.o_stride_s = args.o.stride_s;
+  p.batch = int(args.batch);
+  p.heads_q = m.headsQ;
+  p.heads_kv = m.headsKV;
+  p.q_len = int(args.q_len);
+  p.kv_len = int(args.kv_len);
+  p.scale = m.scale;
+  p.dropout_p = m.dropout;
+  p.dropout_seed = args.dropout_seed;
+  p.dropout_offset = args.dropout_offset;
+  for (size_t i = 0; i < args.inputs.size(); ++i)
+    p.inputs[i] = {args.inputs[i].data, args.inputs[i].stride_b, args.inputs[i].stride_h,
+                   args.inputs[i].stride_pos};
+
+  void* params[] = {&p};
+  unsigned gridX = unsigned((args.q_len + tiles.blockQ - 1) / tiles.blockQ);
+  if (!driver->check(driver->cuLaunchKernel(loaded->function, gridX, unsigned(m.headsQ),
+                                            unsigned(args.batch), unsigned(tiles.threads), 1, 1,
+                                            unsigned(tiles.smemBytes), static_cast<cu::Stream>(stream),
+                                            params, nullptr),
+                     "cuLaunchKernel", &error))
+    return Status::error("kernel '" + m.name + "': " + error);
+  return Status::success();
+}
+
+}  // namespace attnc

@@ -1,0 +1,95 @@
+// KernelMetadata as text: one "key value" line per field and one "input name type dims" line per
+// declared input. The JIT cache stores it beside the cubin; parse() rejects anything unexpected so
+// that a damaged cache entry is never launched with wrong shapes.
+#include "attnc/attnc.h"
+
+#include <cstdlib>
+#include <sstream>
+
+namespace attnc {
+
+const char* version() { return ATTNC_VERSION_STRING; }
+
+std::string KernelMetadata::serialize() const {
+  std::ostringstream os;
+  os.precision(9);  // round-trips a float
+  os << "name " << name << "\nentry " << entry << "\ntarget " << target << "\ncompute "
+     << computeMajor << "." << computeMinor << "\nthreads " << threads << "\nsmem_bytes "
+     << smemBytes << "\nblock_q " << blockQ << "\nblock_kv " << blockKV << "\nhead_dim " << headDim
+     << "\nhead_dim_v " << headDimV << "\nheads_q " << headsQ << "\nheads_kv " << headsKV
+     << "\ndtype " << dtype << "\nscale " << scale << "\ndropout " << dropout
+     << "\nattnc_version " << attncVersion << "\n";
+  for (const InputInfo& input : inputs)
+    os << "input " << input.name << " " << input.type << " " << input.dims << "\n";
+  return os.str();
+}
+
+std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std::string* error) {
+  KernelMetadata m;
+  auto fail = [&](const std::string& message) -> std::optional<KernelMetadata> {
+    if (error) *error = "kernel metadata: " + message;
+    return std::nullopt;
+  };
+  std::istringstream lines(text);
+  std::string line;
+  int seen = 0;
+  while (std::getline(lines, line)) {
+    std::istringstream fields(line);
+    std::string key, value;
+    fields >> key >> value;
+    if (key.empty()) continue;
+    if (key == "input") {
+      InputInfo input{value, "", ""};
+      fields >> input.type >> input.dims;
+      if (input.name.empty() || (input.type != "i32" && input.type != "f32") || input.dims.empty())
+        return fail("bad input line '" + line + "'");
+      m.inputs.push_back(input);
+      continue;
+    }
+    auto integer = [&](auto& out) {
+      char* end = nullptr;
+      long long v = std::strtoll(value.c_str(), &end, 10);
+      if (value.empty() || *end) return false;
+      out = static_cast<std::remove_reference_t<decltype(out)>>(v);
+      return true;
+    };
+    auto real = [&](float& out) {
+      char* end = nullptr;
+      out = std::strtof(value.c_str(), &end);
+      return !value.empty() && !*end;
+    };
+    bool ok = true;
+    if (key == "name") m.name = value;
+    else if (key == "entry") m.entry = value;
+    else if (key == "target") m.target = value;
+    else if (key == "compute") {
+      size_t dot = value.find('.');
+      ok = dot != std::string::npos;
+      if (ok) {
+        m.computeMajor = std::atoi(value.substr(0, dot).c_str());
+        m.computeMinor = std::atoi(value.substr(dot + 1).c_str());
+      }
+    } else if (key == "threads") ok = integer(m.threads);
+    else if (key == "smem_bytes") ok = integer(m.smemBytes);
+    else if (key == "block_q") ok = integer(m.blockQ);
+    else if (key == "block_kv") ok = integer(m.blockKV);
+    else if (key == "head_dim") ok = integer(m.headDim);
+    else if (key == "head_dim_v") ok = integer(m.headDimV);
+    else if (key == "heads_q") ok = integer(m.headsQ);
+    else if (key == "heads_kv") ok = integer(m.headsKV);
+    else if (key == "dtype") ok = value == "bf16" || value == "fp16", m.dtype = value;
+    else if (key == "scale") ok = real(m.scale);
+    else if (key == "dropout") ok = real(m.dropout);
+    else if (key == "attnc_version") m.attncVersion = value;
+    else return fail("unknown key '" + key + "'");
+    if (!ok) return fail("bad value in '" + line + "'");
+    ++seen;
+  }
+  if (seen != 16) return fail("expected 16 fields, got " + std::to_string(seen));
+  if (m.name.empty() || m.entry.empty() || m.target.empty() || m.threads <= 0 || m.headDim <= 0 ||
+      m.headDimV <= 0 || m.headsQ <= 0 || m.headsKV <= 0 || !(m.scale > 0))
+    return fail("missing or non-positive fields");
+  return m;
+}
+
+}  // namespace attnc

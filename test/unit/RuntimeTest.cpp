@@ -1,0 +1,262 @@
+// The LLVM-free runtime without a GPU: kernel metadata text, launch-argument validation (every
+// message names the argument and says expected vs given), targets, and the kernel cache's file
+// format (truncation and flipped bits are caught, the entry deleted).
+#include "attnc/attnc.h"
+#include "runtime/KernelCache.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <unistd.h>
+
+namespace attnc {
+namespace {
+
+KernelMetadata documentMetadata() {
+  KernelMetadata m;
+  m.name = "document";
+  m.entry = "attnc_document_fwd";
+  m.target = "sm_80";
+  m.computeMajor = 8;
+  m.threads = 128;
+  m.smemBytes = 81920;
+  m.blockQ = 64;
+  m.blockKV = 64;
+  m.headDim = m.headDimV = 128;
+  m.headsQ = 16;
+  m.headsKV = 16;
+  m.dtype = "bf16";
+  m.scale = 0.0883883476f;
+  m.inputs = {{"doc", "i32", "pos"}};
+  m.attncVersion = version();
+  return m;
+}
+
+// Enough of an ELF header for fromCubin's check; validation never reads further.
+const char kFakeCubin[16] = {'\x7f', 'E', 'L', 'F', 2, 1, 1};
+
+Kernel documentKernel() {
+  Status status;
+  Kernel kernel = Kernel::fromCubin(documentMetadata(), kFakeCubin, sizeof kFakeCubin, &status);
+  EXPECT_TRUE(status) << status.message;
+  return kernel;
+}
+
+// Valid BHSD arguments for documentKernel() at batch 2, length 256 (pointers are never read).
+ForwardArgs validArgs() {
+  auto* base = reinterpret_cast<char*>(uintptr_t(1) << 20);
+  Strides s = bhsdStrides(16, 256, 128);
+  ForwardArgs args;
+  args.q = tensorArg(base, s);
+  args.k = tensorArg(base + (1 << 22), s);
+  args.v = tensorArg(base + (2 << 22), s);
+  args.o = outputArg(base + (3 << 22), s);
+  args.batch = 2;
+  args.q_len = args.kv_len = 256;
+  args.inputs = {InputArg{base + (4 << 22), 0, 0, 1}};
+  return args;
+}
+
+TEST(KernelMetadata, RoundTrips) {
+  KernelMetadata m = documentMetadata();
+  std::string error;
+  std::optional<KernelMetadata> back = KernelMetadata::parse(m.serialize(), &error);
+  ASSERT_TRUE(back) << error;
+  EXPECT_EQ(back->serialize(), m.serialize());
+  EXPECT_EQ(back->scale, m.scale);
+  ASSERT_EQ(back->inputs.size(), 1u);
+  EXPECT_EQ(back->inputs[0].dims, "pos");
+}
+
+TEST(KernelMetadata, RejectsUnknownAndMissing) {
+  std::string error;
+  EXPECT_FALSE(KernelMetadata::parse(documentMetadata().serialize() + "colour blue\n", &error));
+  EXPECT_NE(error.find("unknown key 'colour'"), std::string::npos) << error;
+  EXPECT_FALSE(KernelMetadata::parse("name x\n", &error));
+}
+
+TEST(Kernel, FromCubinRejectsNonElf) {
+  Status status;
+  Kernel kernel = Kernel::fromCubin(documentMetadata(), "PTX?", 4, &status);
+  EXPECT_FALSE(kernel.valid());
+  EXPECT_NE(status.message.find("expected a cubin"), std::string::npos) << status.message;
+}
+
+TEST(Kernel, Accessors) {
+  Kernel kernel = documentKernel();
+  EXPECT_EQ(kernel.name(), "document");
+  EXPECT_EQ(kernel.entry(), "attnc_document_fwd");
+  EXPECT_EQ(kernel.threads(), 128);
+  EXPECT_EQ(kernel.smemBytes(), 81920);
+  EXPECT_EQ(kernel.inputNames(), std::vector<std::string>{"doc"});
+  Kernel moved = std::move(kernel);
+  EXPECT_EQ(moved.headDim(), 128);
+}
+
+TEST(Kernel, ValidArgumentsPass) {
+  Status status = documentKernel().validate(validArgs());
+  EXPECT_TRUE(status) << status.message;
+}
+
+// Each broken argument yields exactly the message a user should see.
+TEST(Kernel, ValidationNamesTheArgument) {
+  Kernel kernel = documentKernel();
+  struct Case {
+    void (*mutate)(ForwardArgs&);
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](ForwardArgs& a) { a.q.stride_s = 100; },
+       "ForwardArgs.q.stride_s: expected a multiple of 8 elements, got 100"},
+      {[](ForwardArgs& a) { a.k.data = nullptr; }, "ForwardArgs.k.data: expected a device pointer, got null"},
+      {[](ForwardArgs& a) { a.v.data = static_cast<const char*>(a.v.data) + 4; },
+       "ForwardArgs.v.data: expected 16-byte alignment, got 0x"},
+      {[](ForwardArgs& a) { a.o.stride_h = 0; }, "ForwardArgs.o.stride_h: expected a positive stride, got 0"},
+      {[](ForwardArgs& a) { a.k.stride_b = -8; },
+       "ForwardArgs.k.stride_b: expected a non-negative stride, got -8"},
+      {[](ForwardArgs& a) { a.batch = 0; }, "ForwardArgs.batch: expected a value in [1, 65535], got 0"},
+      {[](ForwardArgs& a) { a.q_len = int64_t(1) << 31; },
+       "ForwardArgs.q_len: expected a value in [1, 2147483647], got 2147483648"},
+      {[](ForwardArgs& a) { a.kv_len = -1; }, "ForwardArgs.kv_len: expected a value in [1, 2147483647], got -1"},
+      {[](ForwardArgs& a) { a.inputs.clear(); }, "ForwardArgs.inputs: expected 1 input(s) (doc), got 0"},
+      {[](ForwardArgs& a) { a.inputs[0].data = nullptr; },
+       "ForwardArgs.inputs[0] (doc).data: expected a device pointer, got null"},
+      {[](ForwardArgs& a) { a.inputs[0].stride_pos = -1; },
+       "ForwardArgs.inputs[0] (doc).stride_pos: expected a non-negative stride, got -1"},
+      {[](ForwardArgs& a) { a.lse = reinterpret_cast<float*>(uintptr_t(0x1002)); },
+       "ForwardArgs.lse: expected 4-byte alignment, got 0x1002"},
+  };
+  for (const Case& c : cases) {
+    ForwardArgs args = validArgs();
+    c.mutate(args);
+    Status status = kernel.validate(args);
+    EXPECT_FALSE(status.ok) << c.message;
+    EXPECT_EQ(status.message.rfind(c.message, 0), 0u) << status.message;
+  }
+}
+
+TEST(Kernel, EmptyKernelIsAnError) {
+  Kernel kernel;
+  EXPECT_FALSE(kernel.validate(validArgs()).ok);
+  EXPECT_FALSE(kernel.forward(validArgs(), nullptr).ok);
+}
+
+TEST(Target, ComputeCapabilityNames) {
+  EXPECT_EQ(Target::nameForComputeCapability(9, 0), "sm_90a");
+  EXPECT_EQ(Target::nameForComputeCapability(8, 0), "sm_80");
+  EXPECT_EQ(Target::nameForComputeCapability(8, 6), "sm_86");
+  EXPECT_EQ(Target::nameForComputeCapability(8, 9), "sm_89");
+  EXPECT_EQ(Target::nameForComputeCapability(7, 5), "");
+}
+
+TEST(Target, FromDeviceWithoutGpuIsAnError) {
+  Status status;
+  Target target = Target::fromDevice(4096, &status);
+  EXPECT_FALSE(status.ok);  // no driver here, or no device 4096 anywhere
+  EXPECT_TRUE(target.name.empty());
+  EXPECT_NE(status.message.find("Target::fromDevice(4096)"), std::string::npos) << status.message;
+}
+
+// A fresh directory under the test's temp dir.
+std::string freshDirectory(const std::string& name) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/attnc-unit-" + name + "-" +
+                    std::to_string(getpid());
+  std::string command = "rm -rf '" + dir + "' && mkdir -p '" + dir + "'";
+  EXPECT_EQ(std::system(command.c_str()), 0);
+  return dir;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+}
+
+void writeFile(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+CacheEntry sampleEntry() {
+  return {documentMetadata(), std::vector<char>(kFakeCubin, kFakeCubin + 16), ".version 8.0\n"};
+}
+
+TEST(KernelCache, StoresAndLoads) {
+  KernelCache cache(freshDirectory("store") + "/nested/dir");
+  ASSERT_TRUE(cache.store("k1", sampleEntry()));
+  CacheEntry entry;
+  std::string why;
+  ASSERT_EQ(cache.load("k1", &entry, &why), KernelCache::Lookup::Hit) << why;
+  EXPECT_EQ(entry.cubin, sampleEntry().cubin);
+  EXPECT_EQ(entry.ptx, sampleEntry().ptx);
+  EXPECT_EQ(entry.metadata.serialize(), documentMetadata().serialize());
+  EXPECT_EQ(cache.load("k2", &entry, &why), KernelCache::Lookup::Missing);
+}
+
+TEST(KernelCache, TruncatedAndFlippedEntriesAreDeleted) {
+  KernelCache cache(freshDirectory("corrupt"));
+  std::string bytes = encodeCacheEntry("k", sampleEntry());
+  for (size_t cut : {size_t(3), size_t(30), bytes.size() / 2, bytes.size() - 1}) {
+    writeFile(cache.pathFor("k"), bytes.substr(0, cut));
+    CacheEntry entry;
+    std::string why;
+    EXPECT_EQ(cache.load("k", &entry, &why), KernelCache::Lookup::Corrupt) << cut;
+    EXPECT_TRUE(readFile(cache.pathFor("k")).empty()) << "a corrupt entry is deleted";
+  }
+  for (size_t bit : {size_t(0), bytes.size() * 8 / 2, bytes.size() * 8 - 1}) {
+    std::string flipped = bytes;
+    flipped[bit / 8] ^= char(1 << (bit % 8));
+    writeFile(cache.pathFor("k"), flipped);
+    CacheEntry entry;
+    std::string why;
+    EXPECT_EQ(cache.load("k", &entry, &why), KernelCache::Lookup::Corrupt) << bit;
+  }
+  writeFile(cache.pathFor("other"), bytes);  // a whole entry under the wrong name
+  CacheEntry entry;
+  std::string why;
+  EXPECT_EQ(cache.load("other", &entry, &why), KernelCache::Lookup::Corrupt);
+  EXPECT_NE(why.find("another key"), std::string::npos) << why;
+}
+
+TEST(KernelCache, GetOrBuildRebuildsCorruptEntries) {
+  KernelCache cache(freshDirectory("rebuild"));
+  int builds = 0;
+  auto build = [&](CacheEntry* entry) {
+    ++builds;
+    *entry = sampleEntry();
+    return Status::success();
+  };
+  CacheEntry entry;
+  KernelCache::Outcome outcome;
+  ASSERT_TRUE(cache.getOrBuild("k", build, &entry, &outcome));
+  EXPECT_FALSE(outcome.hit);
+  ASSERT_TRUE(cache.getOrBuild("k", build, &entry, &outcome));
+  EXPECT_TRUE(outcome.hit);
+  EXPECT_EQ(builds, 1);
+  std::string bytes = readFile(cache.pathFor("k"));
+  writeFile(cache.pathFor("k"), bytes.substr(0, bytes.size() - 10));
+  ASSERT_TRUE(cache.getOrBuild("k", build, &entry, &outcome));
+  EXPECT_TRUE(outcome.rebuilt);
+  EXPECT_EQ(builds, 2);
+  EXPECT_EQ(readFile(cache.pathFor("k")), bytes);
+}
+
+TEST(KernelCache, DirectoryFromEnvironment) {
+  std::string saved[3];
+  const char* names[3] = {"ATTNC_CACHE_DIR", "XDG_CACHE_HOME", "HOME"};
+  bool had[3];
+  for (int i = 0; i < 3; ++i)
+    if ((had[i] = std::getenv(names[i]) != nullptr)) saved[i] = std::getenv(names[i]);
+  setenv("HOME", "/home/u", 1);
+  unsetenv("ATTNC_CACHE_DIR");
+  unsetenv("XDG_CACHE_HOME");
+  EXPECT_EQ(KernelCache::defaultDirectory(), "/home/u/.cache/attnc");
+  setenv("XDG_CACHE_HOME", "/xdg", 1);
+  EXPECT_EQ(KernelCache::defaultDirectory(), "/xdg/attnc");
+  setenv("ATTNC_CACHE_DIR", "/explicit", 1);
+  EXPECT_EQ(KernelCache::defaultDirectory(), "/explicit");
+  for (int i = 0; i < 3; ++i) had[i] ? (void)setenv(names[i], saved[i].c_str(), 1) : (void)unsetenv(names[i]);
+}
+
+}  // namespace
+}  // namespace attnc
