@@ -3,6 +3,7 @@
 // (seconds) runs outside it, once per cache key however many threads ask at the same time.
 #include "attnc/attnc.h"
 
+#include "compiler/LauncherHeader.h"
 #include "compiler/Pipeline.h"
 #include "runtime/EmbeddedTemplates.h"
 #include "runtime/KernelCache.h"
@@ -43,33 +44,6 @@ std::string cacheKey(const std::string& cuda, const Nvrtc& nvrtc, const Target& 
   }
   std::array<uint8_t, 32> digest = sha.final();
   return llvm::toHex(digest, /*LowerCase=*/true);
-}
-
-KernelMetadata metadataFor(const Spec& spec, const CompiledKernel& kernel, const Target& target) {
-  KernelMetadata m;
-  m.name = spec.name;
-  m.entry = kernel.entry;
-  m.target = target.name;
-  m.computeMajor = target.computeMajor;
-  m.computeMinor = target.computeMinor;
-  m.threads = int(kernel.threads);
-  m.smemBytes = kernel.smemBytes;
-  m.blockQ = int(kernel.blockQ);
-  m.blockKV = int(kernel.blockKV);
-  m.headDim = int(spec.headDim);
-  m.headDimV = int(spec.headDimV);
-  m.headsQ = int(spec.headsQ);
-  m.headsKV = int(spec.headsKV);
-  m.dtype = toString(spec.dtype).str();
-  m.scale = float(spec.effectiveScale());
-  m.dropout = float(spec.dropout);
-  for (const InputDecl& input : spec.inputs) {
-    InputInfo info{input.name, toString(input.type).str(), ""};
-    for (InputDim dim : input.dims) info.dims += (info.dims.empty() ? "" : ",") + toString(dim).str();
-    m.inputs.push_back(info);
-  }
-  m.attncVersion = version();
-  return m;
 }
 
 }  // namespace
@@ -119,7 +93,7 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
     if (!result.ok)
       return Status::error("NVRTC failed to compile the kernel for '" + spec.name +
                            "' (a bug in attnc):\n" + result.log);
-    entry->metadata = metadataFor(spec, *source, target);
+    entry->metadata = kernelMetadata(spec, *source, target);
     entry->cubin = std::move(result.cubin);
     entry->ptx = std::move(result.ptx);
     return Status::success();

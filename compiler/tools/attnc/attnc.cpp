@@ -1,7 +1,9 @@
 // attnc: compiles attention specs to kernels (compile) and explains what it derived (explain).
+#include "compiler/LauncherHeader.h"
 #include "compiler/Pipeline.h"
 
 #include "CLI/CLI.hpp"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
@@ -71,6 +73,48 @@ std::optional<std::pair<Spec, Target>> load(const Common& common, Diagnostics& d
   return std::make_pair(std::move(*spec), std::move(*target));
 }
 
+// --emit header: DIR/<name>.cubin, .ptx and .h for one target; for several (--target
+// sm_80,sm_90a) DIR/<name>.<target>.cubin and .ptx each and one <name>.h embedding them all.
+int runEmitHeader(const Common& common, const std::string& outputDir) {
+  if (outputDir.empty() || outputDir == "-")
+    return failWith("--emit header writes files into a directory: give -o DIR");
+  std::vector<Target> targets;
+  std::string error;
+  for (llvm::StringRef name : llvm::split(common.target, ',')) {
+    std::optional<Target> target = Target::byName(name.trim().str(), &error);
+    if (!target) return failWith(error);
+    targets.push_back(*target);
+  }
+  Diagnostics diags;
+  std::optional<Spec> spec = parseSpecFile(common.specPath, diags);
+  if (!spec) return fail(diags);
+  if (std::error_code ec = llvm::sys::fs::create_directories(outputDir))
+    return failWith("cannot create '" + outputDir + "': " + ec.message());
+
+  Compiler compiler;
+  CompileOptions options;
+  options.blockQ = common.blockQ;
+  options.blockKV = common.blockKV;
+  std::vector<CompiledKernel> kernels;
+  for (const Target& target : targets) {
+    std::optional<CompiledKernel> kernel = compiler.compile(*spec, target, Stage::Binary, options, diags);
+    if (!kernel) return fail(diags);
+    kernels.push_back(std::move(*kernel));
+  }
+  std::vector<LauncherForm> forms;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    std::string stem = outputDir + "/" + spec->name + (targets.size() > 1 ? "." + targets[i].name : "");
+    const CompiledKernel& kernel = kernels[i];
+    if (!writeOutput(stem + ".cubin", llvm::StringRef(kernel.cubin.data(), kernel.cubin.size()), error) ||
+        !writeOutput(stem + ".ptx", kernel.ptx, error))
+      return failWith(error);
+    forms.push_back({kernelMetadata(*spec, kernel, targets[i]), &kernel.cubin, &kernel.ptx});
+  }
+  if (!writeOutput(outputDir + "/" + spec->name + ".h", emitLauncherHeader(common.specPath, forms), error))
+    return failWith(error);
+  return 0;
+}
+
 struct ReportOptions {
   bool report = false;            // print the resource report to stderr
   bool requireNoSpills = false;   // fail when the kernel spills to local memory
@@ -78,6 +122,7 @@ struct ReportOptions {
 
 int runCompile(const Common& common, const std::string& emit, const std::string& output,
                const ReportOptions& reportOptions) {
+  if (emit == "header") return runEmitHeader(common, output);
   static const std::map<std::string, Stage> stages = {{"mlir", Stage::SpecIR},
                                                       {"tiled", Stage::TiledIR},
                                                       {"cuda", Stage::CUDA},
@@ -214,12 +259,14 @@ int main(int argc, char** argv) {
   std::string emit = "ptx", output;
   CLI::App* compile = app.add_subcommand("compile", "Compile a spec to MLIR, the tiled form, CUDA C++, PTX or a CUBIN");
   compile->add_option("spec", compileArgs.specPath, "The spec file (YAML)")->required();
-  compile->add_option("--target", compileArgs.target, "GPU target: sm_80, sm_86, sm_89, sm_90, sm_90a")
+  compile->add_option("--target", compileArgs.target,
+                      "GPU target: sm_80, sm_86, sm_89, sm_90, sm_90a (--emit header: a comma-separated list)")
       ->capture_default_str();
   compile->add_option("--emit", emit, "What to write")
-      ->check(CLI::IsMember({"mlir", "tiled", "cuda", "ptx", "cubin"}))
+      ->check(CLI::IsMember({"mlir", "tiled", "cuda", "ptx", "cubin", "header"}))
       ->capture_default_str();
-  compile->add_option("-o,--output", output, "Output file (text forms default to stdout)");
+  compile->add_option("-o,--output", output,
+                      "Output file (text forms default to stdout); the directory for --emit header");
   compile->add_option("--block-q", compileArgs.blockQ, "Override B_r (experiments only)");
   compile->add_option("--block-kv", compileArgs.blockKV, "Override B_c (experiments only)");
   ReportOptions reportOptions;

@@ -1,0 +1,80 @@
+/* The C API of attnc, for FFI (Python ctypes, Rust, ...): compile a spec to a kernel (JIT, with
+ * the on-disk cache) and launch it on a CUDA stream. Every call returns ATTNC_OK or an error code;
+ * on error *error (when error is not null) receives a malloc-ed message for attnc_free_string.
+ * All structs are plain C with natural alignment; every integer is fixed-width. */
+#ifndef ATTNC_ATTNC_C_H
+#define ATTNC_ATTNC_C_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ATTNC_OK 0
+#define ATTNC_ERROR 1 /* the message says what: a bad spec, bad arguments, no GPU, ... */
+
+typedef struct attnc_kernel attnc_kernel; /* opaque */
+
+/* Q, K, V or O: a device pointer (16-byte aligned) and element strides (multiples of 8) of the
+ * batch, head and sequence dimensions; the head dimension is contiguous. */
+typedef struct attnc_tensor {
+  const void* data;
+  int64_t stride_b, stride_h, stride_s;
+} attnc_tensor;
+
+/* A declared input (e.g. `doc`), in the spec's order: strides of the dims it has (b, h, pos). */
+typedef struct attnc_input {
+  const void* data;
+  int64_t stride_b, stride_h, stride_pos;
+} attnc_input;
+
+typedef struct attnc_forward_args {
+  attnc_tensor q, k, v;
+  attnc_tensor o;               /* written */
+  float* lse;                   /* [batch, heads_q, q_len] float32 contiguous, or NULL */
+  int64_t batch, q_len, kv_len;
+  const attnc_input* inputs;    /* num_inputs entries */
+  int64_t num_inputs;
+  uint64_t dropout_seed, dropout_offset;
+} attnc_forward_args;
+
+/* What attnc_kernel_info reports; the strings live as long as the kernel. */
+typedef struct attnc_info {
+  const char* name;
+  const char* entry;
+  const char* target;
+  const char* dtype; /* "bf16" | "fp16" */
+  int32_t threads;
+  int32_t head_dim, head_dim_v, heads_q, heads_kv;
+  int32_t num_inputs;
+  int64_t smem_bytes;
+  float scale, dropout;
+} attnc_info;
+
+/* "0.1.0" */
+const char* attnc_version(void);
+
+/* Compiles a spec (a YAML file, or YAML text) for `target` ("sm_80", "sm_90a", ...; NULL = the
+ * current CUDA device's architecture). */
+int attnc_compile_file(const char* spec_path, const char* target, attnc_kernel** out, char** error);
+int attnc_compile_text(const char* yaml, const char* target, attnc_kernel** out, char** error);
+
+/* Validates the arguments, then launches on `stream` (a CUstream; NULL = the default stream). */
+int attnc_kernel_forward(const attnc_kernel* kernel, const attnc_forward_args* args, void* stream,
+                         char** error);
+/* Only the argument checks of attnc_kernel_forward (no GPU needed). */
+int attnc_kernel_validate(const attnc_kernel* kernel, const attnc_forward_args* args, char** error);
+
+int attnc_kernel_info(const attnc_kernel* kernel, attnc_info* info);
+/* The name of declared input `index` (spec order), or NULL when out of range. */
+const char* attnc_kernel_input_name(const attnc_kernel* kernel, int32_t index);
+
+void attnc_kernel_free(attnc_kernel* kernel);
+void attnc_free_string(char* text);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ATTNC_ATTNC_C_H */

@@ -1,0 +1,164 @@
+// The C API (include/attnc/attnc_c.h) over the C++ one, for libattnc.so. Nothing may escape as an
+// exception: each entry point catches everything and reports it as an error string.
+#include "attnc/attnc.h"
+#include "attnc/attnc_c.h"
+
+#include "runtime/Driver.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <mutex>
+
+struct attnc_kernel {
+  attnc::Kernel kernel;
+  std::vector<std::string> inputNames;
+};
+
+namespace {
+
+int fail(char** error, const std::string& message) {
+  if (error) {
+    *error = static_cast<char*>(std::malloc(message.size() + 1));
+    if (*error) std::memcpy(*error, message.c_str(), message.size() + 1);
+  }
+  return ATTNC_ERROR;
+}
+
+attnc::JitCompiler& jit() {
+  static attnc::JitCompiler compiler;  // thread-safe; the cache directory follows the environment
+  return compiler;
+}
+
+// The target named, or the current device's (its context's device, else device 0).
+bool resolveTarget(const char* name, attnc::Target* target, std::string* error) {
+  if (name) {
+    std::optional<attnc::Target> known = attnc::Target::byName(name, error);
+    if (known) *target = *known;
+    return known.has_value();
+  }
+  const attnc::DriverApi* driver = attnc::DriverApi::get(error);
+  if (!driver) {
+    *error = "no target given and no CUDA device to take it from: " + *error;
+    return false;
+  }
+  int ordinal = 0;
+  attnc::cu::Context context = nullptr;
+  attnc::cu::Device device = 0;
+  if (driver->cuCtxGetCurrent(&context) == attnc::cu::kSuccess && context &&
+      driver->cuCtxGetDevice(&device) == attnc::cu::kSuccess)
+    ordinal = device;  // CUdevice handles are ordinals
+  attnc::Status status;
+  *target = attnc::Target::fromDevice(ordinal, &status);
+  if (!status) *error = status.message;
+  return status.ok;
+}
+
+template <class Compile>
+int compileWith(const char* target, attnc_kernel** out, char** error, Compile compile) {
+  if (!out) return fail(error, "attnc_compile: out is null");
+  *out = nullptr;
+  try {
+    std::string why;
+    attnc::Target resolved;
+    if (!resolveTarget(target, &resolved, &why)) return fail(error, why);
+    attnc::Status status;
+    attnc::Kernel kernel = compile(resolved, &status);
+    if (!status) return fail(error, status.message);
+    auto* handle = new attnc_kernel{kernel, kernel.inputNames()};
+    *out = handle;
+    return ATTNC_OK;
+  } catch (const std::exception& e) {
+    return fail(error, std::string("attnc: internal error: ") + e.what());
+  } catch (...) {
+    return fail(error, "attnc: internal error");
+  }
+}
+
+attnc::TensorArg tensor(const attnc_tensor& t) { return {t.data, t.stride_b, t.stride_h, t.stride_s}; }
+
+int toForwardArgs(const attnc_forward_args* in, attnc::ForwardArgs* args, char** error) {
+  if (!in) return fail(error, "attnc_forward_args: null");
+  if (in->num_inputs < 0 || (in->num_inputs > 0 && !in->inputs))
+    return fail(error, "attnc_forward_args.inputs: expected " + std::to_string(in->num_inputs) +
+                           " inputs, got " + (in->inputs ? "a negative count" : "null"));
+  args->q = tensor(in->q);
+  args->k = tensor(in->k);
+  args->v = tensor(in->v);
+  args->o = {const_cast<void*>(in->o.data), in->o.stride_b, in->o.stride_h, in->o.stride_s};
+  args->lse = in->lse;
+  args->batch = in->batch;
+  args->q_len = in->q_len;
+  args->kv_len = in->kv_len;
+  for (int64_t i = 0; i < in->num_inputs; ++i)
+    args->inputs.push_back({in->inputs[i].data, in->inputs[i].stride_b, in->inputs[i].stride_h,
+                            in->inputs[i].stride_pos});
+  args->dropout_seed = in->dropout_seed;
+  args->dropout_offset = in->dropout_offset;
+  return ATTNC_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* attnc_version(void) { return attnc::version(); }
+
+int attnc_compile_file(const char* spec_path, const char* target, attnc_kernel** out, char** error) {
+  if (!spec_path) return fail(error, "attnc_compile_file: spec_path is null");
+  return compileWith(target, out, error, [&](const attnc::Target& t, attnc::Status* s) {
+    return jit().compileFile(spec_path, t, s);
+  });
+}
+
+int attnc_compile_text(const char* yaml, const char* target, attnc_kernel** out, char** error) {
+  if (!yaml) return fail(error, "attnc_compile_text: yaml is null");
+  return compileWith(target, out, error, [&](const attnc::Target& t, attnc::Status* s) {
+    return jit().compileText(yaml, t, s);
+  });
+}
+
+int attnc_kernel_validate(const attnc_kernel* kernel, const attnc_forward_args* args, char** error) {
+  if (!kernel) return fail(error, "attnc_kernel_validate: kernel is null");
+  try {
+    attnc::ForwardArgs converted;
+    if (toForwardArgs(args, &converted, error) != ATTNC_OK) return ATTNC_ERROR;
+    attnc::Status status = kernel->kernel.validate(converted);
+    return status ? ATTNC_OK : fail(error, status.message);
+  } catch (const std::exception& e) {
+    return fail(error, std::string("attnc: internal error: ") + e.what());
+  }
+}
+
+int attnc_kernel_forward(const attnc_kernel* kernel, const attnc_forward_args* args, void* stream,
+                         char** error) {
+  if (!kernel) return fail(error, "attnc_kernel_forward: kernel is null");
+  try {
+    attnc::ForwardArgs converted;
+    if (toForwardArgs(args, &converted, error) != ATTNC_OK) return ATTNC_ERROR;
+    attnc::Status status = kernel->kernel.forward(converted, stream);
+    return status ? ATTNC_OK : fail(error, status.message);
+  } catch (const std::exception& e) {
+    return fail(error, std::string("attnc: internal error: ") + e.what());
+  }
+}
+
+int attnc_kernel_info(const attnc_kernel* kernel, attnc_info* info) {
+  if (!kernel || !info) return ATTNC_ERROR;
+  const attnc::KernelMetadata& m = kernel->kernel.metadata();
+  *info = attnc_info{m.name.c_str(), m.entry.c_str(), m.target.c_str(), m.dtype.c_str(),
+                     m.threads, m.headDim, m.headDimV, m.headsQ, m.headsKV,
+                     int32_t(m.inputs.size()), m.smemBytes, m.scale, m.dropout};
+  return ATTNC_OK;
+}
+
+const char* attnc_kernel_input_name(const attnc_kernel* kernel, int32_t index) {
+  if (!kernel || index < 0 || size_t(index) >= kernel->inputNames.size()) return nullptr;
+  return kernel->inputNames[size_t(index)].c_str();
+}
+
+void attnc_kernel_free(attnc_kernel* kernel) { delete kernel; }
+
+void attnc_free_string(char* text) { std::free(text); }
+
+}  // extern "C"
