@@ -187,7 +187,90 @@ struct Checker {
 
 constexpr int64_t kMaxGridYZ = 65535;
 
+// The current context, or device 0's primary context made current (as the CUDA runtime does).
+cu::Context currentContext(const DriverApi& driver, std::string* error) {
+  cu::Context context = nullptr;
+  if (!driver.check(driver.cuCtxGetCurrent(&context), "cuCtxGetCurrent", error)) return nullptr;
+  if (context) return context;
+  cu::Device device = 0;
+  if (!driver.check(driver.cuDeviceGet(&device, 0), "cuDeviceGet(0)", error) ||
+      !driver.check(driver.cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain",
+                    error) ||
+      !driver.check(driver.cuCtxSetCurrent(context), "cuCtxSetCurrent", error)) {
+    *error = "no current CUDA context and none could be made: " + *error;
+    return nullptr;
+  }
+  return context;
+}
+
 }  // namespace
+
+DeviceBuffer::~DeviceBuffer() {
+  std::string error;
+  if (pointer_)
+    if (const DriverApi* driver = DriverApi::get(&error)) driver->cuMemFree(pointer_);
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : pointer_(other.pointer_), size_(other.size_) {
+  other.pointer_ = 0;
+  other.size_ = 0;
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    DeviceBuffer old(std::move(*this));
+    pointer_ = other.pointer_;
+    size_ = other.size_;
+    other.pointer_ = 0;
+    other.size_ = 0;
+  }
+  return *this;
+}
+
+DeviceBuffer DeviceBuffer::allocate(size_t bytes, Status* status) {
+  std::string error;
+  DeviceBuffer buffer;
+  const DriverApi* driver = DriverApi::get(&error);
+  if (driver && currentContext(*driver, &error) &&
+      driver->check(driver->cuMemAlloc(&buffer.pointer_, bytes ? bytes : 1), "cuMemAlloc", &error)) {
+    buffer.size_ = bytes;
+    if (status) *status = Status::success();
+    return buffer;
+  }
+  if (status) *status = Status::error("DeviceBuffer::allocate(" + std::to_string(bytes) + "): " + error);
+  return DeviceBuffer();
+}
+
+Status DeviceBuffer::upload(const void* host, size_t bytes) {
+  std::string error;
+  if (bytes > size_)
+    return Status::error("DeviceBuffer::upload: expected at most " + std::to_string(size_) +
+                         " bytes, got " + std::to_string(bytes));
+  const DriverApi* driver = DriverApi::get(&error);
+  if (!driver || !driver->check(driver->cuMemcpyHtoD(pointer_, host, bytes), "cuMemcpyHtoD", &error))
+    return Status::error("DeviceBuffer::upload: " + error);
+  return Status::success();
+}
+
+Status DeviceBuffer::download(void* host, size_t bytes) const {
+  std::string error;
+  if (bytes > size_)
+    return Status::error("DeviceBuffer::download: expected at most " + std::to_string(size_) +
+                         " bytes, got " + std::to_string(bytes));
+  const DriverApi* driver = DriverApi::get(&error);
+  if (!driver || !driver->check(driver->cuMemcpyDtoH(host, pointer_, bytes), "cuMemcpyDtoH", &error))
+    return Status::error("DeviceBuffer::download: " + error);
+  return Status::success();
+}
+
+Status synchronize() {
+  std::string error;
+  const DriverApi* driver = DriverApi::get(&error);
+  if (!driver || !driver->check(driver->cuCtxSynchronize(), "cuCtxSynchronize", &error))
+    return Status::error("synchronize: " + error);
+  return Status::success();
+}
 
 Kernel::Kernel() = default;
 Kernel::~Kernel() = default;
@@ -315,17 +398,8 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
   const DriverApi* driver = DriverApi::get(&error);
   if (!driver) return Status::error("Kernel::forward: " + error);
 
-  cu::Context context = nullptr;
-  if (!driver->check(driver->cuCtxGetCurrent(&context), "cuCtxGetCurrent", &error))
-    return Status::error("Kernel::forward: " + error);
-  if (!context) {
-    cu::Device device = 0;
-    if (!driver->check(driver->cuDeviceGet(&device, 0), "cuDeviceGet(0)", &error) ||
-        !driver->check(driver->cuDevicePrimaryCtxRetain(&context, device),
-                       "cuDevicePrimaryCtxRetain", &error) ||
-        !driver->check(driver->cuCtxSetCurrent(context), "cuCtxSetCurrent", &error))
-      return Status::error("Kernel::forward: no current CUDA context and none could be made: " + error);
-  }
+  cu::Context context = currentContext(*driver, &error);
+  if (!context) return Status::error("Kernel::forward: " + error);
   const Impl::Loaded* loaded = impl_->function(*driver, context, &error);
   if (!loaded) return Status::error(error);
   // The chosen image's tile sizes: images for other architectures may tile differently.

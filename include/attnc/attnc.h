@@ -159,6 +159,32 @@ private:
   std::shared_ptr<Impl> impl_;
 };
 
+// Device memory through the same dlopen-ed driver, so examples and tests need no CUDA toolkit.
+// Apps with their own allocator (PyTorch, cudaMalloc) pass their pointers instead. Uses the current
+// context, or makes device 0's primary context current.
+class DeviceBuffer {
+public:
+  DeviceBuffer() = default;
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  static DeviceBuffer allocate(size_t bytes, Status* status);
+  void* data() const { return reinterpret_cast<void*>(pointer_); }
+  size_t size() const { return size_; }
+  Status upload(const void* host, size_t bytes);
+  Status download(void* host, size_t bytes) const;
+
+private:
+  unsigned long long pointer_ = 0;
+  size_t size_ = 0;
+};
+
+// Waits for all work in the current context (cuCtxSynchronize): where kernel faults surface.
+Status synchronize();
+
 // ---- JIT (library attncJit) -------------------------------------------------------------------
 
 struct Spec;  // compiler/Spec/Spec.h (the C++ SpecBuilder makes one)
