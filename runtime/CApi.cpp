@@ -100,6 +100,9 @@ int toForwardArgs(const attnc_forward_args* in, attnc::ForwardArgs* args, char**
 
 }  // namespace
 
+// The target builds with hidden visibility; the C API is what libattnc.so exports (with the
+// version script as the second filter).
+#pragma GCC visibility push(default)
 extern "C" {
 
 const char* attnc_version(void) { return attnc::version(); }
@@ -162,3 +165,4 @@ void attnc_kernel_free(attnc_kernel* kernel) { delete kernel; }
 void attnc_free_string(char* text) { std::free(text); }
 
 }  // extern "C"
+#pragma GCC visibility pop
