@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Builds libattnc.so (the C API, LLVM/MLIR inside) and the attnc CLI, and puts stripped copies in
+# .device/bundle/ (ignored by git) for the GPU machine: pass `carry: [".device/bundle"]` to the
+# device tool. BUILD_DIR defaults to ./build (else ../build); it must already be configured.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+[[ -d "$BUILD_DIR" || ! -d ../build ]] || BUILD_DIR=../build  # a build tree beside the checkout
+JOBS=${JOBS:-2}
+BUNDLE=.device/bundle
+
+ninja -C "$BUILD_DIR" -j"$JOBS" attncShared attnc
+mkdir -p "$BUNDLE"
+lib=$(find "$BUILD_DIR" -name 'libattnc.so*' -type f | head -n1)
+[[ -n "$lib" ]] || { echo "device-bundle: no libattnc.so under $BUILD_DIR" >&2; exit 1; }
+cp "$lib" "$BUNDLE/libattnc.so"
+cp "$BUILD_DIR/bin/attnc" "$BUNDLE/attnc"
+strip --strip-unneeded "$BUNDLE/libattnc.so"
+strip "$BUNDLE/attnc"
+# The GPU machine has no LLVM: only system libraries may be needed at load time.
+for f in "$BUNDLE/libattnc.so" "$BUNDLE/attnc"; do
+  if ldd "$f" | grep -vE 'linux-vdso|ld-linux|libc\.so|libm\.so|libstdc\+\+|libgcc_s|libdl\.so|libpthread' | grep -q '=>'; then
+    echo "device-bundle: $f needs more than the system libraries:" >&2; ldd "$f" >&2; exit 1
+  fi
+done
+du -ch "$BUNDLE"/* | tail -n1
+ls -l "$BUNDLE"

@@ -1,0 +1,186 @@
+"""Python bindings of attnc's C API (include/attnc/attnc_c.h) with ctypes, for the GPU tests and
+the benchmarks: compile a spec (file or YAML text), read the kernel's info, and launch the forward
+on torch tensors (pointers and strides; BSHD and BHSD alike). No torch import at module level, so
+the argument-building part also works without a GPU."""
+import ctypes
+import os
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_ROOT = os.path.dirname(os.path.dirname(_HERE))
+
+ATTNC_OK = 0
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("stride_b", ctypes.c_int64),
+                ("stride_h", ctypes.c_int64), ("stride_s", ctypes.c_int64)]
+
+
+class Input(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("stride_b", ctypes.c_int64),
+                ("stride_h", ctypes.c_int64), ("stride_pos", ctypes.c_int64)]
+
+
+class ForwardArgs(ctypes.Structure):
+    _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor),
+                ("lse", ctypes.c_void_p),
+                ("batch", ctypes.c_int64), ("q_len", ctypes.c_int64), ("kv_len", ctypes.c_int64),
+                ("inputs", ctypes.POINTER(Input)), ("num_inputs", ctypes.c_int64),
+                ("dropout_seed", ctypes.c_uint64), ("dropout_offset", ctypes.c_uint64)]
+
+
+class Info(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("entry", ctypes.c_char_p), ("target", ctypes.c_char_p),
+                ("dtype", ctypes.c_char_p), ("threads", ctypes.c_int32),
+                ("head_dim", ctypes.c_int32), ("head_dim_v", ctypes.c_int32),
+                ("heads_q", ctypes.c_int32), ("heads_kv", ctypes.c_int32),
+                ("num_inputs", ctypes.c_int32), ("smem_bytes", ctypes.c_int64),
+                ("scale", ctypes.c_float), ("dropout", ctypes.c_float)]
+
+
+class AttncError(RuntimeError):
+    pass
+
+
+def default_library_path():
+    """$ATTNC_LIB, else the device bundle, else a build tree next to the sources."""
+    candidates = [os.environ.get("ATTNC_LIB"),
+                  os.path.join(_ROOT, ".device", "bundle", "libattnc.so"),
+                  os.path.join(_ROOT, "build", "lib", "libattnc.so"),
+                  os.path.join(_ROOT, "build", "runtime", "libattnc.so")]
+    for path in candidates:
+        if path and os.path.exists(path):
+            return path
+    raise AttncError("libattnc.so not found: set ATTNC_LIB or run scripts/device-bundle.sh")
+
+
+class Library:
+    def __init__(self, path=None):
+        self.path = path or default_library_path()
+        lib = ctypes.CDLL(self.path)
+        kp = ctypes.c_void_p
+        lib.attnc_version.restype = ctypes.c_char_p
+        lib.attnc_version.argtypes = []
+        for fn in (lib.attnc_compile_file, lib.attnc_compile_text):
+            fn.restype = ctypes.c_int
+            fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(kp), ctypes.POINTER(ctypes.c_void_p)]
+        lib.attnc_kernel_forward.restype = ctypes.c_int
+        lib.attnc_kernel_forward.argtypes = [kp, ctypes.POINTER(ForwardArgs), ctypes.c_void_p,
+                                             ctypes.POINTER(ctypes.c_void_p)]
+        lib.attnc_kernel_validate.restype = ctypes.c_int
+        lib.attnc_kernel_validate.argtypes = [kp, ctypes.POINTER(ForwardArgs), ctypes.POINTER(ctypes.c_void_p)]
+        lib.attnc_kernel_info.restype = ctypes.c_int
+        lib.attnc_kernel_info.argtypes = [kp, ctypes.POINTER(Info)]
+        lib.attnc_kernel_input_name.restype = ctypes.c_char_p
+        lib.attnc_kernel_input_name.argtypes = [kp, ctypes.c_int32]
+        lib.attnc_kernel_free.restype = None
+        lib.attnc_kernel_free.argtypes = [kp]
+        lib.attnc_free_string.restype = None
+        lib.attnc_free_string.argtypes = [ctypes.c_void_p]
+        self.lib = lib
+
+    def version(self):
+        return self.lib.attnc_version().decode()
+
+    def _take_error(self, ptr):
+        if not ptr.value:
+            return "(no message)"
+        text = ctypes.string_at(ptr.value).decode(errors="replace")
+        self.lib.attnc_free_string(ptr)
+        return text
+
+    def _compile(self, fn, arg, target):
+        handle = ctypes.c_void_p()
+        error = ctypes.c_void_p()
+        rc = fn(arg.encode(), target.encode() if target else None, ctypes.byref(handle), ctypes.byref(error))
+        if rc != ATTNC_OK:
+            raise AttncError(self._take_error(error))
+        return Kernel(self, handle)
+
+    def compile_file(self, path, target=None):
+        return self._compile(self.lib.attnc_compile_file, path, target)
+
+    def compile_text(self, yaml, target=None):
+        return self._compile(self.lib.attnc_compile_text, yaml, target)
+
+
+def _tensor(t, layout):
+    """(pointer, stride_b, stride_h, stride_s) of a 4-d torch tensor in `layout` ('bshd' | 'bhsd')."""
+    if t is None:
+        return Tensor(None, 0, 0, 0)
+    sb, s1, s2, _ = t.stride()
+    sh, ss = (s2, s1) if layout == "bshd" else (s1, s2)
+    return Tensor(t.data_ptr(), sb, sh, ss)
+
+
+def input_strides(t, dims):
+    """An Input for declared input tensor `t` whose dimensions are `dims` (e.g. "b,pos")."""
+    names = [d.strip() for d in dims.split(",")] if isinstance(dims, str) else list(dims)
+    assert len(names) == t.dim(), f"input has {t.dim()} dims, expected {names}"
+    strides = {n: t.stride(i) for i, n in enumerate(names)}
+    return Input(t.data_ptr(), strides.get("b", 0), strides.get("h", 0), strides.get("pos", 0))
+
+
+class Kernel:
+    def __init__(self, library, handle):
+        self.library = library
+        self.handle = handle
+        info = Info()
+        if library.lib.attnc_kernel_info(handle, ctypes.byref(info)) != ATTNC_OK:
+            raise AttncError("attnc_kernel_info failed")
+        self.info = {f: getattr(info, f) for f, _ in Info._fields_}
+        for key in ("name", "entry", "target", "dtype"):
+            self.info[key] = self.info[key].decode()
+        self.input_names = []
+        while True:
+            name = library.lib.attnc_kernel_input_name(handle, len(self.input_names))
+            if name is None:
+                break
+            self.input_names.append(name.decode())
+
+    def __del__(self):
+        lib = getattr(self.library, "lib", None)
+        if lib is not None and self.handle:
+            lib.attnc_kernel_free(self.handle)
+            self.handle = None
+
+    def make_args(self, q, k, v, o, lse=None, inputs=(), seed=0, offset=0, layout="bshd",
+                  batch=None, q_len=None, kv_len=None):
+        """The C struct for a launch. q, k, v, o: 4-d tensors in `layout`; inputs: a list of
+        (tensor, dims) in the spec's order, or ready Input structs."""
+        s_axis = 1 if layout == "bshd" else 2
+        args = ForwardArgs()
+        args.q, args.k, args.v, args.o = (_tensor(t, layout) for t in (q, k, v, o))
+        args.lse = lse.data_ptr() if lse is not None else None
+        args.batch = batch if batch is not None else (q if q is not None else o).shape[0]
+        args.q_len = q_len if q_len is not None else (q if q is not None else o).shape[s_axis]
+        args.kv_len = kv_len if kv_len is not None else (k if k is not None else v).shape[s_axis]
+        structs = [x if isinstance(x, Input) else input_strides(*x) for x in inputs]
+        array = (Input * max(1, len(structs)))(*structs)
+        args.inputs = ctypes.cast(array, ctypes.POINTER(Input))
+        args.num_inputs = len(structs)
+        args._keepalive = array
+        args.dropout_seed = seed
+        args.dropout_offset = offset
+        return args
+
+    def launch(self, args, stream=None):
+        """Launches with a ready ForwardArgs; raises AttncError with the library's message."""
+        if stream is None:
+            import torch
+            stream = torch.cuda.current_stream().cuda_stream
+        error = ctypes.c_void_p()
+        rc = self.library.lib.attnc_kernel_forward(self.handle, ctypes.byref(args), ctypes.c_void_p(stream),
+                                                   ctypes.byref(error))
+        if rc != ATTNC_OK:
+            raise AttncError(self.library._take_error(error))
+
+    def validate(self, args):
+        error = ctypes.c_void_p()
+        rc = self.library.lib.attnc_kernel_validate(self.handle, ctypes.byref(args), ctypes.byref(error))
+        return None if rc == ATTNC_OK else self.library._take_error(error)
+
+    def forward(self, q, k, v, o, lse=None, inputs=(), seed=0, offset=0, layout="bshd", stream=None):
+        args = self.make_args(q, k, v, o, lse, inputs, seed, offset, layout)
+        self.launch(args, stream)
+        return args

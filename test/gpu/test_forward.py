@@ -1,0 +1,541 @@
+"""GPU tests of attnc's forward kernels through the C API (ctypes): each case against a float64
+torch reference computed on the device, with poisoned outputs and fresh random inputs; masks,
+score mods, GQA/MQA, dtypes, layouts, odd lengths, fully masked rows, dropout (against a host
+rebuild of the Philox mask), argument validation. Prints a summary table last.
+
+  python3 test/gpu/test_forward.py [--subset all|small] [--ref-device cuda|cpu] [--results-md PATH]
+
+ATTNC_TEST_BREAK_MASK=1 feeds attnc a subtly different mask than the reference checks (the suite
+must then fail): it only changes the spec text, never the kernels or the reference."""
+import argparse
+import concurrent.futures
+import datetime
+import math
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import attnc_ctypes  # noqa: E402
+import philox_host  # noqa: E402
+
+TOL = {"bf16": 5e-3, "fp16": 1e-3}
+LSE_TOL = 1e-3
+SDPA_FACTOR = 2.0
+SDPA_FLOOR = 1e-4  # where SDPA is exact (e.g. kv_len = 1), attnc may still differ by a rounding
+TORCH_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
+BREAK = os.environ.get("ATTNC_TEST_BREAK_MASK") == "1"
+
+
+# ---- Reference masks and scores (float64 / int64 torch, broadcast over [B, H, Sq, Skv]) ----
+
+class Ctx:
+    """Index grids for a reference: b [B,1,1,1], h [1,H,1,1], q [1,1,Sq,1], k [1,1,1,Skv]."""
+
+    def __init__(self, B, H, ql, kl, inputs, dev):
+        self.b = torch.arange(B, device=dev).view(B, 1, 1, 1)
+        self.h = torch.arange(H, device=dev).view(1, H, 1, 1)
+        self.q = torch.arange(ql, device=dev).view(1, 1, ql, 1)
+        self.k = torch.arange(kl, device=dev).view(1, 1, 1, kl)
+        self.ql, self.kl = ql, kl
+        self.qp = self.q + (kl - ql)  # bottom-right aligned query position
+        self.npos = max(ql, kl)
+        self.inputs = inputs
+
+    def pos(self, i):  # attnc clamps input indices into the input's extent
+        return i.clamp(0, self.npos - 1)
+
+
+def alibi_slopes_paper(n):
+    """The ALiBi paper's get_slopes (Press et al., reference implementation)."""
+    def pow2(n):
+        start = 2 ** (-2 ** -(math.log2(n) - 3))
+        return [start * start ** i for i in range(n)]
+    if math.log2(n).is_integer():
+        return pow2(n)
+    closest = 2 ** math.floor(math.log2(n))
+    return pow2(closest) + alibi_slopes_paper(2 * closest)[0::2][:n - closest]
+
+
+def m_causal(c): return c.k <= c.qp
+def m_causal_tl(c): return c.k <= c.q
+def m_window(w): return lambda c: (c.k <= c.qp) & (c.k > c.qp - w)
+def m_prefix(p): return lambda c: (c.k < p) | (c.k <= c.qp)
+
+
+def m_doc(causal):
+    def f(c):
+        doc = c.inputs["doc"]  # [pos] or [B, pos]
+        if doc.dim() == 1:
+            same = doc[c.pos(c.qp)] == doc[c.pos(c.k)]
+        else:
+            same = doc[c.b, c.pos(c.qp)] == doc[c.b, c.pos(c.k)]
+        return same & (c.k <= c.qp) if causal else same
+    return f
+
+
+def m_custom(c):  # "(q + k) % 3 != 0 && allow[b, k] == 1"
+    return ((c.q + c.k) % 3 != 0) & (c.inputs["allow"][c.b, c.pos(c.k)] == 1)
+
+
+def s_softcap(cap): return lambda s, c: cap * torch.tanh(s / cap)
+
+
+def s_alibi(slopes_of):
+    return lambda s, c: s - slopes_of(c).view(1, -1, 1, 1) * (c.qp - c.k).abs().double()
+
+
+def s_custom(s, c):  # "score * gain[h] - 0.05 * abs(q - k) + bias[b, k]"
+    gain = c.inputs["gain"].view(1, -1, 1, 1)
+    return s * gain - 0.05 * (c.q - c.k).abs().double() + c.inputs["bias"][c.b, c.pos(c.k)]
+
+
+# ---- Variants: one spec each (per head dim / dtype) ----
+
+def gen_doc(B, H, npos, dev, dims):
+    n = (B, npos) if dims == "b,pos" else (npos,)
+    return torch.sort(torch.randint(0, 6, n, device=dev, dtype=torch.int32), dim=-1).values
+
+
+class Variant:
+    def __init__(self, name, mask="none", score="none", ref_mask=None, ref_score=None, inputs=None,
+                 sdpa=None, broken_mask=None, hq=4, hkv=None, dropout=0.0):
+        self.name, self.mask, self.score = name, mask, score
+        self.ref_mask, self.ref_score = ref_mask, ref_score
+        self.inputs = inputs or {}  # name -> (dtype, dims, generator(B, H, npos, dev))
+        self.sdpa = sdpa  # None | "plain" | "causal_tl" | "causal_br" (only when Sq == Skv)
+        self.broken_mask = broken_mask
+        self.hq, self.hkv = hq, hkv or hq
+        self.dropout = dropout
+
+    def spec(self, hd, dtype, hq=None, hkv=None):
+        hq, hkv = hq or self.hq, hkv or self.hkv
+        mask = self.broken_mask if (BREAK and self.broken_mask) else self.mask
+        lines = [f"name: attnctest_{self.name.replace('.', '_')}_{dtype}_hd{hd}_{hq}_{hkv}", f"head_dim: {hd}", f"dtype: {dtype}",
+                 f"heads: {{q: {hq}, kv: {hkv}}}", f"mask: {mask}", f"score: {self.score}"]
+        if self.dropout:
+            lines.append(f"dropout: {self.dropout}")
+        if self.inputs:
+            lines.append("inputs:")
+            for name, (dt, dims, _) in self.inputs.items():
+                lines.append(f"  {name}: {{dtype: {dt}, dims: [{dims}]}}")
+        return "\n".join(lines) + "\n"
+
+
+V = {}
+for v in [
+    Variant("full", sdpa="plain"),
+    Variant("causal", "causal", ref_mask=m_causal, sdpa="causal_br",
+            broken_mask='"k < q + kv_len - q_len"'),
+    Variant("causal_top_left", "{causal: top_left}", ref_mask=m_causal_tl, sdpa="causal_tl",
+            broken_mask='"k <= q + 1"'),
+    Variant("window64", "{window: 64}", ref_mask=m_window(64), broken_mask="{window: 65}"),
+    Variant("prefix50", "{prefix: 50}", ref_mask=m_prefix(50), broken_mask="{prefix: 49}"),
+    Variant("document", "{document: doc}", ref_mask=m_doc(False),
+            inputs={"doc": ("i32", "pos", lambda B, H, n, d: gen_doc(B, H, n, d, "pos"))}),
+    Variant("document_causal", "{document: doc, causal: true}", ref_mask=m_doc(True),
+            inputs={"doc": ("i32", "b, pos", lambda B, H, n, d: gen_doc(B, H, n, d, "b,pos"))}),
+    Variant("softcap", "causal", "{softcap: 2.5}", ref_mask=m_causal, ref_score=s_softcap(2.5)),
+    Variant("alibi", "none", "alibi", ref_score=s_alibi(
+        lambda c: torch.tensor(alibi_slopes_paper(c.h.numel()), dtype=torch.float64, device=c.h.device)),
+        hq=6),
+    Variant("alibi_slopes", "causal", "{alibi: slopes}", ref_mask=m_causal,
+            ref_score=s_alibi(lambda c: c.inputs["slopes"]),
+            inputs={"slopes": ("f32", "h", lambda B, H, n, d: torch.rand(H, device=d) * 0.5)}),
+    Variant("custom_mask", '"(q + k) % 3 != 0 && allow[b, k] == 1"', ref_mask=m_custom,
+            broken_mask='"(q + k) % 3 != 1 && allow[b, k] == 1"',
+            inputs={"allow": ("i32", "b, pos",
+                              lambda B, H, n, d: (torch.rand(B, n, device=d) < 0.7).to(torch.int32))}),
+    Variant("custom_score", "causal", '"score * gain[h] - 0.05 * abs(q - k) + bias[b, k]"',
+            ref_mask=m_causal, ref_score=s_custom,
+            inputs={"gain": ("f32", "h", lambda B, H, n, d: 0.5 + torch.rand(H, device=d)),
+                    "bias": ("f32", "b, pos", lambda B, H, n, d: torch.randn(B, n, device=d))}),
+    Variant("gqa8", "causal", ref_mask=m_causal, sdpa="causal_br", hq=16, hkv=2),
+    Variant("mqa", "none", sdpa="plain", hq=8, hkv=1),
+    Variant("dropout0.1", "causal", ref_mask=m_causal, dropout=0.1),
+    Variant("dropout0.3", "none", dropout=0.3),
+]:
+    V[v.name] = v
+
+ALL_LENS = [1, 17, 127, 128, 129, 1000, 4097]
+
+
+def plan(subset):
+    """(variant, head_dim, dtype, [(Sq, Skv), ...], batch) groups."""
+    if subset == "small":
+        small = [(1, 1), (17, 129), (129, 17), (128, 128)]
+        return [("full", 64, "bf16", small, 2), ("causal", 128, "fp16", small, 2),
+                ("document_causal", 64, "bf16", small, 2), ("gqa8", 128, "bf16", small, 2),
+                ("custom_score", 64, "bf16", small, 2), ("dropout0.1", 64, "bf16", [(128, 128)], 2)]
+    groups = []
+    hd_lens = [(1, 1), (17, 17), (129, 1000), (1000, 129), (1000, 1000), (128, 4097)]
+    for hd in (32, 64, 72, 80, 96, 128, 160, 192, 256):
+        groups.append(("causal", hd, "bf16", hd_lens, 2))
+        groups.append(("full", hd, "fp16", [(17, 17), (127, 1000), (1000, 127)], 2))
+    every_pair = [(a, b) for a in ALL_LENS for b in ALL_LENS]
+    groups.append(("full", 64, "bf16", every_pair, 2))
+    groups.append(("causal", 128, "bf16", every_pair, 1))
+    mask_lens = [(1, 1), (17, 17), (128, 128), (129, 1000), (1000, 129), (1000, 1000), (4097, 4097)]
+    for name in ("causal_top_left", "window64", "prefix50", "document", "document_causal", "softcap",
+                 "alibi", "alibi_slopes", "custom_mask", "custom_score"):
+        groups.append((name, 128 if name in ("softcap", "document") else 64, "bf16", mask_lens, 2))
+    groups.append(("causal_top_left", 128, "fp16", mask_lens, 2))
+    groups.append(("window64", 128, "fp16", mask_lens, 2))
+    groups.append(("gqa8", 128, "bf16", mask_lens, 2))
+    groups.append(("gqa8", 64, "fp16", mask_lens, 2))
+    groups.append(("mqa", 128, "bf16", mask_lens, 2))
+    groups.append(("mqa", 256, "bf16", [(17, 17), (1000, 1000)], 2))
+    for name in ("dropout0.1", "dropout0.3"):
+        groups.append((name, 64, "bf16", [(512, 512), (129, 1000)], 2))
+    groups.append(("dropout0.1", 128, "fp16", [(1000, 129)], 2))
+    return groups
+
+
+# ---- Reference and checks ----
+
+def reference(q, k, v, scale, var, B, hq, hkv, ql, kl, inputs, ref_dev, keep_drop=None, p=0.0):
+    """float64 O [B, Sq, Hq, Dv] (BSHD) and LSE [B, Hq, Sq]; `fully` masks [B, Hq, Sq] rows."""
+    qd = q.to(ref_dev, torch.float64).transpose(1, 2)
+    kd = k.to(ref_dev, torch.float64).transpose(1, 2).repeat_interleave(hq // hkv, 1)
+    vd = v.to(ref_dev, torch.float64).transpose(1, 2).repeat_interleave(hq // hkv, 1)
+    ctx = Ctx(B, hq, ql, kl, {n: t.to(ref_dev).to(torch.float64 if t.is_floating_point() else torch.int64)
+                              for n, t in inputs.items()}, ref_dev)
+    s = (qd @ kd.transpose(-1, -2)) * scale
+    if var.ref_score:
+        s = var.ref_score(s, ctx)
+    if var.ref_mask:
+        keep = var.ref_mask(ctx).expand(B, hq, ql, kl)
+        s = s.masked_fill(~keep, float("-inf"))
+    else:
+        keep = torch.ones(B, hq, ql, kl, dtype=torch.bool, device=ref_dev)
+    lse = torch.logsumexp(s, -1)
+    fully = ~keep.any(-1)
+    pr = torch.exp(s - lse.unsqueeze(-1)).nan_to_num(0.0)
+    if keep_drop is not None:
+        pr = pr * torch.from_numpy(keep_drop).to(ref_dev) / (1.0 - p)
+    o = (pr @ vd).transpose(1, 2)
+    return o, lse, fully, keep
+
+
+def relerr(x, ref):
+    ref = ref.to(x.device) if x.device != ref.device else ref
+    x = x.double()
+    return ((x - ref).norm() / ref.norm().clamp_min(1e-300)).item()
+
+
+def sdpa_error(var, q, k, v, scale, hq, hkv, ql, kl, ref):
+    mode = var.sdpa
+    if mode is None or (mode == "causal_br" and ql != kl):
+        return None
+    try:
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                             is_causal=mode in ("causal_br", "causal_tl"), scale=scale,
+                                             enable_gqa=hq != hkv)
+    except Exception as e:  # noqa: BLE001
+        print(f"  (sdpa unavailable: {e})")
+        return None
+    return relerr(out.transpose(1, 2), ref)
+
+
+class Results:
+    def __init__(self):
+        self.rows = {}  # variant key -> stats
+        self.failures = []
+        self.log = []
+
+    def add(self, key, ok, err=0.0, lse_err=0.0, sdpa=None, what=""):
+        r = self.rows.setdefault(key, {"cases": 0, "pass": 0, "err": 0.0, "lse": 0.0, "sdpa": None})
+        r["cases"] += 1
+        r["pass"] += int(ok)
+        r["err"] = max(r["err"], err)
+        r["lse"] = max(r["lse"], lse_err)
+        if sdpa is not None:
+            r["sdpa"] = max(r["sdpa"] or 0.0, sdpa)
+        if not ok:
+            self.failures.append(f"{key}: {what}")
+
+
+def run_case(lib_kernel, var, hd, dtype, B, ql, kl, ref_dev, res, key):
+    info = lib_kernel.info
+    hq, hkv = info["heads_q"], info["heads_kv"]
+    dt = TORCH_DTYPE[dtype]
+    dev = torch.device("cuda")
+    q = torch.randn(B, ql, hq, hd, device=dev, dtype=dt)
+    k = torch.randn(B, kl, hkv, hd, device=dev, dtype=dt)
+    v = torch.randn(B, kl, hkv, hd, device=dev, dtype=dt)
+    npos = max(ql, kl)
+    inputs = {n: gen(B, hq, npos, dev) for n, (_, _, gen) in var.inputs.items()}
+    in_args = [(inputs[n], var.inputs[n][1]) for n in lib_kernel.input_names]
+    scale = float(info["scale"])
+    ref, ref_lse, fully, _ = reference(q, k, v, scale, var, B, hq, hkv, ql, kl, inputs, ref_dev)
+    sdpa = sdpa_error(var, q, k, v, scale, hq, hkv, ql, kl, ref)
+    tol = TOL[dtype]
+    worst, worst_lse, problems = 0.0, 0.0, []
+    outs = {}
+    for layout in ("bshd", "bhsd"):
+        if layout == "bshd":
+            qq, kk, vv = q, k, v
+            o = torch.full((B, ql, hq, hd), float("nan"), device=dev, dtype=dt)
+        else:
+            qq, kk, vv = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+            o = torch.full((B, hq, ql, hd), float("nan"), device=dev, dtype=dt)
+        lse = torch.full((B, hq, ql), float("nan"), device=dev, dtype=torch.float32)
+        lib_kernel.forward(qq, kk, vv, o, lse, in_args, layout=layout)
+        torch.cuda.synchronize()
+        ob = o if layout == "bshd" else o.transpose(1, 2)
+        outs[layout] = ob
+        err = relerr(ob, ref) if ref.norm() > 0 else ob.double().abs().max().item()
+        worst = max(worst, err)
+        if torch.isnan(ob).any() or torch.isnan(lse).any():
+            problems.append(f"{layout}: NaN in output")
+        fm = fully.to(dev)
+        if fm.any():
+            om = ob.transpose(1, 2)[fm]
+            if not bool((om == 0).all()):
+                problems.append(f"{layout}: fully masked rows not exactly 0")
+            if not bool((lse[fm] == float("-inf")).all()):
+                problems.append(f"{layout}: fully masked rows' LSE not -inf")
+        live = ~fm
+        if live.any():
+            le = (lse.double()[live] - ref_lse.to(dev)[live]).abs().max().item()
+            le = le if math.isfinite(le) else float("inf")
+            worst_lse = max(worst_lse, le)
+            if le > LSE_TOL:
+                problems.append(f"{layout}: LSE max err {le:.2e}")
+        if err > tol:
+            problems.append(f"{layout}: relerr {err:.2e} > {tol:g}")
+        if sdpa is not None and err > max(SDPA_FACTOR * sdpa, SDPA_FLOOR):
+            problems.append(f"{layout}: relerr {err:.2e} > {SDPA_FACTOR:g} x SDPA's {sdpa:.2e}")
+    ok = not problems
+    what = f"hd{hd} {dtype} B{B} Sq{ql} Skv{kl}: " + "; ".join(problems)
+    print(f"{'ok  ' if ok else 'FAIL'} {key:28s} B{B} Sq{ql:5d} Skv{kl:5d} err {worst:.2e} lse {worst_lse:.1e}"
+          f" sdpa {'-' if sdpa is None else f'{sdpa:.2e}'}" + ("" if ok else "  <- " + "; ".join(problems)),
+          flush=True)
+    res.add(key, ok, worst, worst_lse, sdpa, what)
+
+
+def run_dropout_case(kern, var, hd, dtype, B, ql, kl, ref_dev, res, key):
+    info = kern.info
+    hq, hkv = info["heads_q"], info["heads_kv"]
+    p = float(info["dropout"])
+    dt = TORCH_DTYPE[dtype]
+    dev = torch.device("cuda")
+    q = torch.randn(B, ql, hq, hd, device=dev, dtype=dt)
+    k = torch.randn(B, kl, hkv, hd, device=dev, dtype=dt)
+    v = torch.randn(B, kl, hkv, hd, device=dev, dtype=dt)
+    scale = float(info["scale"])
+
+    def launch(seed, offset):
+        o = torch.full((B, ql, hq, hd), float("nan"), device=dev, dtype=dt)
+        lse = torch.full((B, hq, ql), float("nan"), device=dev, dtype=torch.float32)
+        kern.forward(q, k, v, o, lse, seed=seed, offset=offset)
+        torch.cuda.synchronize()
+        return o, lse
+
+    seed, offset = 0x1234_5678_9ABC_DEF1 + ql, (7 << 32) + 12345 + kl
+    o1, lse1 = launch(seed, offset)
+    o2, _ = launch(seed, offset)
+    o3, _ = launch(seed + 1, offset)
+    o4, _ = launch(seed, offset + 1)
+    problems = []
+    if not torch.equal(o1, o2):
+        problems.append("same seed/offset not bit-identical")
+    if torch.equal(o1, o3):
+        problems.append("another seed gives the same output")
+    if torch.equal(o1, o4):
+        problems.append("another offset gives the same output")
+    keep = philox_host.keep_mask(seed, offset, p, B, hq, ql, kl)
+    ref, ref_lse, fully, attn_keep = reference(q, k, v, scale, var, B, hq, hkv, ql, kl, {}, ref_dev, keep, p)
+    live = attn_keep.cpu().numpy()
+    n = int(live.sum())
+    kept = float(keep[live].mean()) if n else 1.0
+    pth = philox_host.threshold(p) / 2.0 ** 32
+    sigma = math.sqrt(pth * (1 - pth) / max(n, 1))
+    if abs(kept - (1 - pth)) > 3 * sigma:
+        problems.append(f"host keep fraction {kept:.5f} vs {1 - pth:.5f} +- 3x{sigma:.1e}")
+    err = relerr(o1, ref)
+    tol = TOL[dtype]
+    if err > tol:
+        problems.append(f"relerr vs host-mask reference {err:.2e} > {tol:g}")
+    no_drop, _, _, _ = reference(q, k, v, scale, var, B, hq, hkv, ql, kl, {}, ref_dev)
+    err_nodrop = relerr(o1, no_drop)
+    fm = fully.to(dev)
+    le = (lse1.double()[~fm] - ref_lse.to(dev)[~fm]).abs().max().item() if (~fm).any() else 0.0
+    if le > LSE_TOL:
+        problems.append(f"LSE max err {le:.2e}")
+    if torch.isnan(o1).any():
+        problems.append("NaN in output")
+    ok = not problems
+    print(f"{'ok  ' if ok else 'FAIL'} {key:28s} B{B} Sq{ql:5d} Skv{kl:5d} err {err:.2e} (vs no-dropout ref {err_nodrop:.2e})"
+          f" keep {kept:.5f} (expect {1 - pth:.5f}, n={n}) lse {le:.1e}"
+          + ("" if ok else "  <- " + "; ".join(problems)), flush=True)
+    res.add(key, ok, err, le, None, f"hd{hd} {dtype} Sq{ql} Skv{kl}: " + "; ".join(problems))
+
+
+def validation_checks(lib, kernels, res):
+    """Bad calls through the C API return a message naming the argument and launch nothing."""
+    dev = torch.device("cuda")
+    kern = kernels[("full", 64, "bf16")]
+    hq = kern.info["heads_q"]
+    B, S, D = 2, 64, 64
+    q, k, v = (torch.randn(B, S, hq, D, device=dev, dtype=torch.bfloat16) for _ in range(3))
+    cases = []
+
+    def poisoned():
+        return torch.full((B, S, hq, D), float("nan"), device=dev, dtype=torch.bfloat16)
+
+    o = poisoned()
+    a = kern.make_args(q, k, v, o)
+    a.q.data = None
+    cases.append(("null q", kern, a, o, "q.data"))
+    o = poisoned()
+    a = kern.make_args(q, k, v, o)
+    a.k.data = k.data_ptr() + 2
+    cases.append(("misaligned k (+2 bytes)", kern, a, o, "k.data"))
+    o = poisoned()
+    a = kern.make_args(q, k, v, o)
+    a.v.stride_s = hq * D + 3
+    cases.append(("v stride not a multiple of 8", kern, a, o, "v.stride_s"))
+    o = poisoned()
+    a = kern.make_args(q, k, v, o)
+    a.batch = 0
+    cases.append(("batch 0", kern, a, o, "batch"))
+    dk = kernels.get(("document", 128, "bf16"))
+    if dk is not None:
+        hq2 = dk.info["heads_q"]
+        q2, k2, v2 = (torch.randn(B, S, hq2, 128, device=dev, dtype=torch.bfloat16) for _ in range(3))
+        o = torch.full((B, S, hq2, 128), float("nan"), device=dev, dtype=torch.bfloat16)
+        a = dk.make_args(q2, k2, v2, o, inputs=[])
+        cases.append(("document kernel with 0 inputs", dk, a, o, "inputs"))
+    for what, kk, a, o, name in cases:
+        try:
+            kk.launch(a)
+            msg = None
+        except attnc_ctypes.AttncError as e:
+            msg = str(e)
+        torch.cuda.synchronize()
+        untouched = bool(torch.isnan(o).all())
+        ok = msg is not None and name in msg and untouched
+        print(f"{'ok  ' if ok else 'FAIL'} validation: {what:32s} -> {msg!r} output untouched {untouched}", flush=True)
+        res.add("arg validation", ok, what=f"{what}: message {msg!r}, output untouched {untouched}")
+
+
+def compile_all(lib, groups, target):
+    wanted = {}
+    for name, hd, dtype, _, _ in groups:
+        wanted[(name, hd, dtype)] = V[name].spec(hd, dtype)
+    wanted.setdefault(("full", 64, "bf16"), V["full"].spec(64, "bf16"))
+    kernels, errors = {}, {}
+    t0 = time.time()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as pool:
+        futs = {pool.submit(lib.compile_text, text, target): key for key, text in wanted.items()}
+        for f in concurrent.futures.as_completed(futs):
+            key = futs[f]
+            try:
+                kernels[key] = f.result()
+            except Exception as e:  # noqa: BLE001
+                errors[key] = str(e)
+    print(f"compiled {len(kernels)} kernels in {time.time() - t0:.1f} s ({len(errors)} failed)", flush=True)
+    for key, e in errors.items():
+        print(f"COMPILE FAIL {key}: {e}")
+    return kernels, errors
+
+
+def device_facts():
+    facts = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+             "cuda": torch.version.cuda, "cudnn": str(torch.backends.cudnn.version())}
+    try:
+        facts["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                         capture_output=True, text=True, timeout=20).stdout.strip()
+    except Exception:  # noqa: BLE001
+        facts["driver"] = "?"
+    return facts
+
+
+def write_results_md(path, res, facts, argv, elapsed, compile_errors):
+    total = sum(r["cases"] for r in res.rows.values())
+    passed = sum(r["pass"] for r in res.rows.values())
+    lines = ["# attnc GPU forward tests: results", "",
+             f"- date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
+             f"- GPU: {facts['gpu']}, driver {facts['driver']}; torch {facts['torch']} (CUDA {facts['cuda']},"
+             f" cuDNN {facts['cudnn']})",
+             f"- command: `bash test/gpu/run.sh {' '.join(argv)}` ({elapsed:.0f} s)",
+             f"- result: **{passed}/{total} cases passed**, {total - passed} failed"
+             + (f"; {len(compile_errors)} specs failed to compile" if compile_errors else ""), "",
+             "Bounds: relative Frobenius error of O against a float64 reference <= 5e-3 (bf16) / 1e-3 (fp16),"
+             f" and <= {SDPA_FACTOR:g} x torch SDPA's error on the same inputs where SDPA has the variant"
+             f" (floor {SDPA_FLOOR:g}); LSE max abs error <= {LSE_TOL:g} on rows with a key; fully masked rows"
+             " O == 0 and LSE == -inf exactly; no NaN anywhere (outputs are poisoned with NaN). Each case runs"
+             " both layouts (BSHD and BHSD). Dropout: bit-identical reruns, other seed/offset differ, host"
+             " Philox keep fraction within 3 sigma of 1-p, and O against the float64 reference with exactly"
+             " the host's dropout mask.", "",
+             "| variant | cases | pass | worst rel err | worst LSE err | SDPA's worst rel err |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for key, r in res.rows.items():
+        sd = "-" if r["sdpa"] is None else f"{r['sdpa']:.2e}"
+        lines.append(f"| {key} | {r['cases']} | {r['pass']} | {r['err']:.2e} | {r['lse']:.1e} | {sd} |")
+    if res.failures or compile_errors:
+        lines += ["", "## Failures", ""]
+        lines += [f"- {f}" for f in res.failures[:50]]
+        lines += [f"- compile {k}: {e}" for k, e in compile_errors.items()]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--subset", default="all", choices=["all", "small"])
+    ap.add_argument("--ref-device", default="cuda")
+    ap.add_argument("--target", default=None, help="attnc target (default: the device's)")
+    ap.add_argument("--results-md", default=None)
+    ap.add_argument("--lib", default=None)
+    args = ap.parse_args()
+    t_start = time.time()
+    torch.manual_seed(0)
+    torch.zeros(1, device="cuda")  # a current context before attnc looks for one
+    torch.backends.cuda.matmul.allow_tf32 = False
+    lib = attnc_ctypes.Library(args.lib)
+    facts = device_facts()
+    print(f"attnc {lib.version()} ({lib.path}); {facts}; break_mask={BREAK}", flush=True)
+    groups = plan(args.subset)
+    kernels, compile_errors = compile_all(lib, groups, args.target)
+    res = Results()
+    for key, e in compile_errors.items():
+        res.add(f"{key[0]} (compile)", False, what=e)
+    for name, hd, dtype, lens, B in groups:
+        kern = kernels.get((name, hd, dtype))
+        if kern is None:
+            continue
+        var = V[name]
+        key = f"{name} hd{hd} {dtype}"
+        if var.hq != var.hkv:
+            key += f" {kern.info['heads_q']}:{kern.info['heads_kv']}"
+        for ql, kl in lens:
+            runner = run_dropout_case if var.dropout else run_case
+            try:
+                runner(kern, var, hd, dtype, B, ql, kl, args.ref_device, res, key)
+            except Exception as e:  # noqa: BLE001
+                print(f"FAIL {key} Sq{ql} Skv{kl}: exception {e}", flush=True)
+                res.add(key, False, what=f"Sq{ql} Skv{kl}: exception {e}")
+    validation_checks(lib, kernels, res)
+    elapsed = time.time() - t_start
+    total = sum(r["cases"] for r in res.rows.values())
+    passed = sum(r["pass"] for r in res.rows.values())
+    print(f"\n{'variant':36s} {'cases':>5s} {'pass':>5s} {'worst err':>10s} {'worst lse':>9s} {'SDPA err':>9s}")
+    for key, r in res.rows.items():
+        sd = "-" if r["sdpa"] is None else f"{r['sdpa']:.2e}"
+        print(f"{key:36s} {r['cases']:5d} {r['pass']:5d} {r['err']:10.2e} {r['lse']:9.1e} {sd:>9s}")
+    if args.results_md:
+        write_results_md(args.results_md, res, facts, sys.argv[1:], elapsed, compile_errors)
+    print(f"\n{passed}/{total} passed, {total - passed} failed, {elapsed:.0f} s"
+          + (" (ATTNC_TEST_BREAK_MASK=1)" if BREAK else ""))
+    return 0 if passed == total and not compile_errors else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
