@@ -342,6 +342,7 @@ def write_outputs(results, facts, argv, md_path, png_path, json_path):
         ax.grid(axis="y", alpha=0.3)
         fig.tight_layout()
         fig.savefig(png_path, dpi=110)
+        plt.close(fig)
     return lines
 
 
@@ -357,13 +358,13 @@ def main():
     global NO_FLEX
     NO_FLEX = args.no_flex
     torch.zeros(1, device="cuda")
-    import torch._dynamo
+    import torch._dynamo as dynamo  # each row's shapes recompile flex: lift the recompile limits
     for name in ("cache_size_limit", "recompile_limit"):
-        if hasattr(torch._dynamo.config, name):
-            setattr(torch._dynamo.config, name, 256)
+        if hasattr(dynamo.config, name):
+            setattr(dynamo.config, name, 256)
     for name in ("accumulated_cache_size_limit", "accumulated_recompile_limit"):
-        if hasattr(torch._dynamo.config, name):
-            setattr(torch._dynamo.config, name, 4096)
+        if hasattr(dynamo.config, name):
+            setattr(dynamo.config, name, 4096)
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     flex = torch.compile(flex_attention, dynamic=False)
     lib = attnc_ctypes.Library(args.lib)
@@ -388,6 +389,7 @@ def main():
             print(f"{row.name}: FAILED {e}", flush=True)
             continue
         results.append(r)
+        write_outputs(results, facts, sys.argv[1:], args.md, args.png, args.json)  # partial results survive a timeout
         t = r["tflops"]
         print(f"{row.name:34s} " + " ".join(f"{k} {v:6.1f}" for k, v in t.items())
               + f"  [{r['check']}] {time.time() - t1:.1f}s" + (f" notes {r['note']}" if r["note"] else ""),
