@@ -309,8 +309,12 @@ ATTNC_HD IntI load_i32(const InputRef& in, IntI b, IntI h, IntI pos, InputExtent
   b = clamp_index(b, e.batch), h = clamp_index(h, e.heads), pos = clamp_index(pos, e.positions);
   if (!scannable(b, h, pos)) return IntI(kIntMin, kIntMax);
   IntI r(load_i32(in, b.lo, h.lo, pos.lo, e));
+  // Rolled loops: this runs once per tile, and unrolling only costs compile time and code size.
+#pragma unroll 1
   for (int bi = b.lo; bi <= b.hi; ++bi)
+#pragma unroll 1
     for (int hi = h.lo; hi <= h.hi; ++hi)
+#pragma unroll 1
       for (int pi = pos.lo; pi <= pos.hi; ++pi) r = hull(r, IntI(load_i32(in, bi, hi, pi, e)));
   return r;
 }
@@ -318,8 +322,12 @@ ATTNC_HD FltI load_f32(const InputRef& in, IntI b, IntI h, IntI pos, InputExtent
   b = clamp_index(b, e.batch), h = clamp_index(h, e.heads), pos = clamp_index(pos, e.positions);
   if (!scannable(b, h, pos)) return anyFloat();
   FltI r(load_f32(in, b.lo, h.lo, pos.lo, e));
+  // Rolled loops: this runs once per tile, and unrolling only costs compile time and code size.
+#pragma unroll 1
   for (int bi = b.lo; bi <= b.hi; ++bi)
+#pragma unroll 1
     for (int hi = h.lo; hi <= h.hi; ++hi)
+#pragma unroll 1
       for (int pi = pos.lo; pi <= pos.hi; ++pi) r = hull(r, FltI(load_f32(in, bi, hi, pi, e)));
   return r;
 }
