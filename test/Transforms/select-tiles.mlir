@@ -5,6 +5,8 @@
 // SM90-LABEL: attn.attention @hd64
 // SM90: tiles = {block_kv = 128 : i64, block_q = 64 : i64
 // SM90-SAME: "FlashAttention: B_c = ceil(M / 4d) = ceil(116224 / 256) = 454; B_r = min(B_c, d) = 64"
+// B_r = 64 leaves 2 warps at 32 rows each: 16 rows per warp instead.
+// SM90-SAME: "registers: 16 rows per warp (4 warps, 128 threads)
 // SM90-SAME: stages = 2 : i64, warps = 4 : i64
 // hd64 on sm_86: M = 50688, B_c = 198 -> 128, B_r = 64.
 // SM86-LABEL: attn.attention @hd64
@@ -12,11 +14,13 @@
 attn.attention @hd64 attributes {dropout = 0.0, element_type = bf16, head_dim = 64,
     head_dim_v = 64, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.125} mask {} score {}
 
-// hd128 on sm_90: B_c = 227 -> 128, then halved to 64 by the register budget; B_r = 128.
+// hd128 on sm_90: B_c = 227 -> 128; B_r = 128, 32 rows per warp, so the register budget halves
+// B_c to 64: 32 x (128 + 64) / 32 = 192 live registers.
 // SM90-LABEL: attn.attention @hd128
 // SM90: tiles = {block_kv = 64 : i64, block_q = 128 : i64
+// SM90-SAME: "registers: 32 rows per warp (4 warps, 128 threads); live fp32 O + S accumulators and resident Q = 192 per thread <= 192 (3/4 of 255): B_c = 64"
 // SM90-SAME: smem_bytes = 65536 : i64
-// SM90-SAME: warps = 8 : i64
+// SM90-SAME: warps = 4 : i64
 // hd128 on sm_86: B_c = ceil(50688 / 512) = 99 -> 64; B_r = min(99, 128) = 99 -> 64.
 // SM86-LABEL: attn.attention @hd128
 // SM86: tiles = {block_kv = 64 : i64, block_q = 64 : i64

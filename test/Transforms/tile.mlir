@@ -8,7 +8,7 @@
 // CHECK-SAME: smem_bytes = 65536
 // CHECK-SAME: stages = 2
 // CHECK-SAME: target = "sm_90a"
-// CHECK-SAME: warps = 8
+// CHECK-SAME: warps = 4
 // CHECK: mask {
 // CHECK: arith.cmpi sge
 // CHECK: attn.yield %{{.+}} : i1

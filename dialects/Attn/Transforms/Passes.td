@@ -40,9 +40,12 @@ def AttnSelectTiles : Pass<"attn-select-tiles", "::mlir::ModuleOp"> {
   let description = [{
     Starts from the FlashAttention rule with M the target's shared memory per block in elements
     of the input dtype and d the (padded) head dim: `B_c = ceil(M / 4d)`, `B_r = min(B_c, d)`.
-    Then fits the tiles to the sm_80-family kernel: rows to 16-row mma.sync fragments per warp,
-    B_c to a power of two the register budget holds (S and O accumulators per thread), and the
-    K/V pipeline stages to the shared memory left. Every step is kept in `tiles.derivation`.
+    Then fits the tiles to the sm_80-family kernel: B_r and B_c to powers of two of whole
+    mma.sync m16n8k16 fragments; 32 rows per warp (each K/V fragment read from shared memory
+    feeds two mmas) when that leaves at least 4 warps and the live fp32 S and O accumulators
+    (plus the epilogue's own registers: dropout, input reads) fit three quarters of the register
+    file with B_c >= 64, else 16 rows; B_c halved until they fit; and the Q tile plus a ring of
+    K/V buffers checked against the shared memory. Every step is kept in `tiles.derivation`.
 
     Before:
     ```mlir
@@ -52,7 +55,7 @@ def AttnSelectTiles : Pass<"attn-select-tiles", "::mlir::ModuleOp"> {
     ```mlir
     attn.attention @causal attributes {head_dim = 128, tiles = {block_kv = 64, block_q = 128,
         derivation = ["M = 232448 B / 2 B = 116224 elements", "B_c = ceil(M / 4d) = 227", ...],
-        smem_bytes = 98304, stages = 2, warps = 8}, ...} mask {...} score {}
+        smem_bytes = 65536, stages = 2, warps = 4}, ...} mask {...} score {}
     ```
   }];
   let options = [

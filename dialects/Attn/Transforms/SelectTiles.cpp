@@ -23,9 +23,12 @@ struct AttnSelectTiles final : mlir::attn::impl::AttnSelectTilesBase<AttnSelectT
   void runOnOperation() override {
     TileTarget target{arch, smemPerBlock, smemPerSM, regsPerThread};
     auto result = getOperation().walk([&](AttentionOp op) {
+      int64_t loads = 0;
+      op->walk([&](LoadOp) { ++loads; });
       TileProblem problem{op.getHeadDim(), op.getHeadDimV(),
                           int64_t(op.getElementType().getIntOrFloatBitWidth() / 8), blockQ,
-                          blockKV};
+                          blockKV,
+                          epilogueRegisters(op.getDropout().convertToDouble() > 0, loads)};
       FailureOr<TileChoice> choice = deriveTiles(problem, target);
       if (failed(choice)) {
         op.emitOpError() << "no tile configuration fits " << arch << " (" << smemPerBlock

@@ -12,26 +12,24 @@ using namespace mlir::attn;
 
 namespace {
 
-constexpr int64_t kRowsPerWarp = 16;       // one m16 fragment row block per warp
 constexpr int64_t kMinBlockQ = 64, kMaxBlockQ = 128;
 constexpr int64_t kMinBlockKV = 32, kMaxBlockKV = 128;
+constexpr int64_t kMinWarps = 4;           // fewer leaves the SM's schedulers idle
 constexpr int64_t kStages = 2;             // K and V alternate in a ring of 2 cp.async buffers
 constexpr int64_t kQRegisterLimit = 32;    // Q fragments stay resident up to this many registers
-constexpr int64_t kRegisterMargin = 32;    // addresses, loop state, row max and sum
-constexpr int64_t kFixedRegisters = 40;
 
 int64_t pow2Floor(int64_t x) { return x <= 1 ? 1 : int64_t(llvm::bit_floor(uint64_t(x))); }
 
-// Registers per thread the kernel's live state needs: O and S accumulators (floats), P packed
-// as the A operand of the PV mma, Q fragments when they stay resident.
-int64_t estimateRegisters(int64_t d, int64_t dv, int64_t blockKV, bool qInRegisters) {
-  int64_t lanes = 32;
-  int64_t oAccum = kRowsPerWarp * dv / lanes;
-  int64_t sAccum = kRowsPerWarp * blockKV / lanes;
-  int64_t pPacked = sAccum / 2;
-  int64_t qFragments = qInRegisters ? kRowsPerWarp * d / lanes / 2 : 0;  // bf16 pairs
-  return oAccum + sAccum + pPacked + qFragments + kFixedRegisters;
+// Registers per thread that stay live across the kv loop: the fp32 O and S accumulators of the
+// warp's rows, plus the Q fragments when the template keeps them resident (FwdConfig::kQInRegs).
+int64_t liveRegisters(int64_t rowsPerWarp, int64_t d, int64_t dv, int64_t blockKV) {
+  int64_t accumulators = rowsPerWarp * (dv + blockKV) / 32;
+  int64_t qFragments = (rowsPerWarp / 16) * (d / 16) * 4;
+  return accumulators + (qFragments <= kQRegisterLimit ? qFragments : 0);
 }
+
+// Three quarters of the register file of a thread: the rest holds P, addresses, m and l.
+int64_t liveRegisterBudget(int64_t regsPerThread) { return (regsPerThread + 1) * 3 / 4; }
 
 // The kernel's shared memory: rows are whole 128-byte swizzle segments (64 elements), the Q tile
 // (which also stages O on the way out) and `stages` K/V buffers of one ring, as wide as the wider
@@ -42,6 +40,10 @@ int64_t smemBytes(int64_t blockQ, int64_t blockKV, int64_t stages, int64_t rowWi
 }
 
 }  // namespace
+
+int64_t mlir::attn::epilogueRegisters(bool dropout, int64_t inputLoads) {
+  return (dropout ? 40 : 0) + 4 * inputLoads;
+}
 
 FailureOr<TileChoice> mlir::attn::deriveTiles(const TileProblem& problem, const TileTarget& target) {
   TileChoice choice;
@@ -63,27 +65,35 @@ FailureOr<TileChoice> mlir::attn::deriveTiles(const TileProblem& problem, const 
   note(llvm::formatv("FlashAttention: B_c = ceil(M / 4d) = ceil({0} / {1}) = {2}; "
                      "B_r = min(B_c, d) = {3}", m, 4 * dMax, blockKV, blockQ));
 
-  // 2. Instruction shapes: whole 16-row fragments per warp, power-of-two tiles.
+  // 2. Instruction shapes: power-of-two tiles of whole m16n8k16 fragments.
   blockQ = std::clamp(pow2Floor(blockQ), kMinBlockQ, kMaxBlockQ);
-  int64_t warps = blockQ / kRowsPerWarp;
-  note(llvm::formatv("mma.sync m16n8k16, {0} rows per warp: B_r = {1} ({2} warps, {3} threads)",
-                     kRowsPerWarp, blockQ, warps, warps * 32));
   blockKV = std::clamp(pow2Floor(blockKV), kMinBlockKV, kMaxBlockKV);
-  note(llvm::formatv("B_c to a power of two in [{0}, {1}]: B_c = {2}", kMinBlockKV, kMaxBlockKV,
-                     blockKV));
+  note(llvm::formatv("mma.sync m16n8k16: B_r = {0}, B_c = {1} (powers of two in [{2}, {3}] and "
+                     "[{4}, {5}])", blockQ, blockKV, kMinBlockQ, kMaxBlockQ, kMinBlockKV, kMaxBlockKV));
 
-  // 3. Registers: the accumulators live in registers; shrink B_c until they fit.
-  int64_t budget = target.regsPerThread - kRegisterMargin;
-  bool qInRegisters = kRowsPerWarp * d / 64 <= kQRegisterLimit;
-  while (blockKV > kMinBlockKV && estimateRegisters(d, dv, blockKV, qInRegisters) > budget)
-    blockKV /= 2;
-  int64_t regs = estimateRegisters(d, dv, blockKV, qInRegisters);
-  note(llvm::formatv("registers: O {0} + S {1} + P {2} + Q {3} + {4} fixed = {5} per thread "
-                     "<= {6} (of {7}): B_c = {8}",
-                     kRowsPerWarp * dv / 32, kRowsPerWarp * blockKV / 32, kRowsPerWarp * blockKV / 64,
-                     qInRegisters ? kRowsPerWarp * d / 64 : 0, kFixedRegisters, regs, budget,
-                     target.regsPerThread, blockKV));
-  if (regs > budget) return failure();
+  // 3. Warps and registers. A warp owning 32 rows (two m16 fragments) feeds every K and V fragment
+  // it reads from shared memory to two mmas, halving shared-memory traffic per FLOP; it needs
+  // twice the accumulators. Take 32 rows when that leaves >= 4 warps and B_c >= 64 fits the
+  // register budget, else 16 rows; halve B_c until the live registers fit.
+  int64_t budget = liveRegisterBudget(target.regsPerThread) - problem.epilogueRegisters;
+  int64_t rowsPerWarp = 0, warps = 0;
+  for (int64_t rows : {32, 16}) {
+    if (blockQ / rows < kMinWarps) continue;
+    int64_t kv = blockKV;
+    while (kv > kMinBlockKV && liveRegisters(rows, d, dv, kv) > budget) kv /= 2;
+    if (liveRegisters(rows, d, dv, kv) > budget || (rows == 32 && kv < 64)) continue;
+    rowsPerWarp = rows, warps = blockQ / rows, blockKV = kv;
+    break;
+  }
+  if (!rowsPerWarp) return failure();
+  note(llvm::formatv("registers: {0} rows per warp ({1} warps, {2} threads); live fp32 O + S "
+                     "accumulators and resident Q = {3} per thread <= {4} (3/4 of {5}{6}): B_c = {7}",
+                     rowsPerWarp, warps, warps * 32, liveRegisters(rowsPerWarp, d, dv, blockKV),
+                     budget, target.regsPerThread,
+                     problem.epilogueRegisters
+                         ? llvm::formatv(", less {0} for the epilogue", problem.epilogueRegisters).str()
+                         : std::string(),
+                     blockKV));
 
   // 4. Shared memory: the Q tile and a ring of K/V buffers, rows padded to 128-byte segments.
   int64_t stages = kStages;
@@ -92,7 +102,8 @@ FailureOr<TileChoice> mlir::attn::deriveTiles(const TileProblem& problem, const 
     blockKV /= 2;
   while (blockQ > kMinBlockQ && smemBytes(blockQ, blockKV, stages, width, e) > target.smemPerBlock) {
     blockQ /= 2;
-    warps = blockQ / kRowsPerWarp;
+    rowsPerWarp = std::max<int64_t>(16, blockQ / kMinWarps / 16 * 16);
+    warps = blockQ / rowsPerWarp;
   }
   int64_t smem = smemBytes(blockQ, blockKV, stages, width, e);
   note(llvm::formatv("shared memory: (Q {0} + {1} K/V buffers x {2}) rows x {3} wide x {4} B = "
@@ -103,8 +114,9 @@ FailureOr<TileChoice> mlir::attn::deriveTiles(const TileProblem& problem, const 
   if (problem.blockQOverride || problem.blockKVOverride) {
     if (problem.blockQOverride) blockQ = problem.blockQOverride;
     if (problem.blockKVOverride) blockKV = problem.blockKVOverride;
-    if (blockQ % kRowsPerWarp != 0 || blockKV % 16 != 0) return failure();
-    warps = blockQ / kRowsPerWarp;
+    if (blockQ % 16 != 0 || blockKV % 16 != 0) return failure();
+    rowsPerWarp = blockQ >= 32 * kMinWarps ? 32 : 16;
+    warps = blockQ / rowsPerWarp;
     smem = smemBytes(blockQ, blockKV, stages, width, e);
     note(llvm::formatv("override: B_r = {0}, B_c = {1} ({2} B shared memory)", blockQ, blockKV, smem));
     if (smem > target.smemPerBlock) return failure();

@@ -20,12 +20,20 @@ struct TileProblem {
   int64_t headDim, headDimV;
   int64_t elementBytes;
   int64_t blockQOverride = 0, blockKVOverride = 0;  // experiments only; 0 = derive
+  // Registers the fused epilogue keeps live on top of the accumulators (dropout's Philox state,
+  // values loaded from declared inputs); see epilogueRegisters().
+  int64_t epilogueRegisters = 0;
 };
 
 struct TileChoice {
   int64_t blockQ, blockKV, warps, stages, smemBytes;
   std::vector<std::string> derivation;  // one line per step, for the op and `attnc explain`
 };
+
+// The epilogue's extra live registers: 40 for Philox dropout (counter, key, the round products and
+// four outputs, and the keep bits of a row of P), 4 per
+// read of a declared input in the mask or score.
+int64_t epilogueRegisters(bool dropout, int64_t inputLoads);
 
 FailureOr<TileChoice> deriveTiles(const TileProblem& problem, const TileTarget& target);
 

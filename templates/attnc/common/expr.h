@@ -305,31 +305,108 @@ ATTNC_HD IntI clamp_index(IntI i, int extent) {
 ATTNC_HD bool scannable(IntI b, IntI h, IntI pos) {
   return i64(b.hi - b.lo + 1) * (h.hi - h.lo + 1) * (pos.hi - pos.lo + 1) <= kMaxScannedElements;
 }
-ATTNC_HD IntI load_i32(const InputRef& in, IntI b, IntI h, IntI pos, InputExtents e) {
-  b = clamp_index(b, e.batch), h = clamp_index(h, e.heads), pos = clamp_index(pos, e.positions);
-  if (!scannable(b, h, pos)) return IntI(kIntMin, kIntMax);
-  IntI r(load_i32(in, b.lo, h.lo, pos.lo, e));
-  // Rolled loops: this runs once per tile, and unrolling only costs compile time and code size.
-#pragma unroll 1
-  for (int bi = b.lo; bi <= b.hi; ++bi)
-#pragma unroll 1
-    for (int hi = h.lo; hi <= h.hi; ++hi)
-#pragma unroll 1
-      for (int pi = pos.lo; pi <= pos.hi; ++pi) r = hull(r, IntI(load_i32(in, bi, hi, pi, e)));
+// The elements of a (b, h, pos) box, numbered 0 .. count-1 with pos fastest.
+struct IndexBox {
+  IntI b, h, pos;
+  ATTNC_HD int count() const { return (b.hi - b.lo + 1) * (h.hi - h.lo + 1) * (pos.hi - pos.lo + 1); }
+  ATTNC_HD void element(int i, int& bi, int& hi, int& pi) const {
+    int np = pos.hi - pos.lo + 1, nh = h.hi - h.lo + 1;
+    pi = pos.lo + i % np;
+    hi = h.lo + (i / np) % nh;
+    bi = b.lo + i / (np * nh);
+  }
+};
+
+// Who scans a box: one thread alone, or a whole warp that asks for the same box, each lane taking
+// every 32nd element and the lanes' hulls combined with warp reductions. The kernel classifies
+// tiles warp-uniformly, so a tile's scan costs a warp count/32 loads per lane instead of count.
+struct ScanShare {
+  int first = 0, step = 1;
+  bool warp = false;
+};
+#if defined(__CUDA_ARCH__)
+ATTNC_DEVICE int warp_min(int x) {
+  int r;
+  asm volatile("redux.sync.min.s32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(x));
   return r;
 }
-ATTNC_HD FltI load_f32(const InputRef& in, IntI b, IntI h, IntI pos, InputExtents e) {
-  b = clamp_index(b, e.batch), h = clamp_index(h, e.heads), pos = clamp_index(pos, e.positions);
-  if (!scannable(b, h, pos)) return anyFloat();
-  FltI r(load_f32(in, b.lo, h.lo, pos.lo, e));
-  // Rolled loops: this runs once per tile, and unrolling only costs compile time and code size.
-#pragma unroll 1
-  for (int bi = b.lo; bi <= b.hi; ++bi)
-#pragma unroll 1
-    for (int hi = h.lo; hi <= h.hi; ++hi)
-#pragma unroll 1
-      for (int pi = pos.lo; pi <= pos.hi; ++pi) r = hull(r, FltI(load_f32(in, bi, hi, pi, e)));
+ATTNC_DEVICE int warp_max(int x) {
+  int r;
+  asm volatile("redux.sync.max.s32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(x));
   return r;
+}
+ATTNC_DEVICE float warp_min(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) x = fminf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  return x;
+}
+ATTNC_DEVICE float warp_max(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  return x;
+}
+ATTNC_DEVICE bool warp_same(int x) { return warp_min(x) == warp_max(x); }
+ATTNC_DEVICE ScanShare scan_share(const IndexBox& box) {
+  unsigned active;
+  asm volatile("activemask.b32 %0;" : "=r"(active));
+  ScanShare share;
+  if (active != 0xffffffffu) return share;  // a partial warp scans alone (sound, just slower)
+  share.warp = warp_same(box.b.lo) && warp_same(box.b.hi) && warp_same(box.h.lo) &&
+               warp_same(box.h.hi) && warp_same(box.pos.lo) && warp_same(box.pos.hi);
+  if (share.warp) {
+    unsigned lane;
+    asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+    share.first = int(lane);
+    share.step = 32;
+  }
+  return share;
+}
+#else
+inline ScanShare scan_share(const IndexBox&) { return ScanShare(); }
+#endif
+
+ATTNC_HD IntI load_i32(const InputRef& in, IntI b, IntI h, IntI pos, InputExtents e) {
+  IndexBox box{clamp_index(b, e.batch), clamp_index(h, e.heads), clamp_index(pos, e.positions)};
+  if (!scannable(box.b, box.h, box.pos)) return IntI(kIntMin, kIntMax);
+  ScanShare share = scan_share(box);
+  int lo = kIntMax, hi = kIntMin, count = box.count();
+  // Rolled: this runs once per tile, and unrolling only costs compile time and code size.
+#pragma unroll 1
+  for (int i = share.first; i < count; i += share.step) {
+    int bi, hi_, pi;
+    box.element(i, bi, hi_, pi);
+    int v = load_i32(in, bi, hi_, pi, e);
+    lo = min(lo, v);
+    hi = max(hi, v);
+  }
+#if defined(__CUDA_ARCH__)
+  if (share.warp) lo = warp_min(lo), hi = warp_max(hi);
+#endif
+  return IntI(lo, hi);
+}
+ATTNC_HD FltI load_f32(const InputRef& in, IntI b, IntI h, IntI pos, InputExtents e) {
+  IndexBox box{clamp_index(b, e.batch), clamp_index(h, e.heads), clamp_index(pos, e.positions)};
+  if (!scannable(box.b, box.h, box.pos)) return anyFloat();
+  ScanShare share = scan_share(box);
+  float lo = kInf, hi = -kInf;
+  bool nan = false;
+  int count = box.count();
+#pragma unroll 1
+  for (int i = share.first; i < count; i += share.step) {
+    int bi, hi_, pi;
+    box.element(i, bi, hi_, pi);
+    float v = load_f32(in, bi, hi_, pi, e);
+    nan = nan || isNan(v);
+    lo = fminf(lo, v);
+    hi = fmaxf(hi, v);
+  }
+#if defined(__CUDA_ARCH__)
+  if (share.warp) {
+    lo = warp_min(lo), hi = warp_max(hi);
+    nan = warp_max(nan ? 1 : 0) != 0;
+  }
+#endif
+  return nan ? anyFloat() : FltI(lo, hi);
 }
 
 }  // namespace expr
