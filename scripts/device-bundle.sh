@@ -9,16 +9,20 @@ BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-2}
 BUNDLE=.device/bundle
 
-ninja -C "$BUILD_DIR" -j"$JOBS" attncShared attnc
+ninja -C "$BUILD_DIR" -j"$JOBS" attncShared attnc jit-host
 mkdir -p "$BUNDLE"
 lib=$(find "$BUILD_DIR" -name 'libattnc.so*' -type f | head -n1)
 [[ -n "$lib" ]] || { echo "device-bundle: no libattnc.so under $BUILD_DIR" >&2; exit 1; }
 cp "$lib" "$BUNDLE/libattnc.so"
 cp "$BUILD_DIR/bin/attnc" "$BUNDLE/attnc"
+# scripts/demo.sh finds its tools under $BUILD_DIR/bin: BUILD_DIR=.device/bundle runs it there.
+mkdir -p "$BUNDLE/bin"
+cp "$BUILD_DIR/bin/jit-host" "$BUNDLE/bin/jit-host"
 strip --strip-unneeded "$BUNDLE/libattnc.so"
-strip "$BUNDLE/attnc"
+strip "$BUNDLE/attnc" "$BUNDLE/bin/jit-host"
+ln -sf ../attnc "$BUNDLE/bin/attnc"
 # The GPU machine has no LLVM: only system libraries may be needed at load time.
-for f in "$BUNDLE/libattnc.so" "$BUNDLE/attnc"; do
+for f in "$BUNDLE/libattnc.so" "$BUNDLE/attnc" "$BUNDLE/bin/jit-host"; do
   if ldd "$f" | grep -vE 'linux-vdso|ld-linux|libc\.so|libm\.so|libstdc\+\+|libgcc_s|libdl\.so|libpthread' | grep -q '=>'; then
     echo "device-bundle: $f needs more than the system libraries:" >&2; ldd "$f" >&2; exit 1
   fi
