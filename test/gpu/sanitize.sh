@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# compute-sanitizer memcheck and racecheck over the small subset of the GPU suite, attnc's kernels
+# only (the suite names its specs attnctest_*); fails on any error or hazard.
+#   bash test/gpu/sanitize.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export ATTNC_CACHE_DIR=${ATTNC_CACHE_DIR:-/tmp/attnc-cache}
+for tool in memcheck racecheck; do
+  echo "== compute-sanitizer --tool $tool"
+  compute-sanitizer --tool "$tool" --kernel-name kns=attnctest_ --error-exitcode 1 \
+    python3 test/gpu/test_forward.py --subset small | tail -n 3
+done
