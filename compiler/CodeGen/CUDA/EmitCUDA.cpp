@@ -38,6 +38,7 @@ std::string exprFunction(Operation& op) {
     case arith::CmpFPredicate::OGE: return "cmp_ge";
     case arith::CmpFPredicate::OEQ: return "cmp_eq";
     case arith::CmpFPredicate::UNE: return "cmp_ne";
+    case arith::CmpFPredicate::UNO: return "cmp_uno";
     default: return "";
     }
   }

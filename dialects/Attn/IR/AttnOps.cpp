@@ -174,6 +174,22 @@ LogicalResult TiledForwardOp::verify() {
 
 LogicalResult TiledForwardOp::verifyRegions() { return verifyVariantRegions(*this); }
 
+//===- attn.tiled_backward ----------------------------------------------------------------===//
+
+LogicalResult TiledBackwardOp::verify() {
+  if (failed(verifyVariantAttrs(*this))) return failure();
+  if (!llvm::is_contained({"none", "static", "runtime"}, getClassification()))
+    return emitOpError() << "classification must be none, static or runtime";
+  return success();
+}
+
+LogicalResult TiledBackwardOp::verifyRegions() {
+  if (failed(verifyVariantRegions(*this))) return failure();
+  if (getScoreGrad().empty()) return emitOpError() << "needs a 'score_grad' region";
+  return verifyRegion(*this, getScoreGrad(), "score_grad", regionArgTypes(getContext(), true),
+                      Float32Type::get(getContext()));
+}
+
 //===- attn.load ----------------------------------------------------------------------------===//
 
 LogicalResult LoadOp::verify() {
@@ -181,7 +197,8 @@ LogicalResult LoadOp::verify() {
   DictionaryAttr inputs;
   if (auto attention = dyn_cast_or_null<AttentionOp>(variant)) inputs = attention.getInputs();
   if (auto tiled = dyn_cast_or_null<TiledForwardOp>(variant)) inputs = tiled.getInputs();
-  if (!inputs) return emitOpError() << "must be inside an attn.attention or attn.tiled_forward";
+  if (auto backward = dyn_cast_or_null<TiledBackwardOp>(variant)) inputs = backward.getInputs();
+  if (!inputs) return emitOpError() << "must be inside an attn.attention, attn.tiled_forward or attn.tiled_backward";
   auto decl = inputs.getAs<DictionaryAttr>(getInput());
   if (!decl) return emitOpError() << "reads undeclared input '" << getInput() << "'";
   auto dims = decl.getAs<ArrayAttr>("dims");

@@ -104,6 +104,34 @@ def Attn_TiledForwardOp : Attn_Op<"tiled_forward", [IsolatedFromAbove, Symbol]> 
   let hasRegionVerifier = 1;
 }
 
+def Attn_TiledBackwardOp : Attn_Op<"tiled_backward", [IsolatedFromAbove, Symbol]> {
+  let summary = "The tiled FlashAttention backward kernels of one variant.";
+  let description = [{
+    Recomputes instead of storing: nothing N x N reaches memory. Per row, a preprocessing kernel
+    computes `D = rowsum(dO * O)`. Per KV tile (and each query head of its GQA group), the main
+    kernel streams the Q tiles whose `mask` over the tile pair is not false everywhere (the same
+    interval classification as the forward, loop bounds by binary search), recomputes
+    `S = Q K^T`, `x = score(scale * S)` and `P = exp(x - LSE)` (masked elements 0), regenerates
+    the dropout keep mask from the same Philox stream as the forward, and accumulates
+    `dV += P_d^T dO`, `dP = dO V^T`, `dS = P * (dP_d - D) * score_grad`, `dK += dS^T Q * scale`
+    and `dQ += dS K * scale` (fp32 atomics, or a separate per-Q-tile kernel in deterministic
+    mode). `score_grad` is the derivative of the `score` region with respect to its score
+    argument, derived symbolically by `attn-derive-backward`; it takes the score region's
+    arguments and yields f32.
+  }];
+  let arguments = !con(AttnShapeArgs, (ins
+    StrAttr:$classification,
+    StrAttr:$target,
+    OptionalAttr<DictionaryAttr>:$tiles
+  ));
+  let regions = (region AnyRegion:$mask, AnyRegion:$score, AnyRegion:$score_grad);
+  let assemblyFormat = [{
+    $sym_name attr-dict-with-keyword `mask` $mask `score` $score `score_grad` $score_grad
+  }];
+  let hasVerifier = 1;
+  let hasRegionVerifier = 1;
+}
+
 def Attn_LoadOp : Attn_Op<"load", [Pure]> {
   let summary = "Reads one element of a declared input tensor.";
   let description = [{
@@ -118,7 +146,7 @@ def Attn_LoadOp : Attn_Op<"load", [Pure]> {
 }
 
 def Attn_YieldOp : Attn_Op<"yield", [Pure, Terminator, ReturnLike,
-                                     ParentOneOf<["AttentionOp", "TiledForwardOp"]>]> {
+                                     ParentOneOf<["AttentionOp", "TiledForwardOp", "TiledBackwardOp"]>]> {
   let summary = "Ends a mask or score region with its value.";
   let arguments = (ins Variadic<AnyType>:$values);
   let assemblyFormat = "attr-dict ($values^ `:` type($values))?";

@@ -36,6 +36,7 @@ FailureOr<Step::Pred> floatPredicate(arith::CmpFPredicate pred) {
   case arith::CmpFPredicate::OGE: return Step::Ge;
   case arith::CmpFPredicate::OEQ: return Step::Eq;
   case arith::CmpFPredicate::UNE: return Step::Ne;
+  case arith::CmpFPredicate::UNO: return Step::Uno;
   default: return failure();
   }
 }
@@ -90,6 +91,11 @@ Bool compare(Step::Pred pred, Num x, Num y) {
   case Step::Ge: return ex::cmp_ge(x, y);
   case Step::Eq: return ex::cmp_eq(x, y);
   case Step::Ne: return ex::cmp_ne(x, y);
+  case Step::Uno:
+    if constexpr (std::is_same_v<Num, int> || std::is_same_v<Num, ex::IntI>)
+      return makeBool<Bool>(false);  // integers are never NaN
+    else
+      return ex::cmp_uno(x, y);
   }
   return makeBool<Bool>(false);
 }
@@ -100,6 +106,7 @@ FailureOr<MaskEvaluator> MaskEvaluator::create(Region& mask, DictionaryAttr inpu
                                                std::string& error) {
   MaskEvaluator evaluator;
   if (mask.empty()) return evaluator;
+  evaluator.scoreRegion = mask.front().getNumArguments() == kScoreNumArgs;
   llvm::DenseMap<Value, unsigned> stepOf;
   for (BlockArgument arg : mask.front().getArguments()) {
     Step step{Step::Arg};
@@ -144,7 +151,7 @@ FailureOr<MaskEvaluator> MaskEvaluator::create(Region& mask, DictionaryAttr inpu
       step.pred = *pred;
     } else if (auto cmp = dyn_cast<arith::CmpFOp>(op)) {
       auto pred = floatPredicate(cmp.getPredicate());
-      if (failed(pred)) return fail("only olt, ole, ogt, oge, oeq and une are supported");
+      if (failed(pred)) return fail("only olt, ole, ogt, oge, oeq, une and uno are supported");
       step.kind = Step::CmpF;
       step.pred = *pred;
     } else if (isa<arith::SelectOp>(op)) {
@@ -179,15 +186,17 @@ bool MaskEvaluator::readsInputs() const {
 }
 
 template <class Int, class Flt, class Bool>
-Bool MaskEvaluator::run(Int b, Int h, Int q, Int k, int qLen, int kvLen,
-                        const MaskInputs& inputs) const {
+MaskEvaluator::Slot<Int, Flt, Bool> MaskEvaluator::run(Flt score, Int b, Int h, Int q, Int k,
+                                                        int qLen, int kvLen,
+                                                        const MaskInputs& inputs) const {
   const ex::InputExtents extents{inputs.batch, inputs.heads, qLen > kvLen ? qLen : kvLen};
-  if (steps.empty()) return makeBool<Bool>(true);
-  struct Slot {
-    Int i = Int(0);
-    Flt f = Flt(0.0f);
-    Bool t = makeBool<Bool>(false);
-  };
+  using Slot = MaskEvaluator::Slot<Int, Flt, Bool>;
+  if (steps.empty()) {
+    Slot identity;
+    identity.t = makeBool<Bool>(true);
+    identity.f = score;
+    return identity;
+  }
   std::vector<Slot> v(steps.size());
   const Int args[kMaskNumArgs] = {b, h, q, k, Int(qLen), Int(kvLen)};
   for (size_t n = 0; n < steps.size(); ++n) {
@@ -195,7 +204,12 @@ Bool MaskEvaluator::run(Int b, Int h, Int q, Int k, int qLen, int kvLen,
     Slot& r = v[n];
     const Slot &x = v[s.a], &y = v[s.b], &z = v[s.c];
     switch (s.kind) {
-    case Step::Arg: r.i = args[s.intValue]; break;
+    case Step::Arg:
+      if (scoreRegion && s.intValue == 0)
+        r.f = score;
+      else
+        r.i = args[s.intValue - (scoreRegion ? 1 : 0)];
+      break;
     case Step::ConstI: r.i = Int(int(s.intValue)); break;
     case Step::ConstF: r.f = Flt(float(s.floatValue)); break;
     case Step::ConstB: r.t = makeBool<Bool>(s.intValue != 0); break;
@@ -244,17 +258,22 @@ Bool MaskEvaluator::run(Int b, Int h, Int q, Int k, int qLen, int kvLen,
     }
     }
   }
-  return v[result].t;
+  return v[result];
 }
 
 bool MaskEvaluator::keep(int b, int h, int q, int k, int qLen, int kvLen,
                          const MaskInputs& inputs) const {
-  return run<int, float, bool>(b, h, q, k, qLen, kvLen, inputs);
+  return run<int, float, bool>(0.0f, b, h, q, k, qLen, kvLen, inputs).t;
 }
 
 ex::Tri MaskEvaluator::keep(ex::IntI b, ex::IntI h, ex::IntI q, ex::IntI k, int qLen, int kvLen,
                             const MaskInputs& inputs) const {
-  return run<ex::IntI, ex::FltI, ex::Tri>(b, h, q, k, qLen, kvLen, inputs);
+  return run<ex::IntI, ex::FltI, ex::Tri>(ex::FltI(0.0f), b, h, q, k, qLen, kvLen, inputs).t;
+}
+
+double MaskEvaluator::score(double score, int b, int h, int q, int k, int qLen, int kvLen,
+                            const MaskInputs& inputs) const {
+  return run<int, double, bool>(score, b, h, q, k, qLen, kvLen, inputs).f;
 }
 
 BlockClass MaskEvaluator::classify(int b, int h, int qLo, int qHi, int kLo, int kHi, int qLen,

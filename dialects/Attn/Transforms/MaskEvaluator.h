@@ -25,8 +25,9 @@ struct MaskInputs {
 
 class MaskEvaluator {
 public:
-  // Flattens `mask` (the mask region of an attn op with declared `inputs`). Fails, naming the
-  // op in `error`, when an op has no interval form. An empty region keeps every element.
+  // Flattens `mask` (the mask region of an attn op with declared `inputs`; a score region works
+  // too, for score()). Fails, naming the op in `error`, when an op has no interval form. An empty
+  // mask keeps every element; an empty score region is the identity.
   static FailureOr<MaskEvaluator> create(Region& mask, DictionaryAttr inputs, std::string& error);
 
   // The mask of one element.
@@ -34,6 +35,10 @@ public:
   // What the mask is over every element of the given index ranges (inclusive).
   attnc::expr::Tri keep(attnc::expr::IntI b, attnc::expr::IntI h, attnc::expr::IntI q,
                         attnc::expr::IntI k, int qLen, int kvLen, const MaskInputs& inputs = {}) const;
+
+  // A score region's value for the scaled score `score`, in float64 (for tests of gradients).
+  double score(double score, int b, int h, int q, int k, int qLen, int kvLen,
+               const MaskInputs& inputs = {}) const;
 
   // The class of the tile [qLo, qHi] x [kLo, kHi] (already clipped to the lengths).
   BlockClass classify(int b, int h, int qLo, int qHi, int kLo, int kHi, int qLen, int kvLen,
@@ -50,7 +55,7 @@ public:
       AddF, SubF, MulF, DivF, RemF, NegF, MinF, MaxF, AbsF, Tanh, Exp, Exp2, Log, Sqrt, ToF32,
       CmpI, CmpF, And, Or, Xor, SelectI, SelectF, SelectB, LoadI32, LoadF32
     };
-    enum Pred { Lt, Le, Gt, Ge, Eq, Ne };
+    enum Pred { Lt, Le, Gt, Ge, Eq, Ne, Uno };
     Kind kind;
     unsigned a = 0, b = 0, c = 0;      // operand steps
     int64_t intValue = 0;              // constant, argument index or input slot
@@ -61,10 +66,18 @@ public:
 
 private:
   template <class Int, class Flt, class Bool>
-  Bool run(Int b, Int h, Int q, Int k, int qLen, int kvLen, const MaskInputs& inputs) const;
+  struct Slot {
+    Int i = Int(0);
+    Flt f = Flt(0.0f);
+    Bool t = Bool();
+  };
+  template <class Int, class Flt, class Bool>
+  Slot<Int, Flt, Bool> run(Flt score, Int b, Int h, Int q, Int k, int qLen, int kvLen,
+                            const MaskInputs& inputs) const;
 
   std::vector<Step> steps;
   unsigned result = 0;
+  bool scoreRegion = false;  // the first argument is the f32 score (a score region)
 };
 
 struct TileCounts {

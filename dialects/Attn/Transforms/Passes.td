@@ -123,4 +123,43 @@ def AttnTile : Pass<"attn-tile", "::mlir::ModuleOp"> {
   ];
 }
 
+def AttnDeriveBackward : Pass<"attn-derive-backward", "::mlir::ModuleOp"> {
+  let summary = "Derives the backward kernels' tiled form, with the score gradient formed symbolically.";
+  let description = [{
+    For every `attn.tiled_forward`, adds an `attn.tiled_backward` with the same shapes, mask and
+    score, and a `score_grad` region: the derivative of the score region with respect to its
+    score argument, formed op by op (sums, products, quotients, tanh, exp, exp2, log, sqrt, abs,
+    min/max and select take their textbook rules; values that do not depend on the score have
+    derivative 0). An op whose derivative cannot be formed (a remainder by a score-dependent
+    divisor) is an error naming it.
+
+    Before:
+    ```mlir
+    attn.tiled_forward @softcap ... mask {...} score {
+    ^bb0(%s: f32, ...):
+      %c = arith.constant 3.000000e+01 : f32
+      %0 = arith.divf %s, %c : f32
+      %1 = math.tanh %0 : f32
+      %2 = arith.mulf %c, %1 : f32
+      attn.yield %2 : f32
+    }
+    ```
+    After (added beside it):
+    ```mlir
+    attn.tiled_backward @softcap ... score_grad {
+    ^bb0(%s: f32, ...):
+      %one = arith.constant 1.000000e+00 : f32
+      %c = arith.constant 3.000000e+01 : f32
+      %0 = arith.divf %s, %c : f32
+      %d0 = arith.divf %t, %sq : f32      // (1 * c - s * 0) / c^2
+      %1 = math.tanh %0 : f32
+      %d1 = arith.mulf %(1 - tanh^2), %d0 : f32
+      %2 = arith.mulf %c, %1 : f32
+      %d2 = arith.mulf %c, %d1 : f32
+      attn.yield %d2 : f32
+    }
+    ```
+  }];
+}
+
 #endif // ATTN_PASSES_TD

@@ -48,6 +48,33 @@ ATTNC_HD float log(float a) { return logf(a); }
 ATTNC_HD float sqrt(float a) { return sqrtf(a); }
 ATTNC_HD float to_f32(int a) { return float(a); }
 
+#if !defined(__CUDACC_RTC__) && !defined(__CUDA_ARCH__)
+// Double precision, on the host only: the compiler's tests evaluate score regions and their
+// derived gradients in float64 (finite differences need the headroom).
+inline double add(double a, double b) { return a + b; }
+inline double sub(double a, double b) { return a - b; }
+inline double mul(double a, double b) { return a * b; }
+inline double div(double a, double b) { return a / b; }
+inline double rem(double a, double b) { return ::fmod(a, b); }
+inline double neg(double a) { return -a; }
+inline double min(double a, double b) { return ::fmin(a, b); }
+inline double max(double a, double b) { return ::fmax(a, b); }
+inline double abs(double a) { return ::fabs(a); }
+inline double tanh(double a) { return ::tanh(a); }
+inline double exp(double a) { return ::exp(a); }
+inline double exp2(double a) { return ::exp2(a); }
+inline double log(double a) { return ::log(a); }
+inline double sqrt(double a) { return ::sqrt(a); }
+inline bool cmp_lt(double a, double b) { return a < b; }
+inline bool cmp_le(double a, double b) { return a <= b; }
+inline bool cmp_gt(double a, double b) { return a > b; }
+inline bool cmp_ge(double a, double b) { return a >= b; }
+inline bool cmp_eq(double a, double b) { return a == b; }
+inline bool cmp_ne(double a, double b) { return a != b; }
+inline bool cmp_uno(double a, double b) { return a != a || b != b; }
+inline double select(bool c, double a, double b) { return c ? a : b; }
+#endif
+
 ATTNC_HD bool cmp_lt(int a, int b) { return a < b; }
 ATTNC_HD bool cmp_le(int a, int b) { return a <= b; }
 ATTNC_HD bool cmp_gt(int a, int b) { return a > b; }
@@ -60,6 +87,7 @@ ATTNC_HD bool cmp_gt(float a, float b) { return a > b; }
 ATTNC_HD bool cmp_ge(float a, float b) { return a >= b; }
 ATTNC_HD bool cmp_eq(float a, float b) { return a == b; }
 ATTNC_HD bool cmp_ne(float a, float b) { return a != b; }
+ATTNC_HD bool cmp_uno(float a, float b) { return a != a || b != b; }  // either is NaN
 
 ATTNC_HD bool land(bool a, bool b) { return a && b; }
 ATTNC_HD bool lor(bool a, bool b) { return a || b; }
@@ -76,7 +104,9 @@ ATTNC_HD bool select(bool c, bool a, bool b) { return c ? a : b; }
 struct InputExtents {
   int batch, heads, positions;
 };
-ATTNC_HD InputExtents input_extents(const FwdParams& p) {
+// Any launch parameters with batch, heads_q, q_len, kv_len (FwdParams, BwdParams).
+template <class Params>
+ATTNC_HD InputExtents input_extents(const Params& p) {
   return InputExtents{p.batch, p.heads_q, p.q_len > p.kv_len ? p.q_len : p.kv_len};
 }
 ATTNC_HD int clamp_index(int i, int extent) { return i < 0 ? 0 : (i >= extent ? extent - 1 : i); }
@@ -250,6 +280,9 @@ ATTNC_HD Tri cmp_ne(FltI a, FltI b) {
   Tri eq = cmp_eq(a, b);
   return eq == Tri::Unknown ? eq : (eq == Tri::True ? Tri::False : Tri::True);
 }
+
+// Intervals do not track NaN apart from their bounds: whether a value is NaN is unknown.
+ATTNC_HD Tri cmp_uno(FltI, FltI) { return Tri::Unknown; }
 
 ATTNC_HD Tri tri(bool a) { return a ? Tri::True : Tri::False; }
 ATTNC_HD Tri land(Tri a, Tri b) {
