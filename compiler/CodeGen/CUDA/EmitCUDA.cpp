@@ -178,9 +178,8 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op) {
 
   RegionEmitter emitter(os, op.getInputs());
   os << "  // Keep element (q, k)? With I = IntI: is it kept over a whole tile (True / False / "
-        "Unknown)?\n";
-  os << "  template <class I>\n  ATTNC_HD static auto mask(const attnc::FwdParams& p, I b, I h, "
-        "I q, I k) {\n";
+        "Unknown)?\n  // P is the launch's parameters (forward or backward).\n";
+  os << "  template <class P, class I>\n  ATTNC_HD static auto mask(const P& p, I b, I h, I q, I k) {\n";
   if (op.getMask().empty()) {
     os << "    return ex::mask_result(true, q);\n";
   } else if (failed(emitter.emit(op.getMask(), {"b", "h", "q", "k", "p.q_len", "p.kv_len"},
@@ -189,8 +188,8 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op) {
   }
   os << "  }\n\n";
   os << "  // The score after `scale * q.k`.\n";
-  os << "  ATTNC_DEVICE static float score(const attnc::FwdParams& p, float score, int b, int h, "
-        "int q, int k) {\n";
+  os << "  template <class P>\n  ATTNC_DEVICE static float score(const P& p, float score, int b, "
+        "int h, int q, int k) {\n";
   if (op.getScore().empty()) {
     os << "    return score;\n";
   } else if (failed(emitter.emit(op.getScore(),
