@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compile checks of the device templates (no GPU needed): the philox known answers on the host, then
-# every sample TU under test/templates/sm80 with nvcc and with NVRTC for sm_80 and sm_90a. Fails on
+# every sample TU under test/templates/sm80 (forward samples and the bwd_* backward samples) with nvcc and with NVRTC for sm_80 and sm_90a. Fails on
 # any compile error or warning, any register spill or stack frame, and any local-memory access
 # (LDL/STL) in the SASS. Prints the ptxas resource line of each kernel.
 #   CUDA_HOME  (default /usr/local/cuda)
@@ -46,7 +46,12 @@ check_report() {
     local_ops=$("$cuobjdump" -sass "$cubin" | grep -cE "\b(LDL|STL)\b" || true)
     [[ "$local_ops" == 0 ]] || fail "$label: $local_ops local-memory instructions in SASS"
   fi
-  printf '%-48s %s\n' "$label" "$(grep -oE "Used [0-9]+ registers" "$log" | head -1)"
+  # One line per kernel: a TU with several entry points (the backward samples) reports each.
+  local regs
+  regs=$(awk '/Function properties for/ {fn=$NF} /Used [0-9]+ registers/ {
+           match($0, /Used [0-9]+ registers/); r=substr($0, RSTART+5, RLENGTH-15);
+           printf "%s%s=%s", sep, fn, r; sep=" "}' "$log")
+  printf '%-48s %s\n' "$label" "$regs"
 }
 
 for src in "$here"/sm80/*.cu; do

@@ -47,3 +47,60 @@ struct FwdParams {
 };
 
 }  // namespace attnc
+
+namespace attnc {
+
+// Backward launch parameters (all four backward kernels take the same struct). Tensors as in
+// FwdParams; do_ is dO, the gradient of the loss with respect to O. Gradients dq, dk, dv are
+// written (every element: rows no query attends to get zeros). Hooks see the same field names as
+// in FwdParams (batch, heads_q, q_len, kv_len, inputs), so one Variant serves both directions.
+struct BwdParams {
+  const void* q;    // [batch, heads_q,  q_len,  head_dim]
+  const void* k;    // [batch, heads_kv, kv_len, head_dim]
+  const void* v;    // [batch, heads_kv, kv_len, head_dim_v]
+  const void* o;    // [batch, heads_q,  q_len,  head_dim_v]   the forward's output
+  const void* do_;  // [batch, heads_q,  q_len,  head_dim_v]
+  const float* lse; // [batch, heads_q, q_len], contiguous: the forward's natural-log LSE
+  void* dq;         // [batch, heads_q,  q_len,  head_dim]
+  void* dk;         // [batch, heads_kv, kv_len, head_dim]
+  void* dv;         // [batch, heads_kv, kv_len, head_dim_v]
+  // Workspaces (fp32, 16-byte aligned). dq_accum: dqAccumElements(...) floats, layout
+  // [batch][heads_q][q_len][head_dim] contiguous, holding dS K *without* the softmax scale (the
+  // convert kernel applies it); zeroed by backwardPreprocess. Unused (may be null) in deterministic
+  // mode. delta: [batch][heads_q][q_len] contiguous, rowsum(dO * O), written by backwardPreprocess.
+  float* dq_accum;
+  float* delta;
+
+  i64 q_stride_b, q_stride_h, q_stride_s;
+  i64 k_stride_b, k_stride_h, k_stride_s;
+  i64 v_stride_b, v_stride_h, v_stride_s;
+  i64 o_stride_b, o_stride_h, o_stride_s;
+  i64 do_stride_b, do_stride_h, do_stride_s;
+  i64 dq_stride_b, dq_stride_h, dq_stride_s;
+  i64 dk_stride_b, dk_stride_h, dk_stride_s;
+  i64 dv_stride_b, dv_stride_h, dv_stride_s;
+
+  int batch;
+  int heads_q;
+  int heads_kv;
+  int q_len;
+  int kv_len;
+
+  float scale;
+  float dropout_p;
+  u64 dropout_seed;
+  u64 dropout_offset;
+
+  InputRef inputs[kMaxInputs];
+};
+
+// Floats of BwdParams::dq_accum (layout [batch][heads_q][q_len][head_dim], no padding).
+ATTNC_HD constexpr i64 dqAccumElements(int batch, int heads_q, int q_len, int head_dim) {
+  return i64(batch) * heads_q * q_len * head_dim;
+}
+// Floats of BwdParams::delta.
+ATTNC_HD constexpr i64 deltaElements(int batch, int heads_q, int q_len) {
+  return i64(batch) * heads_q * q_len;
+}
+
+}  // namespace attnc

@@ -103,3 +103,45 @@ ATTNC_DEVICE void loadTileAsync(u32 tileBase, const Element* gmem, i64 rowStride
 }  // namespace block
 }  // namespace sm80
 }  // namespace attnc
+
+namespace attnc {
+namespace sm80 {
+
+// 4-byte cp.async (through L1: .cg only exists for 16 bytes), zero-filled when !valid. Used for
+// per-row statistics (LSE, delta).
+ATTNC_DEVICE void cpAsync4(u32 dst, const void* src, bool valid) {
+  const int srcBytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(srcBytes)
+               : "memory");
+}
+
+ATTNC_DEVICE float loadShared32f(u32 addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
+
+ATTNC_DEVICE u32x4 loadGlobal128(const void* src) {
+  u32x4 v;
+  asm volatile("ld.global.nc.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(src));
+  return v;
+}
+
+// Fire-and-forget fp32 additions into global memory (the dQ accumulator of the backward). Two
+// adjacent floats (8-byte aligned) use one vector reduction where the ISA has it (sm_90).
+ATTNC_DEVICE void redAddF32(float* dst, float v) {
+  asm volatile("red.global.add.f32 [%0], %1;" ::"l"(dst), "f"(v) : "memory");
+}
+ATTNC_DEVICE void redAddF32x2(float* dst, float v0, float v1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(dst), "f"(v0), "f"(v1) : "memory");
+#else
+  redAddF32(dst, v0);
+  redAddF32(dst + 1, v1);
+#endif
+}
+
+}  // namespace sm80
+}  // namespace attnc

@@ -14,8 +14,8 @@ namespace sm80 {
 // Applies the score hook to every element: s <- score(s * scale, b, h, q, k). Indices handed to the
 // hook are clamped into the sequences, so a hook that reads a declared input (`doc[q]`) never reads
 // past it on the padding rows and keys (whose results are discarded or masked anyway).
-template <class Variant, int MTiles, int NTiles>
-ATTNC_DEVICE void applyScore(float (&s)[MTiles][NTiles][4], const FwdParams& p, int b, int h,
+template <class Variant, int MTiles, int NTiles, class Params>
+ATTNC_DEVICE void applyScore(float (&s)[MTiles][NTiles][4], const Params& p, int b, int h,
                              int qRow, int kCol) {
   const int qMax = p.q_len - 1, kMax = p.kv_len - 1;
 #pragma unroll
@@ -32,8 +32,8 @@ ATTNC_DEVICE void applyScore(float (&s)[MTiles][NTiles][4], const FwdParams& p, 
 
 // Sets masked scores to -inf. With `perElement` the Variant's scalar mask decides (a partial tile);
 // keys at or past kv_len are always masked (the tail tile).
-template <class Variant, int MTiles, int NTiles>
-ATTNC_DEVICE void applyMask(float (&s)[MTiles][NTiles][4], const FwdParams& p, int b, int h,
+template <class Variant, int MTiles, int NTiles, class Params>
+ATTNC_DEVICE void applyMask(float (&s)[MTiles][NTiles][4], const Params& p, int b, int h,
                             int qRow, int kCol, bool perElement) {
   const int qMax = p.q_len - 1;
 #pragma unroll
@@ -54,8 +54,8 @@ ATTNC_DEVICE void applyMask(float (&s)[MTiles][NTiles][4], const FwdParams& p, i
 
 // Zeroes the dropped probabilities (the mapping is documented in philox.h). A lane holds keys
 // 2t, 2t+1 of each group of four that shares one Philox call, so it uses words (2t & 3) and the next.
-template <int MTiles, int NTiles>
-ATTNC_DEVICE void applyDropout(float (&s)[MTiles][NTiles][4], const FwdParams& p, u32 batchHead,
+template <int MTiles, int NTiles, class Params>
+ATTNC_DEVICE void applyDropout(float (&s)[MTiles][NTiles][4], const Params& p, u32 batchHead,
                                u32 threshold, int qRow, int kCol) {
   const bool upperPair = (kCol & 2) != 0;
 #pragma unroll

@@ -13,7 +13,7 @@ struct Variant {
   }
   ATTNC_DEVICE static float score(const attnc::FwdParams& p, float s, int b, int h, int q, int k) {
     using namespace attnc::expr;
-    return add(s, mul(load_f32(p.inputs[1], b, h, 0), to_f32(sub(k, q))));
+    return add(s, mul(load_f32(p.inputs[1], b, h, 0, input_extents(p)), to_f32(sub(k, q))));
   }
 };
 using Config = attnc::sm80::FwdConfig<attnc::half, 128, 64, 128, 64, 8, 2>;

@@ -8,7 +8,7 @@ struct Variant {
   template <class I>
   ATTNC_HD static auto mask(const attnc::FwdParams& p, I b, I h, I q, I k) {
     using namespace attnc::expr;
-    auto v0 = cmp_eq(load_i32(p.inputs[0], b, h, q), load_i32(p.inputs[0], b, h, k));
+    auto v0 = cmp_eq(load_i32(p.inputs[0], b, h, q, input_extents(p)), load_i32(p.inputs[0], b, h, k, input_extents(p)));
     return land(v0, cmp_ge(q, k));
   }
 };

@@ -1,0 +1,56 @@
+// Sample of generated backward code: causal mask, bf16, head dim 32 (smallest tile set).
+// GQA/MQA (heads_q != heads_kv) is a runtime matter: nothing here depends on it.
+//
+// Launch geometry (Bq, Bkv: the tile sizes of the Config each kernel is instantiated with):
+//   causal_hd32_bf16_bwd_preprocess  grid (ceil(q_len / 64), heads_q, batch),   block KvConfig::kThreads, smem 0
+//   causal_hd32_bf16_bwd_kv          grid (ceil(kv_len / 128), heads_kv, batch), block KvConfig::kThreads,
+//                          smem KvConfig::kSmemBytes (dq_accum zeroed by preprocess)
+//   causal_hd32_bf16_bwd_kv_nodq     as _bwd_kv (no dq_accum writes; deterministic mode)
+//   causal_hd32_bf16_bwd_convert_dq  grid (ceil(q_len / 64), heads_q, batch),   block KvConfig::kThreads, smem 0
+//   causal_hd32_bf16_bwd_q           grid (ceil(q_len / 128), heads_q, batch),  block QConfig::kThreads,
+//                          smem QConfig::kSmemBytesQ
+// Default order: preprocess, kv, convert_dq. Deterministic: preprocess (dq_accum = null), kv_nodq, q.
+// (minBlocks = 1 in __launch_bounds__: without it ptxas may cap registers at 128 for occupancy
+// and spill, as it did for hd32.)
+#include "attnc/sm80/backward.h"
+
+namespace {
+struct Variant {
+  static constexpr bool kHasMask = true, kHasScore = false, kHasDropout = false;
+  template <class P, class I>
+  ATTNC_HD static auto mask(const P& p, I b, I h, I q, I k) {
+    using namespace attnc::expr;
+    auto v0 = add(q, sub(p.kv_len, p.q_len));
+    return mask_result(cmp_ge(v0, k), q);
+  }
+  template <class P>
+  ATTNC_DEVICE static float score(const P&, float score, int, int, int, int) { return score; }
+  template <class P>
+  ATTNC_DEVICE static float score_grad(const P&, float, int, int, int, int) { return 1.0f; }
+};
+using KvConfig = attnc::sm80::BwdConfig<attnc::bf16, 32, 32, 64, 128, 8, 2>;
+using QConfig = attnc::sm80::BwdConfig<attnc::bf16, 32, 32, 128, 64, 8, 2>;
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(KvConfig::kThreads, 1) causal_hd32_bf16_bwd_preprocess(const attnc::BwdParams p) {
+  attnc::sm80::backwardPreprocess<KvConfig, Variant>(p, nullptr);
+}
+
+extern "C" __global__ void __launch_bounds__(KvConfig::kThreads, 1) causal_hd32_bf16_bwd_kv(const attnc::BwdParams p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  attnc::sm80::backwardKV<KvConfig, Variant, true>(p, smem);
+}
+
+extern "C" __global__ void __launch_bounds__(KvConfig::kThreads, 1) causal_hd32_bf16_bwd_kv_nodq(const attnc::BwdParams p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  attnc::sm80::backwardKV<KvConfig, Variant, false>(p, smem);
+}
+
+extern "C" __global__ void __launch_bounds__(KvConfig::kThreads, 1) causal_hd32_bf16_bwd_convert_dq(const attnc::BwdParams p) {
+  attnc::sm80::backwardConvertDQ<KvConfig, Variant>(p, nullptr);
+}
+
+extern "C" __global__ void __launch_bounds__(QConfig::kThreads, 1) causal_hd32_bf16_bwd_q(const attnc::BwdParams p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  attnc::sm80::backwardQ<QConfig, Variant>(p, smem);
+}
