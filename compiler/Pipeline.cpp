@@ -87,9 +87,13 @@ std::string Compiler::passPipeline(const Target& target, const CompileOptions& o
                     .str();
   return llvm::formatv(
       "builtin.module(attn-expand-builtins, attn-select-tiles{{arch={0} smem-per-block={1} "
-      "smem-per-sm={2} regs-per-thread={3} block-q={4} block-kv={5}}, {6}, attn-tile{{target={0}})",
+      "smem-per-sm={2} regs-per-thread={3} block-q={4} block-kv={5}}, {6}, attn-tile{{target={0}}{7})",
       target.name, target.smemPerBlock, target.smemPerSM, target.regsPerThread, options.blockQ,
-      options.blockKV, classify);
+      options.blockKV, classify,
+      options.backward ? llvm::formatv(", attn-derive-backward{{smem-per-block={0} regs-per-thread={1}}",
+                                       target.smemPerBlock, target.regsPerThread)
+                             .str()
+                       : std::string());
 }
 
 std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& target,
@@ -145,10 +149,13 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
   }
   if (stage == Stage::TiledIR) return kernel;
 
-  FailureOr<KernelSource> source = emitCUDA(tiled);
+  attn::TiledBackwardOp backward;
+  module->walk([&](attn::TiledBackwardOp op) { backward = op; });
+  FailureOr<KernelSource> source = emitCUDA(tiled, backward);
   if (failed(source)) return std::nullopt;
   kernel.cuda = source->code;
   kernel.entry = source->entry;
+  kernel.backward = source->backward;
   if (stage == Stage::CUDA) return kernel;
 
   std::string error;
@@ -174,6 +181,11 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
   kernel.cubin = std::move(result.cubin);
   if (auto it = result.resources.find(kernel.entry); it != result.resources.end())
     kernel.resources = it->second;
+  if (kernel.backward)
+    for (const char* suffix : {"_preprocess", "_kv", "_kv_nodq", "_convert_dq", "_q"})
+      if (auto it = result.resources.find(kernel.backward->entryStem + suffix);
+          it != result.resources.end())
+        kernel.backwardResources[it->first] = it->second;
   return kernel;
 }
 

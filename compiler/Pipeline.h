@@ -2,10 +2,12 @@
 // -> NVRTC (PTX, CUBIN, resource report). `attnc::Compiler` owns the MLIRContext.
 #pragma once
 
+#include "compiler/CodeGen/CUDA/EmitCUDA.h"
 #include "compiler/Spec/Spec.h"
 #include "compiler/Target/Target.h"
 #include "runtime/Nvrtc.h"
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +26,7 @@ struct CompileOptions {
   long long blockQ = 0, blockKV = 0;  // tile overrides for experiments; 0 = derive
   long long summaryQLen = 0;          // count tile classes for these lengths (explain)
   long long summaryKVLen = 0;
+  bool backward = false;              // also derive and compile the backward kernels
 };
 
 struct TileSummary {
@@ -47,6 +50,10 @@ struct CompiledKernel {
   std::string ptx;
   std::vector<char> cubin;
   ResourceUsage resources;
+  // The backward kernels (CompileOptions::backward): how to launch them, and ptxas' report for
+  // each entry (<stem>_preprocess, _kv, _kv_nodq, _convert_dq, _q).
+  std::optional<BackwardSource> backward;
+  std::map<std::string, ResourceUsage> backwardResources;
   std::string nvrtcLog;
   double nvrtcSeconds = 0;
 };

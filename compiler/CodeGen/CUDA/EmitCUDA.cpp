@@ -155,7 +155,7 @@ private:
 
 }  // namespace
 
-FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op) {
+FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp backward) {
   KernelSource result;
   result.entry = (op.getSymName() + "_fwd").str();
   result.threads = int(op.getWarps() * 32);
@@ -169,7 +169,9 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op) {
      << " warps, " << op.getStages() << " K/V buffers, " << op.getSmemBytes()
      << " B shared memory,\n// blocks classified '" << op.getClassification() << "', kv bounds '"
      << op.getKvBounds() << "'.\n";
-  os << "#include \"attnc/sm80/forward.h\"\n\nnamespace {\nnamespace ex = attnc::expr;\n\n";
+  os << "#include \"attnc/sm80/forward.h\"\n";
+  if (backward) os << "#include \"attnc/sm80/backward.h\"\n";
+  os << "\nnamespace {\nnamespace ex = attnc::expr;\n\n";
   os << "struct Variant {\n";
   os << "  static constexpr bool kHasMask = " << (op.getMask().empty() ? "false" : "true") << ";\n";
   os << "  static constexpr bool kHasScore = " << (op.getScore().empty() ? "false" : "true") << ";\n";
@@ -197,17 +199,66 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op) {
                                  /*isMask=*/false))) {
     return failure();
   }
-  os << "  }\n};\n\n";
+  os << "  }\n";
+  if (backward) {
+    os << "\n  // d score(s) / d s, derived by attn-derive-backward.\n";
+    os << "  template <class P>\n  ATTNC_DEVICE static float score_grad(const P& p, float score, "
+          "int b, int h, int q, int k) {\n";
+    RegionEmitter gradEmitter(os, backward.getInputs());
+    if (failed(gradEmitter.emit(backward.getScoreGrad(),
+                                {"score", "b", "h", "q", "k", "p.q_len", "p.kv_len"},
+                                /*isMask=*/false)))
+      return failure();
+    os << "  }\n";
+  }
+  os << "};\n\n";
   os << llvm::formatv("using Config = attnc::sm80::FwdConfig<{0}, {1}, {2}, {3}, {4}, {5}, {6}>;\n",
                       element, op.getHeadDim(), op.getHeadDimV(), op.getBlockQ(), op.getBlockKv(),
                       op.getWarps(), op.getStages());
   os << "static_assert(Config::kSmemBytes == " << op.getSmemBytes()
      << ", \"attn-select-tiles and the kernel template disagree on shared memory\");\n";
+  if (backward) {
+    DictionaryAttr tiles = backward.getTilesAttr();
+    auto tile = [&](StringRef name) { return tiles.getAs<IntegerAttr>(name).getInt(); };
+    os << llvm::formatv("using BwdKVConfig = attnc::sm80::BwdConfig<{0}, {1}, {2}, {3}, {4}, {5}, {6}>;\n",
+                        element, op.getHeadDim(), op.getHeadDimV(), tile("kv_block_q"),
+                        tile("kv_block_kv"), tile("kv_warps"), tile("kv_stages"));
+    os << llvm::formatv("using BwdQConfig = attnc::sm80::BwdConfig<{0}, {1}, {2}, {3}, {4}, {5}, {6}>;\n",
+                        element, op.getHeadDim(), op.getHeadDimV(), tile("q_block_q"),
+                        tile("q_block_kv"), tile("q_warps"), tile("q_stages"));
+    os << "static_assert(BwdKVConfig::kSmemBytes == " << tile("kv_smem_bytes")
+       << " && BwdQConfig::kSmemBytesQ == " << tile("q_smem_bytes")
+       << ", \"attn-derive-backward and the backward template disagree on shared memory\");\n";
+    BackwardSource info;
+    info.entryStem = (op.getSymName() + "_bwd").str();
+    info.kvThreads = int(tile("kv_warps") * 32);
+    info.qThreads = int(tile("q_warps") * 32);
+    info.kvBlockKV = int(tile("kv_block_kv"));
+    info.qBlockQ = int(tile("q_block_q"));
+    info.kvSmemBytes = tile("kv_smem_bytes");
+    info.qSmemBytes = tile("q_smem_bytes");
+    result.backward = info;
+  }
   os << "}  // namespace\n\n";
   os << "extern \"C\" __global__ void __launch_bounds__(Config::kThreads) " << result.entry
      << "(const attnc::FwdParams p) {\n"
      << "  extern __shared__ __align__(128) unsigned char smem[];\n"
      << "  attnc::sm80::forward<Config, Variant>(p, smem);\n}\n";
+  if (result.backward) {
+    // minBlocks = 1: without it ptxas may cap registers for occupancy and spill.
+    const std::string& stem = result.backward->entryStem;
+    auto entry = [&](StringRef suffix, StringRef config, StringRef call, bool usesSmem) {
+      os << "\nextern \"C\" __global__ void __launch_bounds__(" << config << "::kThreads, 1) "
+         << stem << suffix << "(const attnc::BwdParams p) {\n";
+      if (usesSmem) os << "  extern __shared__ __align__(128) unsigned char smem[];\n";
+      os << "  attnc::sm80::" << call << "(p, " << (usesSmem ? "smem" : "nullptr") << ");\n}\n";
+    };
+    entry("_preprocess", "BwdKVConfig", "backwardPreprocess<BwdKVConfig, Variant>", false);
+    entry("_kv", "BwdKVConfig", "backwardKV<BwdKVConfig, Variant, true>", true);
+    entry("_kv_nodq", "BwdKVConfig", "backwardKV<BwdKVConfig, Variant, false>", true);
+    entry("_convert_dq", "BwdKVConfig", "backwardConvertDQ<BwdKVConfig, Variant>", false);
+    entry("_q", "BwdQConfig", "backwardQ<BwdQConfig, Variant>", true);
+  }
   result.code = std::move(code);
   return result;
 }

@@ -4,18 +4,33 @@
 
 #include "dialects/Attn/IR/AttnOps.h"
 
+#include <optional>
 #include <string>
 
 namespace attnc {
+
+// The backward kernels of a translation unit and how to launch them (docs/templates.md):
+//   <stem>_bwd_preprocess, _bwd_convert_dq: grid (ceil(q_len / preprocessRows), heads_q, batch)
+//   <stem>_bwd_kv, _bwd_kv_nodq:  grid (ceil(kv_len / kvBlockKV), heads_kv, batch), kvSmemBytes
+//   <stem>_bwd_q:                 grid (ceil(q_len / qBlockQ), heads_q, batch), qSmemBytes
+struct BackwardSource {
+  std::string entryStem;  // <name>_bwd
+  int kvThreads = 0, qThreads = 0;
+  int kvBlockKV = 0, qBlockQ = 0, preprocessRows = 64;
+  long long kvSmemBytes = 0, qSmemBytes = 0;
+};
 
 struct KernelSource {
   std::string code;       // the translation unit (includes "attnc/sm80/forward.h")
   std::string entry;      // extern "C" kernel symbol: <name>_fwd
   int threads = 0;        // block size
   long long smemBytes = 0;  // dynamic shared memory per block
+  std::optional<BackwardSource> backward;  // when a tiled_backward op was given
 };
 
-// Fails (with an error on the op) for an op in a region that has no device form.
-mlir::FailureOr<KernelSource> emitCUDA(mlir::attn::TiledForwardOp op);
+// Fails (with an error on the op) for an op in a region that has no device form. With
+// `backward`, the unit also holds the backward kernels (the score_grad hook and their entries).
+mlir::FailureOr<KernelSource> emitCUDA(mlir::attn::TiledForwardOp op,
+                                       mlir::attn::TiledBackwardOp backward = {});
 
 }  // namespace attnc

@@ -62,6 +62,7 @@ struct Common {
   std::string specPath;
   std::string target = "sm_90a";
   long long blockQ = 0, blockKV = 0;
+  bool backward = false;
 };
 
 std::optional<std::pair<Spec, Target>> load(const Common& common, Diagnostics& diags,
@@ -139,6 +140,7 @@ int runCompile(const Common& common, const std::string& emit, const std::string&
   CompileOptions options;
   options.blockQ = common.blockQ;
   options.blockKV = common.blockKV;
+  options.backward = common.backward;
   std::optional<CompiledKernel> kernel =
       compiler.compile(spec, target, stages.at(emit), options, diags);
   if (!kernel) return fail(diags);
@@ -159,6 +161,14 @@ int runCompile(const Common& common, const std::string& emit, const std::string&
   if (binary && reportOptions.requireNoSpills && (r.spillStoreBytes || r.spillLoadBytes || r.registers < 0))
     return failWith(r.registers < 0 ? "NVRTC gave no resource report for " + kernel->entry
                                     : kernel->entry + " spills to local memory");
+  for (const auto& [entry, usage] : kernel->backwardResources) {
+    if (binary && reportOptions.report)
+      llvm::errs() << llvm::formatv("{0} {1}: {2} registers, spill stores {3} B, spill loads {4} B, "
+                                    "stack {5} B\n", entry, target.name, usage.registers,
+                                    usage.spillStoreBytes, usage.spillLoadBytes, usage.stackBytes);
+    if (binary && reportOptions.requireNoSpills && (usage.spillStoreBytes || usage.spillLoadBytes))
+      return failWith(entry + " spills to local memory");
+  }
   if (!writeOutput(output, data, error)) return failWith(error);
   return 0;
 }
@@ -269,6 +279,8 @@ int main(int argc, char** argv) {
                       "Output file (text forms default to stdout); the directory for --emit header");
   compile->add_option("--block-q", compileArgs.blockQ, "Override B_r (experiments only)");
   compile->add_option("--block-kv", compileArgs.blockKV, "Override B_c (experiments only)");
+  compile->add_flag("--backward", compileArgs.backward,
+                    "Also derive and compile the backward kernels (dQ, dK, dV)");
   ReportOptions reportOptions;
   compile->add_flag("--report", reportOptions.report,
                     "Print registers, shared memory, spills and NVRTC time to stderr (ptx, cubin)");

@@ -2,6 +2,7 @@
 // region is the symbolic derivative of the score region.
 #include "dialects/Attn/Transforms/Passes.h"
 #include "dialects/Attn/Transforms/ScoreGradient.h"
+#include "dialects/Attn/Transforms/TileRule.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
@@ -19,6 +20,8 @@ using namespace mlir::attn;
 namespace {
 
 struct AttnDeriveBackward final : mlir::attn::impl::AttnDeriveBackwardBase<AttnDeriveBackward> {
+  using Base::Base;
+
   void runOnOperation() override {
     SmallVector<TiledForwardOp> forwards;
     getOperation().walk([&](TiledForwardOp op) { forwards.push_back(op); });
@@ -30,6 +33,34 @@ struct AttnDeriveBackward final : mlir::attn::impl::AttnDeriveBackwardBase<AttnD
                              "scale", "dropout", "inputs", "classification", "target"})
         state.addAttribute(name, forward->getAttr(name));
       state.addAttribute("sym_name", b.getStringAttr(forward.getSymName() + "_bwd"));
+      // What the recomputed epilogue keeps live beyond a plain causal mask: dropout's Philox
+      // state, input reads, and any mask of more than one comparison.
+      int64_t loads = 0, maskOps = 0;
+      forward->walk([&](LoadOp) { ++loads; });
+      if (!forward.getMask().empty()) maskOps = int64_t(forward.getMask().front().getOperations().size());
+      bool dropout = forward.getDropout().convertToDouble() > 0;
+      int64_t extra = epilogueRegisters(dropout, loads) + (maskOps > 4 ? 4 * (maskOps - 4) : 0);
+      TileProblem problem{forward.getHeadDim(), forward.getHeadDimV(),
+                          int64_t(forward.getElementType().getIntOrFloatBitWidth() / 8), 0, 0,
+                          extra};
+      TileTarget target{forward.getTarget().str(), smemPerBlock, smemPerBlock, regsPerThread};
+      FailureOr<BackwardTileChoice> tiles = deriveBackwardTiles(problem, target);
+      if (failed(tiles)) {
+        forward.emitOpError() << "no backward tile configuration fits " << smemPerBlock
+                              << " bytes of shared memory per block";
+        return signalPassFailure();
+      }
+      auto i64 = [&](StringRef name, int64_t v) { return b.getNamedAttr(name, b.getI64IntegerAttr(v)); };
+      state.addAttribute(
+          "tiles", b.getDictionaryAttr(
+                       {i64("kv_block_q", tiles->kvBlockQ), i64("kv_block_kv", tiles->kvBlockKV),
+                        i64("kv_warps", tiles->kvWarps), i64("kv_stages", tiles->kvStages),
+                        i64("kv_smem_bytes", tiles->kvSmemBytes), i64("q_block_q", tiles->qBlockQ),
+                        i64("q_block_kv", tiles->qBlockKV), i64("q_warps", tiles->qWarps),
+                        i64("q_stages", tiles->qStages), i64("q_smem_bytes", tiles->qSmemBytes),
+                        b.getNamedAttr("derivation",
+                                       b.getStrArrayAttr(SmallVector<StringRef>(
+                                           tiles->derivation.begin(), tiles->derivation.end())))}));
       state.addRegion();
       state.addRegion();
       state.addRegion();

@@ -146,7 +146,7 @@ def AttnDeriveBackward : Pass<"attn-derive-backward", "::mlir::ModuleOp"> {
     ```
     After (added beside it):
     ```mlir
-    attn.tiled_backward @softcap ... score_grad {
+    attn.tiled_backward @softcap ... tiles = {kv_block_kv = 128, kv_block_q = 64, ...} score_grad {
     ^bb0(%s: f32, ...):
       %one = arith.constant 1.000000e+00 : f32
       %c = arith.constant 3.000000e+01 : f32
@@ -159,7 +159,17 @@ def AttnDeriveBackward : Pass<"attn-derive-backward", "::mlir::ModuleOp"> {
       attn.yield %d2 : f32
     }
     ```
+
+    The backward kernels' tiles are derived too (`tiles`): the kept K/V tile of the main kernel
+    from FlashAttention's B_c = ceil(M / 4d), bounded by the dK/dV accumulators' registers, with
+    one or two buffers of streamed Q/dO tiles as the shared memory allows.
   }];
+  let options = [
+    Option<"smemPerBlock", "smem-per-block", "int64_t", "166912",
+           "Shared memory one block may use, in bytes (opt-in maximum).">,
+    Option<"regsPerThread", "regs-per-thread", "int64_t", "255",
+           "Most 32-bit registers one thread may use.">
+  ];
 }
 
 #endif // ATTN_PASSES_TD

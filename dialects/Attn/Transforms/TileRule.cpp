@@ -133,3 +133,66 @@ FailureOr<TileChoice> mlir::attn::deriveTiles(const TileProblem& problem, const 
   choice.smemBytes = smem;
   return choice;
 }
+
+namespace {
+
+int64_t width64(int64_t x) { return llvm::alignTo(x, 64); }
+
+// BwdConfig::kSmemBytes and kSmemBytesQ (templates/attnc/sm80/bwd_config.h).
+int64_t backwardKVSmem(int64_t blockQ, int64_t blockKV, int64_t stages, int64_t d, int64_t dv) {
+  int64_t kv = 2 * blockKV * (width64(d) + width64(dv));
+  int64_t pTiles = 2 * 2 * blockKV * width64(blockQ);
+  int64_t stage = 2 * blockQ * (width64(d) + width64(dv)) + 8 * blockQ;
+  return kv + pTiles + stages * stage;
+}
+int64_t backwardQSmem(int64_t blockQ, int64_t blockKV, int64_t stages, int64_t d, int64_t dv) {
+  return 2 * blockQ * (width64(d) + width64(dv)) + stages * 2 * blockKV * (width64(d) + width64(dv));
+}
+
+}  // namespace
+
+FailureOr<BackwardTileChoice> mlir::attn::deriveBackwardTiles(const TileProblem& problem,
+                                                              const TileTarget& target) {
+  BackwardTileChoice choice;
+  auto note = [&](std::string line) { choice.derivation.push_back(std::move(line)); };
+  const int64_t d = problem.headDim, dv = problem.headDimV;
+  const int64_t dMax = std::max(llvm::alignTo(d, 16), llvm::alignTo(dv, 16));
+  const int64_t m = target.smemPerBlock / problem.elementBytes;
+
+  // backwardKV: the kept K/V tile follows FlashAttention's B_c = ceil(M / 4d); its dK and dV
+  // accumulators, B_c x (d + d_v) floats over 8 warps, must stay within 128 registers a thread.
+  int64_t blockKV = std::clamp(pow2Floor(llvm::divideCeil(m, 4 * dMax)), int64_t(64), int64_t(128));
+  const int64_t kvThreads = 8 * 32;
+  while (blockKV > 64 && blockKV * (llvm::alignTo(d, 16) + llvm::alignTo(dv, 16)) / kvThreads > 128)
+    blockKV /= 2;
+  // An epilogue that keeps more values live (dropout, input reads, masks beyond one comparison)
+  // leaves too few registers for 128 kept rows: ptxas spills, so keep 64.
+  if (problem.epilogueRegisters > 0 && blockKV > 64) blockKV = 64;
+  int64_t blockQ = 64;  // streamed Q/dO rows: one m16 row block per pair of warps
+  // A second Q/dO buffer overlaps the next load with compute; above head dim 64 it costs the
+  // registers that keep the kernel from spilling on sm_80, so one buffer there.
+  int64_t stages = dMax <= 64 ? 2 : 1;
+  if (backwardKVSmem(blockQ, blockKV, stages, d, dv) > target.smemPerBlock) stages = 1;
+  int64_t kvSmem = backwardKVSmem(blockQ, blockKV, stages, d, dv);
+  note(llvm::formatv("backward KV kernel: B_c = ceil(M / 4d) = {0} -> {1} kept K/V rows (dK, dV: "
+                     "{1} x ({2} + {3}) fp32 over 256 threads <= 128 registers each); {4} streamed "
+                     "Q/dO rows, {5} buffer(s): {6} B shared <= {7} B",
+                     llvm::divideCeil(m, 4 * dMax), blockKV, d, dv, blockQ, stages, kvSmem,
+                     target.smemPerBlock));
+  if (kvSmem > target.smemPerBlock) return failure();
+
+  // backwardQ: dQ for its rows in registers; head dims above 128 take half the rows, 4 warps and
+  // a short K/V step so the dQ accumulators and the S tile fit (no spills, checked by ptxas).
+  bool wide = dMax > 128;
+  int64_t qBlockQ = wide ? 64 : 128, qBlockKV = wide ? 16 : 64, qWarps = wide ? 4 : 8;
+  int64_t qStages = 2;
+  int64_t qSmem = backwardQSmem(qBlockQ, qBlockKV, qStages, d, dv);
+  note(llvm::formatv("backward Q kernel (deterministic dQ): {0} kept Q/dO rows, {1} streamed K/V "
+                     "rows, {2} warps, {3} B shared", qBlockQ, qBlockKV, qWarps, qSmem));
+  if (qSmem > target.smemPerBlock) return failure();
+  choice.kvBlockQ = blockQ, choice.kvBlockKV = blockKV, choice.kvWarps = 8, choice.kvStages = stages;
+  choice.kvSmemBytes = kvSmem;
+  choice.qBlockQ = qBlockQ, choice.qBlockKV = qBlockKV, choice.qWarps = qWarps, choice.qStages = qStages;
+  choice.qSmemBytes = qSmem;
+  return choice;
+}

@@ -37,4 +37,16 @@ int64_t epilogueRegisters(bool dropout, int64_t inputLoads);
 
 FailureOr<TileChoice> deriveTiles(const TileProblem& problem, const TileTarget& target);
 
+// The backward kernels' tiles (templates/attnc/sm80/bwd_config.h): backwardKV keeps a K/V tile of
+// kvBlockKV rows and streams Q/dO tiles of kvBlockQ rows; backwardQ (deterministic dQ) keeps a
+// Q/dO tile of qBlockQ rows and streams K/V tiles of qBlockKV rows.
+struct BackwardTileChoice {
+  int64_t kvBlockQ, kvBlockKV, kvWarps, kvStages, kvSmemBytes;
+  int64_t qBlockQ, qBlockKV, qWarps, qStages, qSmemBytes;
+  std::vector<std::string> derivation;
+};
+
+FailureOr<BackwardTileChoice> deriveBackwardTiles(const TileProblem& problem,
+                                                  const TileTarget& target);
+
 }  // namespace mlir::attn
