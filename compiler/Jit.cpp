@@ -23,7 +23,8 @@ std::atomic<long long> compiles{0}, nvrtcRuns{0}, cacheHits{0}, cacheRebuilds{0}
 // Everything the cubin depends on: the generated source and the templates it includes, the NVRTC
 // that compiles it, the target (name and the limits the tiles were derived from), the options and
 // the attnc version. Bytes are length-prefixed so that no two inputs hash alike by concatenation.
-std::string cacheKey(const std::string& cuda, const Nvrtc& nvrtc, const Target& target) {
+std::string cacheKey(const std::string& cuda, const Nvrtc& nvrtc, const Target& target,
+                     bool withBackward) {
   llvm::SHA256 sha;
   auto add = [&](llvm::StringRef text) {
     std::string length = std::to_string(text.size()) + ":";
@@ -37,6 +38,7 @@ std::string cacheKey(const std::string& cuda, const Nvrtc& nvrtc, const Target& 
       std::to_string(target.smemPerSM) + " regs " + std::to_string(target.regsPerThread) + " " +
       std::to_string(target.regsPerSM));
   add("options:");  // NVRTC options beyond the defaults: none yet
+  add(withBackward ? "backward" : "forward");
   add(cuda);
   for (const EmbeddedFile& file : embeddedTemplates()) {
     add(file.path);
@@ -70,7 +72,8 @@ JitStats JitCompiler::stats() {
   return {compiles.load(), nvrtcRuns.load(), cacheHits.load(), cacheRebuilds.load()};
 }
 
-Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* status) {
+Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* status,
+                            bool withBackward) {
   auto fail = [&](std::string message) {
     if (status) *status = Status::error(std::move(message));
     return Kernel();
@@ -79,9 +82,13 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
   std::optional<CompiledKernel> source;
   {
     std::lock_guard<std::mutex> lock(impl_->pipelineMutex);
-    source = impl_->pipeline.compile(spec, target, Stage::CUDA, CompileOptions{}, diags);
+    CompileOptions options;
+    options.backward = withBackward;
+    source = impl_->pipeline.compile(spec, target, Stage::CUDA, options, diags);
   }
   if (!source) return fail(renderAll(diags));
+  if (withBackward && !source->backward)
+    return fail("'" + spec.name + "': the compiler produced no backward kernels (a bug in attnc)");
   std::string error;
   Nvrtc* nvrtc = Nvrtc::get(&error);
   if (!nvrtc) return fail("cannot compile '" + spec.name + "' to a cubin: " + error);
@@ -102,7 +109,7 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
   if (impl_->options.useCache) {
     KernelCache cache(cacheDirectory());
     KernelCache::Outcome outcome;
-    if (Status built = cache.getOrBuild(cacheKey(source->cuda, *nvrtc, target), build, &entry,
+    if (Status built = cache.getOrBuild(cacheKey(source->cuda, *nvrtc, target, withBackward), build, &entry,
                                         &outcome);
         !built)
       return fail(built.message);
@@ -118,24 +125,26 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
   return kernel;
 }
 
-Kernel JitCompiler::compileFile(const std::string& specPath, const Target& target, Status* status) {
+Kernel JitCompiler::compileFile(const std::string& specPath, const Target& target, Status* status,
+                                bool withBackward) {
   Diagnostics diags;
   std::optional<Spec> spec = parseSpecFile(specPath, diags);
   if (!spec) {
     if (status) *status = Status::error(renderAll(diags));
     return Kernel();
   }
-  return compile(*spec, target, status);
+  return compile(*spec, target, status, withBackward);
 }
 
-Kernel JitCompiler::compileText(const std::string& yaml, const Target& target, Status* status) {
+Kernel JitCompiler::compileText(const std::string& yaml, const Target& target, Status* status,
+                                bool withBackward) {
   Diagnostics diags;
   std::optional<Spec> spec = parseSpecText(yaml, "<spec text>", diags);
   if (!spec) {
     if (status) *status = Status::error(renderAll(diags));
     return Kernel();
   }
-  return compile(*spec, target, status);
+  return compile(*spec, target, status, withBackward);
 }
 
 }  // namespace attnc

@@ -30,6 +30,11 @@ KernelMetadata kernelMetadata(const Spec& spec, const CompiledKernel& kernel, co
     m.inputs.push_back(info);
   }
   m.attncVersion = version();
+  if (kernel.backward) {
+    const BackwardSource& b = *kernel.backward;
+    m.backward = BackwardMetadata{b.entryStem, b.kvThreads,    b.qThreads,   b.kvBlockKV,
+                                  b.qBlockQ,   b.preprocessRows, b.kvSmemBytes, b.qSmemBytes};
+  }
   return m;
 }
 
@@ -89,6 +94,10 @@ std::string emitLauncherHeader(const std::string& specPath, const std::vector<La
     for (const InputInfo& input : m.inputs)
       os << "  m.inputs.push_back({" << quoted(input.name) << ", " << quoted(input.type) << ", "
          << quoted(input.dims) << "});\n";
+    if (const auto& b = m.backward)
+      os << "  m.backward = attnc::BackwardMetadata{" << quoted(b->entryStem) << ", "
+         << b->kvThreads << ", " << b->qThreads << ", " << b->kvBlockKV << ", " << b->qBlockQ
+         << ", " << b->preprocessRows << ", " << b->kvSmemBytes << ", " << b->qSmemBytes << "};\n";
     os << "  m.attncVersion = " << quoted(m.attncVersion) << ";\n  return m;\n}\n\n";
   }
   os << "}  // namespace " << ns << "\n\n"

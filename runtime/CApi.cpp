@@ -98,6 +98,50 @@ int toForwardArgs(const attnc_forward_args* in, attnc::ForwardArgs* args, char**
   return ATTNC_OK;
 }
 
+attnc::OutputArg output(const attnc_tensor& t) {
+  return {const_cast<void*>(t.data), t.stride_b, t.stride_h, t.stride_s};
+}
+
+int toBackwardArgs(const attnc_backward_args* in, attnc::BackwardArgs* args, char** error) {
+  if (!in) return fail(error, "attnc_backward_args: null");
+  if (in->num_inputs < 0 || (in->num_inputs > 0 && !in->inputs))
+    return fail(error, "attnc_backward_args.inputs: expected " + std::to_string(in->num_inputs) +
+                           " inputs, got " + (in->inputs ? "a negative count" : "null"));
+  if (in->workspace_bytes < 0)
+    return fail(error, "attnc_backward_args.workspace_bytes: expected a non-negative size, got " +
+                           std::to_string(in->workspace_bytes));
+  args->q = tensor(in->q);
+  args->k = tensor(in->k);
+  args->v = tensor(in->v);
+  args->o = tensor(in->o);
+  args->d_o = tensor(in->d_o);
+  args->dq = output(in->dq);
+  args->dk = output(in->dk);
+  args->dv = output(in->dv);
+  args->lse = in->lse;
+  args->batch = in->batch;
+  args->q_len = in->q_len;
+  args->kv_len = in->kv_len;
+  for (int64_t i = 0; i < in->num_inputs; ++i)
+    args->inputs.push_back({in->inputs[i].data, in->inputs[i].stride_b, in->inputs[i].stride_h,
+                            in->inputs[i].stride_pos});
+  args->dropout_seed = in->dropout_seed;
+  args->dropout_offset = in->dropout_offset;
+  args->deterministic = in->deterministic != 0;
+  args->workspace = in->workspace;
+  args->workspace_bytes = size_t(in->workspace_bytes);
+  return ATTNC_OK;
+}
+
+bool knownFlags(uint32_t flags, char** error, const char* function) {
+  if (flags & ~uint32_t(ATTNC_COMPILE_BACKWARD)) {
+    fail(error, std::string(function) + ": unknown flags " + std::to_string(flags) +
+                    " (expected a combination of ATTNC_COMPILE_BACKWARD)");
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 // The target builds with hidden visibility; the C API is what libattnc.so exports (with the
@@ -107,18 +151,32 @@ extern "C" {
 
 const char* attnc_version(void) { return attnc::version(); }
 
-int attnc_compile_file(const char* spec_path, const char* target, attnc_kernel** out, char** error) {
+int attnc_compile_file_ex(const char* spec_path, const char* target, uint32_t flags,
+                          attnc_kernel** out, char** error) {
   if (!spec_path) return fail(error, "attnc_compile_file: spec_path is null");
+  if (!knownFlags(flags, error, "attnc_compile_file_ex")) return ATTNC_ERROR;
+  bool backward = flags & ATTNC_COMPILE_BACKWARD;
   return compileWith(target, out, error, [&](const attnc::Target& t, attnc::Status* s) {
-    return jit().compileFile(spec_path, t, s);
+    return jit().compileFile(spec_path, t, s, backward);
   });
 }
 
-int attnc_compile_text(const char* yaml, const char* target, attnc_kernel** out, char** error) {
+int attnc_compile_text_ex(const char* yaml, const char* target, uint32_t flags, attnc_kernel** out,
+                          char** error) {
   if (!yaml) return fail(error, "attnc_compile_text: yaml is null");
+  if (!knownFlags(flags, error, "attnc_compile_text_ex")) return ATTNC_ERROR;
+  bool backward = flags & ATTNC_COMPILE_BACKWARD;
   return compileWith(target, out, error, [&](const attnc::Target& t, attnc::Status* s) {
-    return jit().compileText(yaml, t, s);
+    return jit().compileText(yaml, t, s, backward);
   });
+}
+
+int attnc_compile_file(const char* spec_path, const char* target, attnc_kernel** out, char** error) {
+  return attnc_compile_file_ex(spec_path, target, 0, out, error);
+}
+
+int attnc_compile_text(const char* yaml, const char* target, attnc_kernel** out, char** error) {
+  return attnc_compile_text_ex(yaml, target, 0, out, error);
 }
 
 int attnc_kernel_validate(const attnc_kernel* kernel, const attnc_forward_args* args, char** error) {
@@ -146,12 +204,45 @@ int attnc_kernel_forward(const attnc_kernel* kernel, const attnc_forward_args* a
   }
 }
 
+int attnc_kernel_backward_validate(const attnc_kernel* kernel, const attnc_backward_args* args,
+                                   char** error) {
+  if (!kernel) return fail(error, "attnc_kernel_backward_validate: kernel is null");
+  try {
+    attnc::BackwardArgs converted;
+    if (toBackwardArgs(args, &converted, error) != ATTNC_OK) return ATTNC_ERROR;
+    attnc::Status status = kernel->kernel.validateBackward(converted);
+    return status ? ATTNC_OK : fail(error, status.message);
+  } catch (const std::exception& e) {
+    return fail(error, std::string("attnc: internal error: ") + e.what());
+  }
+}
+
+int attnc_kernel_backward(const attnc_kernel* kernel, const attnc_backward_args* args, void* stream,
+                          char** error) {
+  if (!kernel) return fail(error, "attnc_kernel_backward: kernel is null");
+  try {
+    attnc::BackwardArgs converted;
+    if (toBackwardArgs(args, &converted, error) != ATTNC_OK) return ATTNC_ERROR;
+    attnc::Status status = kernel->kernel.backward(converted, stream);
+    return status ? ATTNC_OK : fail(error, status.message);
+  } catch (const std::exception& e) {
+    return fail(error, std::string("attnc: internal error: ") + e.what());
+  }
+}
+
+int64_t attnc_kernel_backward_workspace_bytes(const attnc_kernel* kernel, int64_t batch,
+                                              int64_t q_len, int32_t deterministic) {
+  if (!kernel) return 0;
+  return int64_t(kernel->kernel.backwardWorkspaceBytes(batch, q_len, deterministic != 0));
+}
+
 int attnc_kernel_info(const attnc_kernel* kernel, attnc_info* info) {
   if (!kernel || !info) return ATTNC_ERROR;
   const attnc::KernelMetadata& m = kernel->kernel.metadata();
   *info = attnc_info{m.name.c_str(), m.entry.c_str(), m.target.c_str(), m.dtype.c_str(),
                      m.threads, m.headDim, m.headDimV, m.headsQ, m.headsKV,
-                     int32_t(m.inputs.size()), m.smemBytes, m.scale, m.dropout};
+                     int32_t(m.inputs.size()), m.smemBytes, m.scale, m.dropout,
+                     int32_t(m.hasBackward())};
   return ATTNC_OK;
 }
 

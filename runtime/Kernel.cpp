@@ -1,7 +1,14 @@
 // attnc::Kernel: argument validation, per-context module loading and the launch of one forward
 // kernel through the dlopen-ed driver. The launch ABI is attnc::FwdParams (templates/attnc/common/
 // params.h): grid (ceil(q_len / block_q), heads_q, batch), block `threads`, dynamic shared memory
-// `smemBytes` (opted into above 48 KiB).
+// `smemBytes` (opted into above 48 KiB). The backward (attnc::BwdParams, all five entries):
+//   <stem>_preprocess, <stem>_convert_dq: grid (ceil(q_len / preprocessRows), heads_q, batch),
+//     block kvThreads, no dynamic shared memory;
+//   <stem>_kv, <stem>_kv_nodq: grid (ceil(kv_len / kvBlockKV), heads_kv, batch), block kvThreads,
+//     kvSmemBytes;
+//   <stem>_q: grid (ceil(q_len / qBlockQ), heads_q, batch), block qThreads, qSmemBytes.
+// Default: preprocess (zeroes dq_accum, writes delta), kv (dK, dV, atomics into dq_accum),
+// convert_dq. Deterministic: preprocess (dq_accum null), kv_nodq, q.
 #include "attnc/attnc.h"
 
 #include "attnc/common/params.h"
@@ -25,11 +32,18 @@ struct Kernel::Impl {
     cu::Function function = nullptr;
     const Image* image = nullptr;  // the form loaded into this context
     std::string error;  // why this context cannot run the kernel (kept: the answer will not change)
+    // The backward entries (kBackwardSuffixes order), resolved on the first backward launch.
+    bool backwardResolved = false;
+    cu::Function backward[5] = {};
+    std::string backwardError;
   };
 
   std::vector<Image> images;
   std::mutex mutex;
   std::map<cu::Context, Loaded> loaded;
+  // The backward workspace used when the caller passes none: one per context, grow-only.
+  std::mutex workspaceMutex;
+  std::map<cu::Context, DeviceBuffer> workspaces;
 
   ~Impl() {
     // Errors are ignored: at process exit the driver may be gone before static kernels are.
@@ -137,6 +151,48 @@ struct Kernel::Impl {
     entry.image = image;
     return &entry;
   }
+
+  static constexpr const char* kBackwardSuffixes[5] = {"_preprocess", "_kv", "_kv_nodq",
+                                                       "_convert_dq", "_q"};
+
+  // The module in `context` with its backward entries resolved, or null with *error set.
+  Loaded* backwardFunctions(const DriverApi& driver, cu::Context context, std::string* error) {
+    Loaded* entry = function(driver, context, error);
+    if (!entry) return nullptr;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (entry->backwardResolved) {
+      if (!entry->backwardError.empty()) *error = entry->backwardError;
+      return entry->backwardError.empty() ? entry : nullptr;
+    }
+    entry->backwardResolved = true;
+    auto fail = [&](std::string message) -> Loaded* {
+      entry->backwardError = "kernel '" + images.front().metadata.name + "': " + message;
+      *error = entry->backwardError;
+      return nullptr;
+    };
+    const KernelMetadata& m = entry->image->metadata;
+    if (!m.backward)
+      return fail("the form loaded for this device (" + m.target +
+                  ") was compiled without backward kernels: compile with backward enabled");
+    const BackwardMetadata& b = *m.backward;
+    std::string why;
+    for (int i = 0; i < 5; ++i) {
+      std::string name = b.entryStem + kBackwardSuffixes[i];
+      cu::Function fn = nullptr;
+      if (!driver.check(driver.cuModuleGetFunction(&fn, entry->module, name.c_str()),
+                        ("cuModuleGetFunction(" + name + ")").c_str(), &why))
+        return fail(why);
+      long long smem = (i == 1 || i == 2) ? b.kvSmemBytes : i == 4 ? b.qSmemBytes : 0;
+      if (smem > 0 &&
+          !driver.check(driver.cuFuncSetAttribute(fn, cu::kMaxDynamicSharedSizeBytes, int(smem)),
+                        ("cuFuncSetAttribute(" + name + ", MAX_DYNAMIC_SHARED_SIZE_BYTES=" +
+                         std::to_string(smem) + ")").c_str(),
+                        &why))
+        return fail(why);
+      entry->backward[i] = fn;
+    }
+    return entry;
+  }
 };
 
 namespace {
@@ -150,9 +206,10 @@ std::string hexAddress(const void* p) {
 // Collects the first problem with a launch's arguments.
 struct Checker {
   Status status;
+  std::string prefix = "ForwardArgs.";
 
   bool fail(const std::string& argument, const std::string& expected, const std::string& given) {
-    if (status.ok) status = Status::error("ForwardArgs." + argument + ": expected " + expected + ", got " + given);
+    if (status.ok) status = Status::error(prefix + argument + ": expected " + expected + ", got " + given);
     return false;
   }
   void pointer(const std::string& argument, const void* p, unsigned alignment) {
@@ -183,7 +240,49 @@ struct Checker {
     stride(name + ".stride_h", t.stride_h, output, true);
     stride(name + ".stride_s", t.stride_s, output, true);
   }
+  // One InputArg per declared input, in the spec's order.
+  void inputs(const KernelMetadata& m, const std::vector<InputArg>& given) {
+    if (given.size() != m.inputs.size()) {
+      std::string names;
+      for (const InputInfo& input : m.inputs) names += (names.empty() ? "" : ", ") + input.name;
+      fail("inputs", std::to_string(m.inputs.size()) + " input(s)" +
+                         (names.empty() ? "" : " (" + names + ")"),
+           std::to_string(given.size()));
+      return;
+    }
+    for (size_t i = 0; i < given.size(); ++i) {
+      const InputArg& in = given[i];
+      std::string name = "inputs[" + std::to_string(i) + "] (" + m.inputs[i].name + ")";
+      pointer(name + ".data", in.data, 4);
+      const std::string& dims = m.inputs[i].dims;
+      auto has = [&](const char* dim) {
+        return ("," + dims + ",").find(std::string(",") + dim + ",") != std::string::npos;
+      };
+      if (has("b")) stride(name + ".stride_b", in.stride_b, false, false);
+      if (has("h")) stride(name + ".stride_h", in.stride_h, false, false);
+      if (has("pos")) stride(name + ".stride_pos", in.stride_pos, false, false);
+    }
+  }
 };
+
+size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Byte offsets of dq_accum and delta inside a backward workspace, and its size.
+struct WorkspaceLayout {
+  size_t dqAccum = 0, delta = 0, total = 0;
+};
+WorkspaceLayout workspaceLayout(const KernelMetadata& m, int64_t batch, int64_t q_len,
+                                bool deterministic) {
+  WorkspaceLayout l;
+  if (!m.backward || batch < 1 || q_len < 1) return l;
+  size_t accum = deterministic ? 0
+                               : align256(size_t(dqAccumElements(int(batch), m.headsQ, int(q_len),
+                                                                 m.headDim)) * sizeof(float));
+  l.dqAccum = 0;
+  l.delta = accum;
+  l.total = accum + align256(size_t(deltaElements(int(batch), m.headsQ, int(q_len))) * sizeof(float));
+  return l;
+}
 
 constexpr int64_t kMaxGridYZ = 65535;
 
@@ -368,26 +467,7 @@ Status Kernel::validate(const ForwardArgs& args) const {
   check.length("kv_len", args.kv_len, INT32_MAX);
   if (m.headsQ > kMaxGridYZ)
     check.fail("(kernel) heads_q", "at most 65535 (the grid's y dimension)", std::to_string(m.headsQ));
-  if (args.inputs.size() != m.inputs.size()) {
-    std::string names;
-    for (const InputInfo& input : m.inputs) names += (names.empty() ? "" : ", ") + input.name;
-    check.fail("inputs", std::to_string(m.inputs.size()) + " input(s)" +
-                             (names.empty() ? "" : " (" + names + ")"),
-               std::to_string(args.inputs.size()));
-  } else {
-    for (size_t i = 0; i < args.inputs.size(); ++i) {
-      const InputArg& in = args.inputs[i];
-      std::string name = "inputs[" + std::to_string(i) + "] (" + m.inputs[i].name + ")";
-      check.pointer(name + ".data", in.data, 4);
-      const std::string& dims = m.inputs[i].dims;
-      auto has = [&](const char* dim) {
-        return ("," + dims + ",").find(std::string(",") + dim + ",") != std::string::npos;
-      };
-      if (has("b")) check.stride(name + ".stride_b", in.stride_b, false, false);
-      if (has("h")) check.stride(name + ".stride_h", in.stride_h, false, false);
-      if (has("pos")) check.stride(name + ".stride_pos", in.stride_pos, false, false);
-    }
-  }
+  check.inputs(m, args.inputs);
   return check.status;
 }
 
@@ -436,6 +516,146 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
                                             params, nullptr),
                      "cuLaunchKernel", &error))
     return Status::error("kernel '" + m.name + "': " + error);
+  return Status::success();
+}
+
+size_t Kernel::backwardWorkspaceBytes(int64_t batch, int64_t q_len, bool deterministic) const {
+  return workspaceLayout(metadata(), batch, q_len, deterministic).total;
+}
+
+Status Kernel::validateBackward(const BackwardArgs& args) const {
+  if (!impl_) return Status::error("Kernel: empty kernel (its creation failed)");
+  const KernelMetadata& m = metadata();
+  if (!m.backward)
+    return Status::error("kernel '" + m.name +
+                         "': this kernel was compiled without backward kernels: compile with "
+                         "backward enabled (JitCompiler::compile(..., withBackward = true), "
+                         "attnc_compile_*_ex with ATTNC_COMPILE_BACKWARD)");
+  Checker check;
+  check.prefix = "BackwardArgs.";
+  check.tensor("q", args.q, false);
+  check.tensor("k", args.k, false);
+  check.tensor("v", args.v, false);
+  check.tensor("o", args.o, false);
+  check.tensor("d_o", args.d_o, false);
+  check.tensor("dq", args.dq, true);
+  check.tensor("dk", args.dk, true);
+  check.tensor("dv", args.dv, true);
+  check.pointer("lse", args.lse, 4);
+  check.length("batch", args.batch, kMaxGridYZ);
+  check.length("q_len", args.q_len, INT32_MAX);
+  check.length("kv_len", args.kv_len, INT32_MAX);
+  if (m.headsQ > kMaxGridYZ)
+    check.fail("(kernel) heads_q", "at most 65535 (the grid's y dimension)", std::to_string(m.headsQ));
+  check.inputs(m, args.inputs);
+  if (check.status.ok && args.workspace) {
+    check.pointer("workspace", args.workspace, 16);
+    size_t needed = backwardWorkspaceBytes(args.batch, args.q_len, args.deterministic);
+    if (args.workspace_bytes < needed)
+      check.fail("workspace_bytes",
+                 "at least " + std::to_string(needed) + " (backwardWorkspaceBytes(" +
+                     std::to_string(args.batch) + ", " + std::to_string(args.q_len) + ", " +
+                     (args.deterministic ? "true" : "false") + "))",
+                 std::to_string(args.workspace_bytes));
+  }
+  return check.status;
+}
+
+Status Kernel::backward(const BackwardArgs& args, void* stream) const {
+  if (Status status = validateBackward(args); !status) return status;
+  const KernelMetadata& m = metadata();
+  std::string error;
+  const DriverApi* driver = DriverApi::get(&error);
+  if (!driver) return Status::error("Kernel::backward: " + error);
+  cu::Context context = currentContext(*driver, &error);
+  if (!context) return Status::error("Kernel::backward: " + error);
+  const Impl::Loaded* loaded = impl_->backwardFunctions(*driver, context, &error);
+  if (!loaded) return Status::error(error);
+  // The chosen image's geometry (other architectures may tile differently; the workspace size
+  // does not depend on it).
+  const BackwardMetadata& b = *loaded->image->metadata.backward;
+  WorkspaceLayout layout = workspaceLayout(m, args.batch, args.q_len, args.deterministic);
+
+  // The caller's workspace, or this kernel's (held for the launches: they are enqueued in order).
+  std::unique_lock<std::mutex> workspaceLock;
+  char* workspace = static_cast<char*>(args.workspace);
+  if (!workspace) {
+    workspaceLock = std::unique_lock<std::mutex>(impl_->workspaceMutex);
+    DeviceBuffer& buffer = impl_->workspaces[context];
+    if (buffer.size() < layout.total) {
+      // Work already enqueued may still use the old buffer: wait for it before freeing.
+      if (buffer.data() &&
+          !driver->check(driver->cuCtxSynchronize(), "cuCtxSynchronize", &error))
+        return Status::error("Kernel::backward: growing the workspace: " + error);
+      buffer = DeviceBuffer();
+      Status status;
+      buffer = DeviceBuffer::allocate(layout.total, &status);
+      if (!status)
+        return Status::error("Kernel::backward: allocating a " + std::to_string(layout.total) +
+                             "-byte workspace: " + status.message +
+                             " (or pass BackwardArgs::workspace)");
+    }
+    workspace = static_cast<char*>(buffer.data());
+  }
+
+  BwdParams p{};
+  p.q = args.q.data;
+  p.k = args.k.data;
+  p.v = args.v.data;
+  p.o = args.o.data;
+  p.do_ = args.d_o.data;
+  p.lse = args.lse;
+  p.dq = args.dq.data;
+  p.dk = args.dk.data;
+  p.dv = args.dv.data;
+  p.dq_accum = args.deterministic ? nullptr : reinterpret_cast<float*>(workspace + layout.dqAccum);
+  p.delta = reinterpret_cast<float*>(workspace + layout.delta);
+  p.q_stride_b = args.q.stride_b, p.q_stride_h = args.q.stride_h, p.q_stride_s = args.q.stride_s;
+  p.k_stride_b = args.k.stride_b, p.k_stride_h = args.k.stride_h, p.k_stride_s = args.k.stride_s;
+  p.v_stride_b = args.v.stride_b, p.v_stride_h = args.v.stride_h, p.v_stride_s = args.v.stride_s;
+  p.o_stride_b = args.o.stride_b, p.o_stride_h = args.o.stride_h, p.o_stride_s = args.o.stride_s;
+  p.do_stride_b = args.d_o.stride_b, p.do_stride_h = args.d_o.stride_h,
+  p.do_stride_s = args.d_o.stride_s;
+  p.dq_stride_b = args.dq.stride_b, p.dq_stride_h = args.dq.stride_h,
+  p.dq_stride_s = args.dq.stride_s;
+  p.dk_stride_b = args.dk.stride_b, p.dk_stride_h = args.dk.stride_h,
+  p.dk_stride_s = args.dk.stride_s;
+  p.dv_stride_b = args.dv.stride_b, p.dv_stride_h = args.dv.stride_h,
+  p.dv_stride_s = args.dv.stride_s;
+  p.batch = int(args.batch);
+  p.heads_q = m.headsQ;
+  p.heads_kv = m.headsKV;
+  p.q_len = int(args.q_len);
+  p.kv_len = int(args.kv_len);
+  p.scale = m.scale;
+  p.dropout_p = m.dropout;
+  p.dropout_seed = args.dropout_seed;
+  p.dropout_offset = args.dropout_offset;
+  for (size_t i = 0; i < args.inputs.size(); ++i)
+    p.inputs[i] = {args.inputs[i].data, args.inputs[i].stride_b, args.inputs[i].stride_h,
+                   args.inputs[i].stride_pos};
+
+  void* params[] = {&p};
+  auto blocks = [](int64_t n, int per) { return unsigned((n + per - 1) / per); };
+  auto launch = [&](int which, unsigned gridX, unsigned heads, int threads, long long smem) {
+    std::string what = "cuLaunchKernel(" + b.entryStem + Impl::kBackwardSuffixes[which] + ")";
+    return driver->check(driver->cuLaunchKernel(loaded->backward[which], gridX, heads,
+                                                unsigned(args.batch), unsigned(threads), 1, 1,
+                                                unsigned(smem), static_cast<cu::Stream>(stream),
+                                                params, nullptr),
+                         what.c_str(), &error);
+  };
+  unsigned rowBlocks = blocks(args.q_len, b.preprocessRows);
+  bool ok = launch(0, rowBlocks, unsigned(m.headsQ), b.kvThreads, 0);
+  if (ok && !args.deterministic)
+    ok = launch(1, blocks(args.kv_len, b.kvBlockKV), unsigned(m.headsKV), b.kvThreads,
+                b.kvSmemBytes) &&
+         launch(3, rowBlocks, unsigned(m.headsQ), b.kvThreads, 0);
+  else if (ok)
+    ok = launch(2, blocks(args.kv_len, b.kvBlockKV), unsigned(m.headsKV), b.kvThreads,
+                b.kvSmemBytes) &&
+         launch(4, blocks(args.q_len, b.qBlockQ), unsigned(m.headsQ), b.qThreads, b.qSmemBytes);
+  if (!ok) return Status::error("kernel '" + m.name + "' (backward): " + error);
   return Status::success();
 }
 

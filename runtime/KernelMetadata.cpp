@@ -19,6 +19,12 @@ std::string KernelMetadata::serialize() const {
      << "\nhead_dim_v " << headDimV << "\nheads_q " << headsQ << "\nheads_kv " << headsKV
      << "\ndtype " << dtype << "\nscale " << scale << "\ndropout " << dropout
      << "\nattnc_version " << attncVersion << "\n";
+  if (backward)  // absent in forward-only entries (and in entries older than the backward)
+    os << "bwd_entry_stem " << backward->entryStem << "\nbwd_kv_threads " << backward->kvThreads
+       << "\nbwd_q_threads " << backward->qThreads << "\nbwd_kv_block_kv " << backward->kvBlockKV
+       << "\nbwd_q_block_q " << backward->qBlockQ << "\nbwd_preprocess_rows "
+       << backward->preprocessRows << "\nbwd_kv_smem_bytes " << backward->kvSmemBytes
+       << "\nbwd_q_smem_bytes " << backward->qSmemBytes << "\n";
   for (const InputInfo& input : inputs)
     os << "input " << input.name << " " << input.type << " " << input.dims << "\n";
   return os.str();
@@ -32,7 +38,8 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
   };
   std::istringstream lines(text);
   std::string line;
-  int seen = 0;
+  int seen = 0, seenBackward = 0;
+  BackwardMetadata b;
   while (std::getline(lines, line)) {
     std::istringstream fields(line);
     std::string key, value;
@@ -59,6 +66,20 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
       return !value.empty() && !*end;
     };
     bool ok = true;
+    if (key.rfind("bwd_", 0) == 0) {
+      if (key == "bwd_entry_stem") b.entryStem = value;
+      else if (key == "bwd_kv_threads") ok = integer(b.kvThreads);
+      else if (key == "bwd_q_threads") ok = integer(b.qThreads);
+      else if (key == "bwd_kv_block_kv") ok = integer(b.kvBlockKV);
+      else if (key == "bwd_q_block_q") ok = integer(b.qBlockQ);
+      else if (key == "bwd_preprocess_rows") ok = integer(b.preprocessRows);
+      else if (key == "bwd_kv_smem_bytes") ok = integer(b.kvSmemBytes);
+      else if (key == "bwd_q_smem_bytes") ok = integer(b.qSmemBytes);
+      else return fail("unknown key '" + key + "'");
+      if (!ok) return fail("bad value in '" + line + "'");
+      ++seenBackward;
+      continue;
+    }
     if (key == "name") m.name = value;
     else if (key == "entry") m.entry = value;
     else if (key == "target") m.target = value;
@@ -89,6 +110,14 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
   if (m.name.empty() || m.entry.empty() || m.target.empty() || m.threads <= 0 || m.headDim <= 0 ||
       m.headDimV <= 0 || m.headsQ <= 0 || m.headsKV <= 0 || !(m.scale > 0))
     return fail("missing or non-positive fields");
+  if (seenBackward != 0) {
+    if (seenBackward != 8)
+      return fail("expected 8 backward fields, got " + std::to_string(seenBackward));
+    if (b.entryStem.empty() || b.kvThreads <= 0 || b.qThreads <= 0 || b.kvBlockKV <= 0 ||
+        b.qBlockQ <= 0 || b.preprocessRows <= 0 || b.kvSmemBytes < 0 || b.qSmemBytes < 0)
+      return fail("missing or non-positive backward fields");
+    m.backward = b;
+  }
   return m;
 }
 

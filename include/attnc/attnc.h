@@ -67,6 +67,38 @@ struct ForwardArgs {
   uint64_t dropout_seed = 0, dropout_offset = 0;
 };
 
+// One backward launch (the kernel must have been compiled with backward, see JitCompiler). Shapes
+// and requirements as ForwardArgs: o is the forward's output, d_o the gradient of the loss with
+// respect to it (o's shape); dq, dk, dv (q's, k's, v's shapes) are written entirely; lse is the
+// forward's [batch, heads_q, q_len] float32 contiguous LSE (required). Inputs and dropout seed and
+// offset must be the forward's. deterministic: dQ by a separate kernel instead of fp32 atomics
+// (bit-identical results run to run, somewhat slower).
+// workspace: device memory of at least backwardWorkspaceBytes(batch, q_len, deterministic) bytes,
+// 16-byte aligned, used only while the launches run (stream-ordered). Null: the Kernel uses one it
+// allocates (cuMemAlloc, grow-only, one per CUDA context, kept until the Kernel and its copies are
+// gone). That buffer is shared by every backward() on the Kernel and its copies, so callers who
+// launch backward on several streams concurrently must pass their own workspace per stream.
+struct BackwardArgs {
+  TensorArg q, k, v, o, d_o;
+  OutputArg dq, dk, dv;
+  const float* lse = nullptr;
+  int64_t batch = 0, q_len = 0, kv_len = 0;
+  std::vector<InputArg> inputs;
+  uint64_t dropout_seed = 0, dropout_offset = 0;
+  bool deterministic = false;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+// How to launch the backward kernels (entries <entryStem>_preprocess, _kv, _kv_nodq, _convert_dq,
+// _q; all take attnc::BwdParams).
+struct BackwardMetadata {
+  std::string entryStem;  // <name>_bwd
+  int kvThreads = 0, qThreads = 0;
+  int kvBlockKV = 0, qBlockQ = 0, preprocessRows = 0;
+  long long kvSmemBytes = 0, qSmemBytes = 0;  // dynamic shared memory of _kv/_kv_nodq and _q
+};
+
 // A declared input as the kernel sees it.
 struct InputInfo {
   std::string name;
@@ -90,6 +122,8 @@ struct KernelMetadata {
   float dropout = 0;  // probability of dropping
   std::vector<InputInfo> inputs;  // in slot order
   std::string attncVersion;
+  std::optional<BackwardMetadata> backward;  // set when compiled with the backward kernels
+  bool hasBackward() const { return backward.has_value(); }
 
   // A line-based "key value" text; parse() rejects anything it does not fully understand.
   std::string serialize() const;
@@ -133,6 +167,17 @@ public:
   Status forward(const ForwardArgs& args, void* stream) const;
   // Every check of forward() that needs no GPU: pointers, alignment, lengths, strides, inputs.
   Status validate(const ForwardArgs& args) const;
+
+  // Validates `args` (validateBackward() plus the current device) and launches the backward
+  // kernels on `stream`: preprocess, then kv and convert_dq (or, deterministic, kv_nodq and q).
+  Status backward(const BackwardArgs& args, void* stream) const;
+  // Every check of backward() that needs no GPU, including that the kernel has backward kernels
+  // and that a given workspace is large enough.
+  Status validateBackward(const BackwardArgs& args) const;
+  // Bytes of BackwardArgs::workspace: the fp32 dQ accumulator (not in deterministic mode) and the
+  // fp32 delta rows, each 256-byte aligned inside one buffer. 0 without backward kernels.
+  size_t backwardWorkspaceBytes(int64_t batch, int64_t q_len, bool deterministic) const;
+  bool hasBackward() const { return metadata().hasBackward(); }
 
   // Of the first image (the one fromCubin was given).
   const KernelMetadata& metadata() const;
@@ -214,9 +259,13 @@ public:
   JitCompiler(JitCompiler&&) noexcept;
   JitCompiler& operator=(JitCompiler&&) noexcept;
 
-  Kernel compile(const Spec& spec, const Target& target, Status* status);
-  Kernel compileFile(const std::string& specPath, const Target& target, Status* status);
-  Kernel compileText(const std::string& yaml, const Target& target, Status* status);
+  // withBackward: also compile the backward kernels (Kernel::backward); slower to compile, and
+  // cached separately from the forward-only kernel.
+  Kernel compile(const Spec& spec, const Target& target, Status* status, bool withBackward = false);
+  Kernel compileFile(const std::string& specPath, const Target& target, Status* status,
+                     bool withBackward = false);
+  Kernel compileText(const std::string& yaml, const Target& target, Status* status,
+                     bool withBackward = false);
 
   // Where the cache lives for these options.
   std::string cacheDirectory() const;

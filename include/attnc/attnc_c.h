@@ -39,6 +39,26 @@ typedef struct attnc_forward_args {
   uint64_t dropout_seed, dropout_offset;
 } attnc_forward_args;
 
+/* One backward launch (a kernel compiled with ATTNC_COMPILE_BACKWARD). o is the forward's output,
+ * d_o the loss gradient with respect to it; dq, dk, dv are written. lse: the forward's LSE
+ * (required). Inputs, dropout seed and offset: the forward's. deterministic != 0: dQ without
+ * atomics (bit-identical run to run, slower). workspace: NULL (the kernel allocates and keeps one;
+ * shared by all calls on the kernel, so pass your own per stream when launching on several streams
+ * concurrently) or at least attnc_kernel_backward_workspace_bytes(...) bytes, 16-byte aligned. */
+typedef struct attnc_backward_args {
+  attnc_tensor q, k, v, o, d_o;
+  attnc_tensor dq, dk, dv;      /* written */
+  const float* lse;
+  int64_t batch, q_len, kv_len;
+  const attnc_input* inputs;    /* num_inputs entries */
+  int64_t num_inputs;
+  uint64_t dropout_seed, dropout_offset;
+  int32_t deterministic;
+  int32_t reserved;             /* 0 */
+  void* workspace;
+  int64_t workspace_bytes;
+} attnc_backward_args;
+
 /* What attnc_kernel_info reports; the strings live as long as the kernel. */
 typedef struct attnc_info {
   const char* name;
@@ -50,7 +70,11 @@ typedef struct attnc_info {
   int32_t num_inputs;
   int64_t smem_bytes;
   float scale, dropout;
+  int32_t has_backward; /* compiled with ATTNC_COMPILE_BACKWARD */
 } attnc_info;
+
+/* Flags of attnc_compile_*_ex. */
+#define ATTNC_COMPILE_BACKWARD 1u /* also compile the backward kernels (attnc_kernel_backward) */
 
 /* "0.1.0" */
 const char* attnc_version(void);
@@ -59,12 +83,27 @@ const char* attnc_version(void);
  * current CUDA device's architecture). */
 int attnc_compile_file(const char* spec_path, const char* target, attnc_kernel** out, char** error);
 int attnc_compile_text(const char* yaml, const char* target, attnc_kernel** out, char** error);
+/* As above with ATTNC_COMPILE_* flags (0: the same as without _ex). */
+int attnc_compile_file_ex(const char* spec_path, const char* target, uint32_t flags,
+                          attnc_kernel** out, char** error);
+int attnc_compile_text_ex(const char* yaml, const char* target, uint32_t flags, attnc_kernel** out,
+                          char** error);
 
 /* Validates the arguments, then launches on `stream` (a CUstream; NULL = the default stream). */
 int attnc_kernel_forward(const attnc_kernel* kernel, const attnc_forward_args* args, void* stream,
                          char** error);
 /* Only the argument checks of attnc_kernel_forward (no GPU needed). */
 int attnc_kernel_validate(const attnc_kernel* kernel, const attnc_forward_args* args, char** error);
+
+/* Validates, then launches the backward kernels on `stream`. */
+int attnc_kernel_backward(const attnc_kernel* kernel, const attnc_backward_args* args, void* stream,
+                          char** error);
+/* Only the argument checks of attnc_kernel_backward (no GPU needed). */
+int attnc_kernel_backward_validate(const attnc_kernel* kernel, const attnc_backward_args* args,
+                                   char** error);
+/* Bytes attnc_backward_args.workspace needs; 0 for a kernel without backward or bad lengths. */
+int64_t attnc_kernel_backward_workspace_bytes(const attnc_kernel* kernel, int64_t batch,
+                                              int64_t q_len, int32_t deterministic);
 
 int attnc_kernel_info(const attnc_kernel* kernel, attnc_info* info);
 /* The name of declared input `index` (spec order), or NULL when out of range. */

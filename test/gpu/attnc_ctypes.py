@@ -29,13 +29,28 @@ class ForwardArgs(ctypes.Structure):
                 ("dropout_seed", ctypes.c_uint64), ("dropout_offset", ctypes.c_uint64)]
 
 
+class BackwardArgs(ctypes.Structure):
+    _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor), ("d_o", Tensor),
+                ("dq", Tensor), ("dk", Tensor), ("dv", Tensor),
+                ("lse", ctypes.c_void_p),
+                ("batch", ctypes.c_int64), ("q_len", ctypes.c_int64), ("kv_len", ctypes.c_int64),
+                ("inputs", ctypes.POINTER(Input)), ("num_inputs", ctypes.c_int64),
+                ("dropout_seed", ctypes.c_uint64), ("dropout_offset", ctypes.c_uint64),
+                ("deterministic", ctypes.c_int32), ("reserved", ctypes.c_int32),
+                ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_int64)]
+
+
+ATTNC_COMPILE_BACKWARD = 1
+
+
 class Info(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("entry", ctypes.c_char_p), ("target", ctypes.c_char_p),
                 ("dtype", ctypes.c_char_p), ("threads", ctypes.c_int32),
                 ("head_dim", ctypes.c_int32), ("head_dim_v", ctypes.c_int32),
                 ("heads_q", ctypes.c_int32), ("heads_kv", ctypes.c_int32),
                 ("num_inputs", ctypes.c_int32), ("smem_bytes", ctypes.c_int64),
-                ("scale", ctypes.c_float), ("dropout", ctypes.c_float)]
+                ("scale", ctypes.c_float), ("dropout", ctypes.c_float),
+                ("has_backward", ctypes.c_int32)]
 
 
 class AttncError(RuntimeError):
@@ -64,6 +79,19 @@ class Library:
         for fn in (lib.attnc_compile_file, lib.attnc_compile_text):
             fn.restype = ctypes.c_int
             fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(kp), ctypes.POINTER(ctypes.c_void_p)]
+        for fn in (lib.attnc_compile_file_ex, lib.attnc_compile_text_ex):
+            fn.restype = ctypes.c_int
+            fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint32, ctypes.POINTER(kp),
+                           ctypes.POINTER(ctypes.c_void_p)]
+        lib.attnc_kernel_backward.restype = ctypes.c_int
+        lib.attnc_kernel_backward.argtypes = [kp, ctypes.POINTER(BackwardArgs), ctypes.c_void_p,
+                                              ctypes.POINTER(ctypes.c_void_p)]
+        lib.attnc_kernel_backward_validate.restype = ctypes.c_int
+        lib.attnc_kernel_backward_validate.argtypes = [kp, ctypes.POINTER(BackwardArgs),
+                                                       ctypes.POINTER(ctypes.c_void_p)]
+        lib.attnc_kernel_backward_workspace_bytes.restype = ctypes.c_int64
+        lib.attnc_kernel_backward_workspace_bytes.argtypes = [kp, ctypes.c_int64, ctypes.c_int64,
+                                                              ctypes.c_int32]
         lib.attnc_kernel_forward.restype = ctypes.c_int
         lib.attnc_kernel_forward.argtypes = [kp, ctypes.POINTER(ForwardArgs), ctypes.c_void_p,
                                              ctypes.POINTER(ctypes.c_void_p)]
@@ -89,19 +117,23 @@ class Library:
         self.lib.attnc_free_string(ptr)
         return text
 
-    def _compile(self, fn, arg, target):
+    def _compile(self, fn, arg, target, flags=0):
         handle = ctypes.c_void_p()
         error = ctypes.c_void_p()
-        rc = fn(arg.encode(), target.encode() if target else None, ctypes.byref(handle), ctypes.byref(error))
+        rc = fn(arg.encode(), target.encode() if target else None, flags, ctypes.byref(handle),
+                ctypes.byref(error))
         if rc != ATTNC_OK:
             raise AttncError(self._take_error(error))
         return Kernel(self, handle)
 
-    def compile_file(self, path, target=None):
-        return self._compile(self.lib.attnc_compile_file, path, target)
+    def compile_file(self, path, target=None, backward=False):
+        """backward=True also compiles the backward kernels (Kernel.backward)."""
+        return self._compile(self.lib.attnc_compile_file_ex, path, target,
+                             ATTNC_COMPILE_BACKWARD if backward else 0)
 
-    def compile_text(self, yaml, target=None):
-        return self._compile(self.lib.attnc_compile_text, yaml, target)
+    def compile_text(self, yaml, target=None, backward=False):
+        return self._compile(self.lib.attnc_compile_text_ex, yaml, target,
+                             ATTNC_COMPILE_BACKWARD if backward else 0)
 
 
 def _tensor(t, layout):
@@ -183,4 +215,62 @@ class Kernel:
     def forward(self, q, k, v, o, lse=None, inputs=(), seed=0, offset=0, layout="bshd", stream=None):
         args = self.make_args(q, k, v, o, lse, inputs, seed, offset, layout)
         self.launch(args, stream)
+        return args
+
+    # ---- backward ----
+
+    def backward_workspace_bytes(self, batch, q_len, deterministic=False):
+        return self.library.lib.attnc_kernel_backward_workspace_bytes(self.handle, batch, q_len,
+                                                                      int(bool(deterministic)))
+
+    def make_backward_args(self, q, k, v, o, d_o, dq, dk, dv, lse, inputs=(), seed=0, offset=0,
+                           layout="bshd", deterministic=False, workspace=None, batch=None,
+                           q_len=None, kv_len=None):
+        """The C struct for a backward launch: q, k, v, o (the forward's output), d_o and the
+        gradients dq, dk, dv (written) as 4-d tensors in `layout`; lse the forward's [b, h, q_len]
+        float32 LSE; inputs as in make_args; workspace None (the kernel's own) or a CUDA tensor of
+        at least backward_workspace_bytes(...) bytes."""
+        s_axis = 1 if layout == "bshd" else 2
+        args = BackwardArgs()
+        (args.q, args.k, args.v, args.o, args.d_o, args.dq, args.dk, args.dv) = (
+            _tensor(t, layout) for t in (q, k, v, o, d_o, dq, dk, dv))
+        args.lse = lse.data_ptr() if lse is not None else None
+        args.batch = batch if batch is not None else (q if q is not None else dq).shape[0]
+        args.q_len = q_len if q_len is not None else (q if q is not None else dq).shape[s_axis]
+        args.kv_len = kv_len if kv_len is not None else (k if k is not None else dk).shape[s_axis]
+        structs = [x if isinstance(x, Input) else input_strides(*x) for x in inputs]
+        array = (Input * max(1, len(structs)))(*structs)
+        args.inputs = ctypes.cast(array, ctypes.POINTER(Input))
+        args.num_inputs = len(structs)
+        args._keepalive = array
+        args.dropout_seed = seed
+        args.dropout_offset = offset
+        args.deterministic = int(bool(deterministic))
+        if workspace is not None:
+            args.workspace = workspace.data_ptr()
+            args.workspace_bytes = workspace.numel() * workspace.element_size()
+        return args
+
+    def launch_backward(self, args, stream=None):
+        """Launches with a ready BackwardArgs; raises AttncError with the library's message."""
+        if stream is None:
+            import torch
+            stream = torch.cuda.current_stream().cuda_stream
+        error = ctypes.c_void_p()
+        rc = self.library.lib.attnc_kernel_backward(self.handle, ctypes.byref(args),
+                                                    ctypes.c_void_p(stream), ctypes.byref(error))
+        if rc != ATTNC_OK:
+            raise AttncError(self.library._take_error(error))
+
+    def validate_backward(self, args):
+        error = ctypes.c_void_p()
+        rc = self.library.lib.attnc_kernel_backward_validate(self.handle, ctypes.byref(args),
+                                                             ctypes.byref(error))
+        return None if rc == ATTNC_OK else self.library._take_error(error)
+
+    def backward(self, q, k, v, o, d_o, dq, dk, dv, lse, inputs=(), seed=0, offset=0,
+                 layout="bshd", deterministic=False, workspace=None, stream=None):
+        args = self.make_backward_args(q, k, v, o, d_o, dq, dk, dv, lse, inputs, seed, offset,
+                                       layout, deterministic, workspace)
+        self.launch_backward(args, stream)
         return args

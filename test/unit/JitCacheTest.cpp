@@ -157,5 +157,50 @@ TEST_F(JitCache, BadSpecIsAnError) {
   EXPECT_NE(status.message.find("head_dim"), std::string::npos) << status.message;
 }
 
+// With backward: the cubin holds the five backward entries, the metadata their geometry, and the
+// cache keeps the forward-only and the backward kernel apart.
+TEST_F(JitCache, BackwardIsCompiledAndCachedSeparately) {
+  std::string dir = freshDirectory("backward");
+  JitCompiler jit(JitOptions{dir, true});
+  JitStats before = JitCompiler::stats();
+  Status status;
+  Kernel forward = jit.compileText(kSpec, target, &status);
+  ASSERT_TRUE(status) << status.message;
+  EXPECT_FALSE(forward.hasBackward());
+  Kernel backward = jit.compileText(kSpec, target, &status, /*withBackward=*/true);
+  ASSERT_TRUE(status) << status.message;
+  EXPECT_EQ(JitCompiler::stats().nvrtcRuns - before.nvrtcRuns, 2) << "backward hit the forward entry";
+  EXPECT_EQ(kernelFiles(dir).size(), 2u);
+  ASSERT_TRUE(backward.hasBackward());
+  const BackwardMetadata& b = *backward.metadata().backward;
+  EXPECT_EQ(b.entryStem, "jit_cache_test_bwd");
+  EXPECT_GT(b.kvThreads, 0);
+  EXPECT_GT(b.qThreads, 0);
+  EXPECT_GT(b.kvBlockKV, 0);
+  EXPECT_GT(b.qBlockQ, 0);
+  EXPECT_GT(b.preprocessRows, 0);
+  EXPECT_GT(b.kvSmemBytes, 0);
+  EXPECT_GT(b.qSmemBytes, 0);
+  std::string cubin(backward.cubin().begin(), backward.cubin().end());
+  for (const char* suffix : {"_preprocess", "_kv", "_kv_nodq", "_convert_dq", "_q"}) {
+    std::string symbol = b.entryStem + suffix;
+    EXPECT_NE(cubin.find(symbol + '\0'), std::string::npos) << symbol << " not in the cubin";
+  }
+  EXPECT_NE(cubin.find(backward.entry() + '\0'), std::string::npos);
+  std::string forwardCubin(forward.cubin().begin(), forward.cubin().end());
+  EXPECT_EQ(forwardCubin.find(b.entryStem + "_kv"), std::string::npos);
+
+  // Warm: each comes back from its own entry, metadata included.
+  Kernel warm = jit.compileText(kSpec, target, &status, true);
+  ASSERT_TRUE(status) << status.message;
+  EXPECT_EQ(JitCompiler::stats().nvrtcRuns - before.nvrtcRuns, 2);
+  EXPECT_EQ(warm.cubin(), backward.cubin());
+  EXPECT_EQ(warm.metadata().serialize(), backward.metadata().serialize());
+  Kernel warmForward = jit.compileText(kSpec, target, &status);
+  ASSERT_TRUE(status) << status.message;
+  EXPECT_FALSE(warmForward.hasBackward());
+  EXPECT_EQ(warmForward.cubin(), forward.cubin());
+}
+
 }  // namespace
 }  // namespace attnc

@@ -136,6 +136,132 @@ TEST(Kernel, ValidationNamesTheArgument) {
   }
 }
 
+KernelMetadata backwardMetadata() {
+  KernelMetadata m = documentMetadata();
+  m.backward = BackwardMetadata{"document_bwd", 256, 256, 128, 64, 64, 98304, 81920};
+  return m;
+}
+
+Kernel backwardKernel() {
+  Status status;
+  Kernel kernel = Kernel::fromCubin(backwardMetadata(), kFakeCubin, sizeof kFakeCubin, &status);
+  EXPECT_TRUE(status) << status.message;
+  return kernel;
+}
+
+// Valid BHSD backward arguments for backwardKernel() at batch 2, length 256.
+BackwardArgs validBackwardArgs() {
+  auto* base = reinterpret_cast<char*>(uintptr_t(1) << 20);
+  Strides s = bhsdStrides(16, 256, 128);
+  BackwardArgs args;
+  args.q = tensorArg(base, s);
+  args.k = tensorArg(base + (1 << 22), s);
+  args.v = tensorArg(base + (2 << 22), s);
+  args.o = tensorArg(base + (3 << 22), s);
+  args.d_o = tensorArg(base + (4 << 22), s);
+  args.dq = outputArg(base + (5 << 22), s);
+  args.dk = outputArg(base + (6 << 22), s);
+  args.dv = outputArg(base + (7 << 22), s);
+  args.lse = reinterpret_cast<const float*>(base + (8 << 22));
+  args.batch = 2;
+  args.q_len = args.kv_len = 256;
+  args.inputs = {InputArg{base + (9 << 22), 0, 0, 1}};
+  return args;
+}
+
+TEST(KernelMetadata, RoundTripsWithBackward) {
+  KernelMetadata m = backwardMetadata();
+  std::string error;
+  std::optional<KernelMetadata> back = KernelMetadata::parse(m.serialize(), &error);
+  ASSERT_TRUE(back) << error;
+  EXPECT_EQ(back->serialize(), m.serialize());
+  ASSERT_TRUE(back->hasBackward());
+  EXPECT_EQ(back->backward->entryStem, "document_bwd");
+  EXPECT_EQ(back->backward->kvThreads, 256);
+  EXPECT_EQ(back->backward->qBlockQ, 64);
+  EXPECT_EQ(back->backward->kvSmemBytes, 98304);
+  EXPECT_EQ(back->backward->qSmemBytes, 81920);
+  // Forward-only (and pre-backward) entries parse without backward.
+  std::optional<KernelMetadata> forward = KernelMetadata::parse(documentMetadata().serialize(), &error);
+  ASSERT_TRUE(forward) << error;
+  EXPECT_FALSE(forward->hasBackward());
+  // A partial backward is rejected.
+  EXPECT_FALSE(KernelMetadata::parse(documentMetadata().serialize() + "bwd_kv_threads 256\n", &error));
+  EXPECT_NE(error.find("expected 8 backward fields"), std::string::npos) << error;
+}
+
+TEST(Kernel, BackwardWorkspaceBytes) {
+  Kernel kernel = backwardKernel();
+  size_t accum = size_t(2) * 16 * 100 * 128 * 4, delta = size_t(2) * 16 * 100 * 4;
+  auto up = [](size_t n) { return (n + 255) / 256 * 256; };
+  EXPECT_EQ(kernel.backwardWorkspaceBytes(2, 100, false), up(accum) + up(delta));
+  EXPECT_EQ(kernel.backwardWorkspaceBytes(2, 100, true), up(delta));
+  EXPECT_EQ(documentKernel().backwardWorkspaceBytes(2, 100, false), 0u);
+  EXPECT_TRUE(kernel.hasBackward());
+  EXPECT_FALSE(documentKernel().hasBackward());
+}
+
+TEST(Kernel, ValidBackwardArgumentsPass) {
+  Status status = backwardKernel().validateBackward(validBackwardArgs());
+  EXPECT_TRUE(status) << status.message;
+  BackwardArgs args = validBackwardArgs();
+  args.deterministic = true;
+  args.workspace = reinterpret_cast<void*>(uintptr_t(1) << 30);
+  args.workspace_bytes = backwardKernel().backwardWorkspaceBytes(2, 256, true);
+  status = backwardKernel().validateBackward(args);
+  EXPECT_TRUE(status) << status.message;
+}
+
+TEST(Kernel, BackwardValidationNamesTheArgument) {
+  Kernel kernel = backwardKernel();
+  struct Case {
+    void (*mutate)(BackwardArgs&);
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](BackwardArgs& a) { a.d_o.data = nullptr; },
+       "BackwardArgs.d_o.data: expected a device pointer, got null"},
+      {[](BackwardArgs& a) { a.dq.data = static_cast<char*>(a.dq.data) + 8; },
+       "BackwardArgs.dq.data: expected 16-byte alignment, got 0x"},
+      {[](BackwardArgs& a) { a.dk.stride_s = 132; },
+       "BackwardArgs.dk.stride_s: expected a multiple of 8 elements, got 132"},
+      {[](BackwardArgs& a) { a.lse = nullptr; }, "BackwardArgs.lse: expected a device pointer, got null"},
+      {[](BackwardArgs& a) { a.kv_len = 0; },
+       "BackwardArgs.kv_len: expected a value in [1, 2147483647], got 0"},
+      {[](BackwardArgs& a) { a.inputs.clear(); }, "BackwardArgs.inputs: expected 1 input(s) (doc), got 0"},
+      {[](BackwardArgs& a) {
+         a.workspace = reinterpret_cast<void*>(uintptr_t(1) << 30);
+         a.workspace_bytes = 1024;
+       },
+       "BackwardArgs.workspace_bytes: expected at least 4227072 (backwardWorkspaceBytes(2, 256, "
+       "false)), got 1024"},
+      {[](BackwardArgs& a) {
+         a.workspace = reinterpret_cast<void*>((uintptr_t(1) << 30) + 4);
+         a.workspace_bytes = size_t(1) << 24;
+       },
+       "BackwardArgs.workspace: expected 16-byte alignment, got 0x"},
+  };
+  for (const Case& c : cases) {
+    BackwardArgs args = validBackwardArgs();
+    c.mutate(args);
+    Status status = kernel.validateBackward(args);
+    EXPECT_FALSE(status.ok) << c.message;
+    EXPECT_EQ(status.message.rfind(c.message, 0), 0u) << status.message;
+  }
+}
+
+TEST(Kernel, BackwardNeedsBackwardKernels) {
+  Status status = documentKernel().validateBackward(validBackwardArgs());
+  EXPECT_FALSE(status.ok);
+  EXPECT_NE(status.message.find("this kernel was compiled without backward kernels: compile with "
+                                "backward enabled"),
+            std::string::npos)
+      << status.message;
+  EXPECT_NE(documentKernel().backward(validBackwardArgs(), nullptr).message.find(
+                "compiled without backward kernels"),
+            std::string::npos);
+}
+
 TEST(Kernel, EmptyKernelIsAnError) {
   Kernel kernel;
   EXPECT_FALSE(kernel.validate(validArgs()).ok);
