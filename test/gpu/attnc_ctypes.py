@@ -223,12 +223,12 @@ class Kernel:
         return self.library.lib.attnc_kernel_backward_workspace_bytes(self.handle, batch, q_len,
                                                                       int(bool(deterministic)))
 
-    def make_backward_args(self, q, k, v, o, d_o, dq, dk, dv, lse, inputs=(), seed=0, offset=0,
+    def make_backward_args(self, q, k, v, o, d_o, lse, dq, dk, dv, inputs=(), seed=0, offset=0,
                            layout="bshd", deterministic=False, workspace=None, batch=None,
                            q_len=None, kv_len=None):
         """The C struct for a backward launch: q, k, v, o (the forward's output), d_o and the
         gradients dq, dk, dv (written) as 4-d tensors in `layout`; lse the forward's [b, h, q_len]
-        float32 LSE; inputs as in make_args; workspace None (the kernel's own) or a CUDA tensor of
+        float32 LSE (between d_o and the gradients); inputs as in make_args; workspace None (the kernel's own) or a CUDA tensor of
         at least backward_workspace_bytes(...) bytes."""
         s_axis = 1 if layout == "bshd" else 2
         args = BackwardArgs()
@@ -268,9 +268,9 @@ class Kernel:
                                                              ctypes.byref(error))
         return None if rc == ATTNC_OK else self.library._take_error(error)
 
-    def backward(self, q, k, v, o, d_o, dq, dk, dv, lse, inputs=(), seed=0, offset=0,
+    def backward(self, q, k, v, o, d_o, lse, dq, dk, dv, inputs=(), seed=0, offset=0,
                  layout="bshd", deterministic=False, workspace=None, stream=None):
-        args = self.make_backward_args(q, k, v, o, d_o, dq, dk, dv, lse, inputs, seed, offset,
+        args = self.make_backward_args(q, k, v, o, d_o, lse, dq, dk, dv, inputs, seed, offset,
                                        layout, deterministic, workspace)
         self.launch_backward(args, stream)
         return args
