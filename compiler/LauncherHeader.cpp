@@ -123,6 +123,13 @@ std::string emitLauncherHeader(const std::string& specPath, const std::vector<La
      << "_forward(const attnc::ForwardArgs& args, void* stream) {\n"
      << "  attnc::Status status;\n  const attnc::Kernel& kernel = " << name << "_kernel(&status);\n"
      << "  if (!status) return status;\n  return kernel.forward(args, stream);\n}\n";
+  if (first.hasBackward())
+    os << "\n// dQ, dK, dV from Q, K, V, O, dO, LSE as attnc::BackwardArgs (deterministic mode and the\n"
+       << "// workspace are fields there).\n"
+       << "inline attnc::Status " << name
+       << "_backward(const attnc::BackwardArgs& args, void* stream) {\n"
+       << "  attnc::Status status;\n  const attnc::Kernel& kernel = " << name << "_kernel(&status);\n"
+       << "  if (!status) return status;\n  return kernel.backward(args, stream);\n}\n";
   return text;
 }
 

@@ -96,6 +96,7 @@ int runEmitHeader(const Common& common, const std::string& outputDir) {
   CompileOptions options;
   options.blockQ = common.blockQ;
   options.blockKV = common.blockKV;
+  options.backward = common.backward;
   std::vector<CompiledKernel> kernels;
   for (const Target& target : targets) {
     std::optional<CompiledKernel> kernel = compiler.compile(*spec, target, Stage::Binary, options, diags);
