@@ -1,0 +1,158 @@
+"""Backward attention benchmark on one GPU, the rows of bench_forward.py: attnc's backward (through
+the C API, default dQ mode) against torch SDPA's cuDNN and FlashAttention-2 backward and
+FlexAttention's (torch.compile), in one process, bf16, BHSD. Each attnc row's dQ is checked against
+a peer's (relerr < 2e-2) before it is timed. TFLOP/s = 2.5 x the forward's FLOPs / time.
+
+  python3 bench/bench_backward.py [--quick] [--md docs/perf/H200-backward.md] [--no-flex]
+"""
+import argparse
+import datetime
+import math
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_forward as fwd  # noqa: E402
+
+PEERS = ["cudnn", "fa2", "flex"]
+
+
+def run_row(lib, row, flex, create_block_mask, use_flex):
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    B, H, HK, N, D = row.b, row.hq, row.hkv, row.n, row.hd
+    q = torch.randn(B, H, N, D, device=dev, dtype=fwd.DT)
+    k = torch.randn(B, HK, N, D, device=dev, dtype=fwd.DT)
+    v = torch.randn(B, HK, N, D, device=dev, dtype=fwd.DT)
+    do = torch.randn(B, H, N, D, device=dev, dtype=fwd.DT)
+    doc = None
+    if row.docs:
+        doc = (torch.arange(N, device=dev, dtype=torch.int32) * row.docs // N).contiguous()
+    frac = fwd.unmasked_fraction(row, doc, dev)
+    flops = 2.5 * 4.0 * B * H * N * N * D * frac
+    res = {"row": row.name, "tflops": {}, "note": {}}
+    scale = 1.0 / math.sqrt(D)
+    causal = row.mask == "causal"
+    plain = row.mask in ("none", "causal") and not row.alibi and not row.softcap
+
+    kern = lib.compile_text(fwd.spec_of(row), backward=True)
+    o = torch.empty_like(q)
+    lse = torch.empty(B, H, N, device=dev, dtype=torch.float32)
+    inputs = [(doc, "pos")] if doc is not None else []
+    kern.forward(q, k, v, o, lse, inputs, seed=42, offset=0, layout="bhsd")
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    workspace = torch.empty(kern.backward_workspace_bytes(B, N), device=dev, dtype=torch.uint8)
+    args = kern.make_backward_args(q, k, v, o, do, lse, dq, dk, dv, inputs, 42, 0, "bhsd", False,
+                                   workspace)
+    stream = torch.cuda.current_stream().cuda_stream
+
+    def attnc_fn():
+        kern.launch_backward(args, stream)
+
+    peers = {}
+
+    def autograd_peer(forward):
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        out = forward(*leaves)
+        return lambda: torch.autograd.grad(out, leaves, do, retain_graph=True)
+
+    if plain:
+        for impl, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)):
+            try:
+                with sdpa_kernel(backend):
+                    peers[impl] = autograd_peer(lambda a, b, c: F.scaled_dot_product_attention(
+                        a, b, c, is_causal=causal, scale=scale, dropout_p=row.dropout, enable_gqa=H != HK))
+            except Exception as e:  # noqa: BLE001
+                res["note"][impl] = f"failed: {str(e).splitlines()[0][:100]}"
+    if not row.dropout and use_flex:
+        keep = fwd.mask_fn(row, doc)
+        block_mask = None
+        if keep is not None:
+            block_mask = create_block_mask(lambda b, h, qi, ki: keep(qi, ki), None, None, N, N, device=dev)
+        score_mod = None
+        if row.alibi:
+            slopes = torch.tensor(fwd.alibi_slopes(H), device=dev, dtype=torch.float32)
+            score_mod = lambda s, b, h, qi, ki: s - slopes[h] * (qi - ki).abs()  # noqa: E731
+        elif row.softcap:
+            cap = row.softcap
+            score_mod = lambda s, b, h, qi, ki: cap * torch.tanh(s / cap)  # noqa: E731
+        try:
+            peers["flex"] = autograd_peer(lambda a, b, c: flex(a, b, c, score_mod=score_mod, block_mask=block_mask,
+                                                               scale=scale, enable_gqa=H != HK))
+        except Exception as e:  # noqa: BLE001
+            res["note"]["flex"] = f"failed: {str(e).splitlines()[0][:100]}"
+
+    ok = True
+    if not row.dropout and peers:
+        name, fn = next(iter(peers.items()))
+        ref_dq = fn()[0]
+        dq.fill_(float("nan"))
+        attnc_fn()
+        torch.cuda.synchronize()
+        err = fwd.relerr(dq, ref_dq)
+        res["check"] = f"dQ relerr {err:.1e} vs {name}"
+        ok = err < 2e-2
+    else:
+        res["check"] = "dropout: gradients checked by test/gpu/run-backward.sh"
+    timed = ([("attnc", attnc_fn)] if ok else []) + list(peers.items())
+    if not ok:
+        res["note"]["attnc"] = "WRONG RESULT, not timed"
+    for name, fn in timed:
+        try:
+            if name in ("cudnn", "fa2"):
+                backend = SDPBackend.CUDNN_ATTENTION if name == "cudnn" else SDPBackend.FLASH_ATTENTION
+                with sdpa_kernel(backend):
+                    med = fwd.time_ms(fn)[0]
+            else:
+                med = fwd.time_ms(fn)[0]
+            res["tflops"][name] = flops / (med * 1e-3) / 1e12
+        except Exception as e:  # noqa: BLE001
+            res["note"][name] = f"failed: {str(e).splitlines()[0][:100]}"
+    print(f"{row.name:34s} " + " ".join(f"{n} {res['tflops'].get(n, float('nan')):6.1f}" for n in ["attnc"] + PEERS)
+          + f"  [{res['check']}]", flush=True)
+    del q, k, v, o, do, dq, dk, dv, workspace
+    torch.cuda.empty_cache()
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--md", default=None)
+    ap.add_argument("--no-flex", action="store_true")
+    ap.add_argument("--lib", default=None)
+    args = ap.parse_args()
+    lib = fwd.attnc_ctypes.Library(args.lib)
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    flex = torch.compile(flex_attention)
+    results = [run_row(lib, row, flex, create_block_mask, not args.no_flex) for row in fwd.rows(args.quick)]
+    lines = ["| row | attnc | cuDNN | FA2 | flex | attnc/cuDNN | attnc/FA2 | attnc/flex | check |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in results:
+        t = r["tflops"]
+        cell = lambda n: f"{t[n]:.0f}" if n in t else "-"  # noqa: E731
+        ratio = lambda n: f"{t['attnc'] / t[n]:.2f}" if "attnc" in t and n in t else "-"  # noqa: E731
+        lines.append(f"| {r['row']} | {cell('attnc')} | {cell('cudnn')} | {cell('fa2')} | {cell('flex')} | "
+                     f"{ratio('cudnn')} | {ratio('fa2')} | {ratio('flex')} | {r['check']} |")
+    print("\n".join(lines))
+    if args.md:
+        facts = f"{torch.cuda.get_device_name()}; torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}"
+        with open(args.md, "w") as f:
+            f.write("# attnc backward performance on the H200\n\n")
+            f.write(f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}\n- GPU: {facts}\n")
+            f.write(f"- command: `bash bench/run-backward.sh {' '.join(sys.argv[1:])}`\n")
+            f.write("- bf16, BHSD; the rows of docs/perf/H200.md; TFLOP/s = 2.5 x 4 B Hq N^2 D x unmasked "
+                    "fraction / median time (CUDA events); attnc in its default dQ mode (fp32 atomics), peers "
+                    "through torch.autograd.grad on SDPA (cuDNN, FA2) and torch.compile(flex_attention).\n\n")
+            f.write("\n".join(lines) + "\n")
+            notes = [f"- {r['row']}: {n}: {msg}" for r in results for n, msg in r["note"].items()]
+            if notes:
+                f.write("\nNotes:\n" + "\n".join(notes) + "\n")
+
+
+if __name__ == "__main__":
+    main()

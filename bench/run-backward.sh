@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The backward benchmark (needs a CUDA GPU, torch and libattnc.so: $ATTNC_LIB or .device/bundle/).
+#   bash bench/run-backward.sh [--quick] [--md docs/perf/H200-backward.md] [--no-flex]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export ATTNC_CACHE_DIR=${ATTNC_CACHE_DIR:-/tmp/attnc-cache}
+exec python3 bench/bench_backward.py "$@"
