@@ -133,6 +133,22 @@ int toBackwardArgs(const attnc_backward_args* in, attnc::BackwardArgs* args, cha
   return ATTNC_OK;
 }
 
+// The shape of every launch-or-validate entry point: a null kernel, the C struct converted (its
+// errors name the field), the call, and any exception, each become an error code and message.
+template <class Args, class CArgs, class Convert, class Call>
+int callKernel(const char* function, const attnc_kernel* kernel, const CArgs* in, Convert convert,
+               char** error, Call call) {
+  if (!kernel) return fail(error, std::string(function) + ": kernel is null");
+  try {
+    Args converted;
+    if (convert(in, &converted, error) != ATTNC_OK) return ATTNC_ERROR;
+    attnc::Status status = call(converted);
+    return status ? ATTNC_OK : fail(error, status.message);
+  } catch (const std::exception& e) {
+    return fail(error, std::string("attnc: internal error: ") + e.what());
+  }
+}
+
 bool knownFlags(uint32_t flags, char** error, const char* function) {
   if (flags & ~uint32_t(ATTNC_COMPILE_BACKWARD)) {
     fail(error, std::string(function) + ": unknown flags " + std::to_string(flags) +
@@ -180,54 +196,29 @@ int attnc_compile_text(const char* yaml, const char* target, attnc_kernel** out,
 }
 
 int attnc_kernel_validate(const attnc_kernel* kernel, const attnc_forward_args* args, char** error) {
-  if (!kernel) return fail(error, "attnc_kernel_validate: kernel is null");
-  try {
-    attnc::ForwardArgs converted;
-    if (toForwardArgs(args, &converted, error) != ATTNC_OK) return ATTNC_ERROR;
-    attnc::Status status = kernel->kernel.validate(converted);
-    return status ? ATTNC_OK : fail(error, status.message);
-  } catch (const std::exception& e) {
-    return fail(error, std::string("attnc: internal error: ") + e.what());
-  }
+  return callKernel<attnc::ForwardArgs>("attnc_kernel_validate", kernel, args, toForwardArgs, error,
+                                        [&](const attnc::ForwardArgs& a) { return kernel->kernel.validate(a); });
 }
 
 int attnc_kernel_forward(const attnc_kernel* kernel, const attnc_forward_args* args, void* stream,
                          char** error) {
-  if (!kernel) return fail(error, "attnc_kernel_forward: kernel is null");
-  try {
-    attnc::ForwardArgs converted;
-    if (toForwardArgs(args, &converted, error) != ATTNC_OK) return ATTNC_ERROR;
-    attnc::Status status = kernel->kernel.forward(converted, stream);
-    return status ? ATTNC_OK : fail(error, status.message);
-  } catch (const std::exception& e) {
-    return fail(error, std::string("attnc: internal error: ") + e.what());
-  }
+  return callKernel<attnc::ForwardArgs>(
+      "attnc_kernel_forward", kernel, args, toForwardArgs, error,
+      [&](const attnc::ForwardArgs& a) { return kernel->kernel.forward(a, stream); });
 }
 
 int attnc_kernel_backward_validate(const attnc_kernel* kernel, const attnc_backward_args* args,
                                    char** error) {
-  if (!kernel) return fail(error, "attnc_kernel_backward_validate: kernel is null");
-  try {
-    attnc::BackwardArgs converted;
-    if (toBackwardArgs(args, &converted, error) != ATTNC_OK) return ATTNC_ERROR;
-    attnc::Status status = kernel->kernel.validateBackward(converted);
-    return status ? ATTNC_OK : fail(error, status.message);
-  } catch (const std::exception& e) {
-    return fail(error, std::string("attnc: internal error: ") + e.what());
-  }
+  return callKernel<attnc::BackwardArgs>(
+      "attnc_kernel_backward_validate", kernel, args, toBackwardArgs, error,
+      [&](const attnc::BackwardArgs& a) { return kernel->kernel.validateBackward(a); });
 }
 
 int attnc_kernel_backward(const attnc_kernel* kernel, const attnc_backward_args* args, void* stream,
                           char** error) {
-  if (!kernel) return fail(error, "attnc_kernel_backward: kernel is null");
-  try {
-    attnc::BackwardArgs converted;
-    if (toBackwardArgs(args, &converted, error) != ATTNC_OK) return ATTNC_ERROR;
-    attnc::Status status = kernel->kernel.backward(converted, stream);
-    return status ? ATTNC_OK : fail(error, status.message);
-  } catch (const std::exception& e) {
-    return fail(error, std::string("attnc: internal error: ") + e.what());
-  }
+  return callKernel<attnc::BackwardArgs>(
+      "attnc_kernel_backward", kernel, args, toBackwardArgs, error,
+      [&](const attnc::BackwardArgs& a) { return kernel->kernel.backward(a, stream); });
 }
 
 int64_t attnc_kernel_backward_workspace_bytes(const attnc_kernel* kernel, int64_t batch,
