@@ -151,6 +151,9 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
 
   attn::TiledBackwardOp backward;
   module->walk([&](attn::TiledBackwardOp op) { backward = op; });
+  if (backward && backward.getTilesAttr())
+    if (auto lines = backward.getTilesAttr().getAs<ArrayAttr>("derivation"))
+      for (Attribute line : lines) kernel.backwardDerivation.push_back(cast<StringAttr>(line).str());
   FailureOr<KernelSource> source = emitCUDA(tiled, backward);
   if (failed(source)) return std::nullopt;
   kernel.cuda = source->code;

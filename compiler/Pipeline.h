@@ -53,6 +53,7 @@ struct CompiledKernel {
   // The backward kernels (CompileOptions::backward): how to launch them, and ptxas' report for
   // each entry (<stem>_preprocess, _kv, _kv_nodq, _convert_dq, _q).
   std::optional<BackwardSource> backward;
+  std::vector<std::string> backwardDerivation;  // attn-derive-backward's tile steps
   std::map<std::string, ResourceUsage> backwardResources;
   std::string nvrtcLog;
   double nvrtcSeconds = 0;

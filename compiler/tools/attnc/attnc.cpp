@@ -195,6 +195,7 @@ int runExplain(const Common& common, long long seqLen, long long kvSeqLen, long 
   CompileOptions options;
   options.blockQ = common.blockQ;
   options.blockKV = common.blockKV;
+  options.backward = common.backward;
   options.summaryQLen = seqLen;
   options.summaryKVLen = kvSeqLen;
   std::optional<CompiledKernel> kernel = compiler.compile(spec, target, Stage::Binary, options, diags);
@@ -238,6 +239,14 @@ int runExplain(const Common& common, long long seqLen, long long kvSeqLen, long 
   long long blocksBySmem = target.smemPerSM / std::max<long long>(kernel->smemBytes, 1);
   os << "  occupancy: " << std::min(blocksByRegs, blocksBySmem) << " block(s) per SM (registers allow "
      << blocksByRegs << ", shared memory " << blocksBySmem << ")\n";
+  if (kernel->backward) {
+    os << "\nBackward kernels (dQ, dK, dV)\n";
+    for (auto [i, line] : llvm::enumerate(kernel->backwardDerivation))
+      os << "  " << i + 1 << ". " << line << "\n";
+    for (const auto& [entry, usage] : kernel->backwardResources)
+      os << "  " << entry << ": " << usage.registers << " registers/thread, spills " << usage.spillStoreBytes
+         << " B stores, " << usage.spillLoadBytes << " B loads\n";
+  }
 
   // FlashAttention's IO analysis: standard attention materialises S and P in HBM
   // (Theta(N d + N^2) accesses); the tiled kernel reads each K/V tile once per Q tile it is not
@@ -301,6 +310,8 @@ int main(int argc, char** argv) {
   explain->add_option("--batch", batch, "Batch size for the IO model")->capture_default_str();
   explain->add_option("--block-q", explainArgs.blockQ, "Override B_r (experiments only)");
   explain->add_option("--block-kv", explainArgs.blockKV, "Override B_c (experiments only)");
+  explain->add_flag("--backward", explainArgs.backward,
+                    "Also derive, compile and describe the backward kernels");
 
   try {
     app.parse(argc, argv);
