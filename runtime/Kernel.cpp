@@ -471,6 +471,33 @@ Status Kernel::validate(const ForwardArgs& args) const {
   return check.status;
 }
 
+namespace {
+
+// The launch fields FwdParams and BwdParams share (the same names in both, so the mask and
+// score hooks read them alike): sizes, scale, dropout and the declared inputs.
+template <class Params, class Args>
+void setSharedFields(Params& p, const KernelMetadata& m, const Args& args) {
+  p.batch = int(args.batch);
+  p.heads_q = m.headsQ;
+  p.heads_kv = m.headsKV;
+  p.q_len = int(args.q_len);
+  p.kv_len = int(args.kv_len);
+  p.scale = m.scale;
+  p.dropout_p = m.dropout;
+  p.dropout_seed = args.dropout_seed;
+  p.dropout_offset = args.dropout_offset;
+  for (size_t i = 0; i < args.inputs.size(); ++i)
+    p.inputs[i] = {args.inputs[i].data, args.inputs[i].stride_b, args.inputs[i].stride_h,
+                   args.inputs[i].stride_pos};
+}
+
+template <class Tensor>
+void setStrides(const Tensor& t, i64& b, i64& h, i64& s) {
+  b = t.stride_b, h = t.stride_h, s = t.stride_s;
+}
+
+}  // namespace
+
 Status Kernel::forward(const ForwardArgs& args, void* stream) const {
   if (Status status = validate(args); !status) return status;
   const KernelMetadata& m = metadata();
@@ -491,22 +518,11 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
   p.v = args.v.data;
   p.o = args.o.data;
   p.lse = args.lse;
-  p.q_stride_b = args.q.stride_b, p.q_stride_h = args.q.stride_h, p.q_stride_s = args.q.stride_s;
-  p.k_stride_b = args.k.stride_b, p.k_stride_h = args.k.stride_h, p.k_stride_s = args.k.stride_s;
-  p.v_stride_b = args.v.stride_b, p.v_stride_h = args.v.stride_h, p.v_stride_s = args.v.stride_s;
-  p.o_stride_b = args.o.stride_b, p.o_stride_h = args.o.stride_h, p.o_stride_s = args.o.stride_s;
-  p.batch = int(args.batch);
-  p.heads_q = m.headsQ;
-  p.heads_kv = m.headsKV;
-  p.q_len = int(args.q_len);
-  p.kv_len = int(args.kv_len);
-  p.scale = m.scale;
-  p.dropout_p = m.dropout;
-  p.dropout_seed = args.dropout_seed;
-  p.dropout_offset = args.dropout_offset;
-  for (size_t i = 0; i < args.inputs.size(); ++i)
-    p.inputs[i] = {args.inputs[i].data, args.inputs[i].stride_b, args.inputs[i].stride_h,
-                   args.inputs[i].stride_pos};
+  setStrides(args.q, p.q_stride_b, p.q_stride_h, p.q_stride_s);
+  setStrides(args.k, p.k_stride_b, p.k_stride_h, p.k_stride_s);
+  setStrides(args.v, p.v_stride_b, p.v_stride_h, p.v_stride_s);
+  setStrides(args.o, p.o_stride_b, p.o_stride_h, p.o_stride_s);
+  setSharedFields(p, m, args);
 
   void* params[] = {&p};
   unsigned gridX = unsigned((args.q_len + tiles.blockQ - 1) / tiles.blockQ);
@@ -610,30 +626,15 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
   p.dv = args.dv.data;
   p.dq_accum = args.deterministic ? nullptr : reinterpret_cast<float*>(workspace + layout.dqAccum);
   p.delta = reinterpret_cast<float*>(workspace + layout.delta);
-  p.q_stride_b = args.q.stride_b, p.q_stride_h = args.q.stride_h, p.q_stride_s = args.q.stride_s;
-  p.k_stride_b = args.k.stride_b, p.k_stride_h = args.k.stride_h, p.k_stride_s = args.k.stride_s;
-  p.v_stride_b = args.v.stride_b, p.v_stride_h = args.v.stride_h, p.v_stride_s = args.v.stride_s;
-  p.o_stride_b = args.o.stride_b, p.o_stride_h = args.o.stride_h, p.o_stride_s = args.o.stride_s;
-  p.do_stride_b = args.d_o.stride_b, p.do_stride_h = args.d_o.stride_h,
-  p.do_stride_s = args.d_o.stride_s;
-  p.dq_stride_b = args.dq.stride_b, p.dq_stride_h = args.dq.stride_h,
-  p.dq_stride_s = args.dq.stride_s;
-  p.dk_stride_b = args.dk.stride_b, p.dk_stride_h = args.dk.stride_h,
-  p.dk_stride_s = args.dk.stride_s;
-  p.dv_stride_b = args.dv.stride_b, p.dv_stride_h = args.dv.stride_h,
-  p.dv_stride_s = args.dv.stride_s;
-  p.batch = int(args.batch);
-  p.heads_q = m.headsQ;
-  p.heads_kv = m.headsKV;
-  p.q_len = int(args.q_len);
-  p.kv_len = int(args.kv_len);
-  p.scale = m.scale;
-  p.dropout_p = m.dropout;
-  p.dropout_seed = args.dropout_seed;
-  p.dropout_offset = args.dropout_offset;
-  for (size_t i = 0; i < args.inputs.size(); ++i)
-    p.inputs[i] = {args.inputs[i].data, args.inputs[i].stride_b, args.inputs[i].stride_h,
-                   args.inputs[i].stride_pos};
+  setStrides(args.q, p.q_stride_b, p.q_stride_h, p.q_stride_s);
+  setStrides(args.k, p.k_stride_b, p.k_stride_h, p.k_stride_s);
+  setStrides(args.v, p.v_stride_b, p.v_stride_h, p.v_stride_s);
+  setStrides(args.o, p.o_stride_b, p.o_stride_h, p.o_stride_s);
+  setStrides(args.d_o, p.do_stride_b, p.do_stride_h, p.do_stride_s);
+  setStrides(args.dq, p.dq_stride_b, p.dq_stride_h, p.dq_stride_s);
+  setStrides(args.dk, p.dk_stride_b, p.dk_stride_h, p.dk_stride_s);
+  setStrides(args.dv, p.dv_stride_b, p.dv_stride_h, p.dv_stride_s);
+  setSharedFields(p, m, args);
 
   void* params[] = {&p};
   auto blocks = [](int64_t n, int per) { return unsigned((n + per - 1) / per); };
