@@ -13,6 +13,7 @@ KernelMetadata kernelMetadata(const Spec& spec, const CompiledKernel& kernel, co
   m.target = target.name;
   m.computeMajor = target.computeMajor;
   m.computeMinor = target.computeMinor;
+  m.forwardKernel = kernel.forwardKernel;
   m.threads = int(kernel.threads);
   m.smemBytes = kernel.smemBytes;
   m.blockQ = int(kernel.blockQ);
@@ -85,7 +86,7 @@ std::string emitLauncherHeader(const std::string& specPath, const std::vector<La
        << "  m.name = " << quoted(m.name) << ";\n  m.entry = " << quoted(m.entry)
        << ";\n  m.target = " << quoted(m.target) << ";\n"
        << "  m.computeMajor = " << m.computeMajor << ";\n  m.computeMinor = " << m.computeMinor
-       << ";\n  m.threads = " << m.threads << ";\n  m.smemBytes = " << m.smemBytes
+       << ";\n  m.forwardKernel = " << quoted(m.forwardKernel) << ";\n  m.threads = " << m.threads << ";\n  m.smemBytes = " << m.smemBytes
        << ";\n  m.blockQ = " << m.blockQ << ";\n  m.blockKV = " << m.blockKV
        << ";\n  m.headDim = " << m.headDim << ";\n  m.headDimV = " << m.headDimV
        << ";\n  m.headsQ = " << m.headsQ << ";\n  m.headsKV = " << m.headsKV

@@ -126,6 +126,7 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
   attn::TiledForwardOp tiled;
   module->walk([&](attn::TiledForwardOp op) { tiled = op; });
   assert(tiled && "attn-tile produces one attn.tiled_forward per attn.attention");
+  kernel.forwardKernel = tiled.getKernel().str();
   kernel.blockQ = tiled.getBlockQ();
   kernel.blockKV = tiled.getBlockKv();
   kernel.warps = tiled.getWarps();

@@ -41,6 +41,7 @@ struct CompiledKernel {
   std::string tiledIR; // after the pipeline
   std::string cuda;    // generated translation unit
   // The tiled form's decisions.
+  std::string forwardKernel;  // "sm80" | "sm90": the forward template (KernelMetadata::forwardKernel)
   long long blockQ = 0, blockKV = 0, warps = 0, stages = 0, smemBytes = 0, threads = 0;
   std::vector<std::string> derivation;
   std::string classification, kvBounds;

@@ -49,6 +49,9 @@ struct DriverLoader {
         lib.resolve(api.cuMemcpyHtoD, "cuMemcpyHtoD_v2", error) &&
         lib.resolve(api.cuMemcpyDtoH, "cuMemcpyDtoH_v2", error) &&
         lib.resolve(api.cuStreamSynchronize, "cuStreamSynchronize", error);
+    std::string optional;
+    if (resolved && !lib.resolve(api.cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled", &optional))
+      api.cuTensorMapEncodeTiled = nullptr;
     if (!resolved) {
       *error = "unusable CUDA driver: " + *error;
       return false;

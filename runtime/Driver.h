@@ -38,6 +38,16 @@ enum DeviceAttribute : int {
   kMaxSharedMemoryPerBlockOptin = 97,
 };
 
+// CUtensorMap* enum values attnc passes to cuTensorMapEncodeTiled.
+enum TensorMapValue : int {
+  kTensorMapFloat16 = 6,      // CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+  kTensorMapBfloat16 = 9,     // CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+  kTensorMapNoInterleave = 0, // CU_TENSOR_MAP_INTERLEAVE_NONE
+  kTensorMapSwizzle128 = 3,   // CU_TENSOR_MAP_SWIZZLE_128B
+  kTensorMapL2Promote256 = 3, // CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+  kTensorMapZeroFill = 0,     // CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: out-of-bounds elements read 0
+};
+
 // CUfunction_attribute values for cuFuncSetAttribute.
 enum FunctionAttribute : int {
   kMaxDynamicSharedSizeBytes = 8,
@@ -80,6 +90,14 @@ struct DriverApi {
   cu::Result (*cuMemcpyHtoD)(cu::DevicePtr destination, const void* source, size_t bytes);
   cu::Result (*cuMemcpyDtoH)(void* destination, cu::DevicePtr source, size_t bytes);
   cu::Result (*cuStreamSynchronize)(cu::Stream stream);
+
+  // CUDA 12.0 and later; null with an older driver (only the sm_90a forward needs it). The enum
+  // arguments are passed as their int values (cu::TensorMap* below).
+  cu::Result (*cuTensorMapEncodeTiled)(void* tensorMap, int dataType, unsigned rank,
+                                       void* globalAddress, const unsigned long long* globalDim,
+                                       const unsigned long long* globalStrides,
+                                       const unsigned* boxDim, const unsigned* elementStrides,
+                                       int interleave, int swizzle, int l2Promotion, int oobFill);
 
   // The process-wide driver, loaded and cuInit(0)-ed on the first call (thread-safe). Null, with
   // the reason in *error, when there is no libcuda.so.1, a symbol is missing or cuInit fails (for

@@ -15,6 +15,7 @@
 #include "runtime/Driver.h"
 
 #include <climits>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -496,6 +497,54 @@ void setStrides(const Tensor& t, i64& b, i64& h, i64& s) {
   b = t.stride_b, h = t.stride_h, s = t.stride_s;
 }
 
+// The 4-D tensor map (head dim, sequence, head, batch) of one operand of the sm_90a forward kernel
+// (templates/attnc/sm90/forward.h): boxes of 64 head-dim elements (128 bytes, 128-byte swizzle) by
+// `rows` positions; elements past the tensor's edges read as zeros. TMA needs a 16-byte aligned
+// base and strides that are multiples of 16 bytes; the stride of a dimension of size 1 is never
+// used, so a valid stand-in replaces it.
+Status encodeTensorMap(const DriverApi& driver, TensorMap& map, const char* name, const TensorArg& t,
+                       const KernelMetadata& m, int64_t dim, int64_t batch, int64_t heads,
+                       int64_t len, unsigned rows) {
+  const int64_t e = 2;  // bf16 and fp16
+  int64_t strides[3] = {t.stride_s, t.stride_h, t.stride_b};
+  const int64_t sizes[3] = {len, heads, batch};
+  int64_t fallback = dim;
+  for (int i = 0; i < 3; ++i) {
+    if (sizes[i] == 1) strides[i] = fallback;
+    fallback = strides[i] * sizes[i];
+  }
+  const std::string where = "ForwardArgs." + std::string(name);
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
+    return Status::error(where + ".data: the sm_90a kernel reads through TMA, which needs a 16-byte "
+                         "aligned address");
+  static const char* kStrideNames[3] = {"stride_s", "stride_h", "stride_b"};
+  for (int i = 0; i < 3; ++i)
+    if (sizes[i] > 1 && (strides[i] * e) % 16 != 0)
+      return Status::error(where + "." + kStrideNames[i] + ": the sm_90a kernel reads through TMA, "
+                           "which needs strides that are multiples of 8 elements (16 bytes), got " +
+                           std::to_string(strides[i]));
+  if (!driver.cuTensorMapEncodeTiled)
+    return Status::error("kernel '" + m.name + "': the sm_90a kernel needs cuTensorMapEncodeTiled "
+                         "(a CUDA 12 or newer driver)");
+  const unsigned long long globalDim[4] = {
+      static_cast<unsigned long long>(dim), static_cast<unsigned long long>(len),
+      static_cast<unsigned long long>(heads), static_cast<unsigned long long>(batch)};
+  const unsigned long long globalStrides[3] = {static_cast<unsigned long long>(strides[0] * e),
+                                               static_cast<unsigned long long>(strides[1] * e),
+                                               static_cast<unsigned long long>(strides[2] * e)};
+  const unsigned box[4] = {64, rows, 1, 1};
+  const unsigned elementStrides[4] = {1, 1, 1, 1};
+  std::string error;
+  if (!driver.check(driver.cuTensorMapEncodeTiled(
+                        &map, m.dtype == "bf16" ? cu::kTensorMapBfloat16 : cu::kTensorMapFloat16, 4,
+                        const_cast<void*>(t.data), globalDim, globalStrides, box, elementStrides,
+                        cu::kTensorMapNoInterleave, cu::kTensorMapSwizzle128,
+                        cu::kTensorMapL2Promote256, cu::kTensorMapZeroFill),
+                    "cuTensorMapEncodeTiled", &error))
+    return Status::error(where + ": " + error);
+  return Status::success();
+}
+
 }  // namespace
 
 Status Kernel::forward(const ForwardArgs& args, void* stream) const {
@@ -524,7 +573,21 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
   setStrides(args.o, p.o_stride_b, p.o_stride_h, p.o_stride_s);
   setSharedFields(p, m, args);
 
+  FwdParamsTma withMaps;
   void* params[] = {&p};
+  if (tiles.forwardKernel == "sm90") {
+    withMaps.base = p;
+    Status status = encodeTensorMap(*driver, withMaps.tma_q, "q", args.q, m, m.headDim, args.batch,
+                                    m.headsQ, args.q_len, 64);
+    if (status)
+      status = encodeTensorMap(*driver, withMaps.tma_k, "k", args.k, m, m.headDim, args.batch,
+                               m.headsKV, args.kv_len, unsigned(tiles.blockKV));
+    if (status)
+      status = encodeTensorMap(*driver, withMaps.tma_v, "v", args.v, m, m.headDimV, args.batch,
+                               m.headsKV, args.kv_len, unsigned(tiles.blockKV));
+    if (!status) return status;
+    params[0] = &withMaps;
+  }
   unsigned gridX = unsigned((args.q_len + tiles.blockQ - 1) / tiles.blockQ);
   if (!driver->check(driver->cuLaunchKernel(loaded->function, gridX, unsigned(m.headsQ),
                                             unsigned(args.batch), unsigned(tiles.threads), 1, 1,

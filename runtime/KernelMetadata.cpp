@@ -14,7 +14,7 @@ std::string KernelMetadata::serialize() const {
   std::ostringstream os;
   os.precision(9);  // round-trips a float
   os << "name " << name << "\nentry " << entry << "\ntarget " << target << "\ncompute "
-     << computeMajor << "." << computeMinor << "\nthreads " << threads << "\nsmem_bytes "
+     << computeMajor << "." << computeMinor << "\nfwd_kernel " << forwardKernel << "\nthreads " << threads << "\nsmem_bytes "
      << smemBytes << "\nblock_q " << blockQ << "\nblock_kv " << blockKV << "\nhead_dim " << headDim
      << "\nhead_dim_v " << headDimV << "\nheads_q " << headsQ << "\nheads_kv " << headsKV
      << "\ndtype " << dtype << "\nscale " << scale << "\ndropout " << dropout
@@ -90,7 +90,8 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
         m.computeMajor = std::atoi(value.substr(0, dot).c_str());
         m.computeMinor = std::atoi(value.substr(dot + 1).c_str());
       }
-    } else if (key == "threads") ok = integer(m.threads);
+    } else if (key == "fwd_kernel") ok = value == "sm80" || value == "sm90", m.forwardKernel = value;
+    else if (key == "threads") ok = integer(m.threads);
     else if (key == "smem_bytes") ok = integer(m.smemBytes);
     else if (key == "block_q") ok = integer(m.blockQ);
     else if (key == "block_kv") ok = integer(m.blockKV);
@@ -106,7 +107,7 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
     if (!ok) return fail("bad value in '" + line + "'");
     ++seen;
   }
-  if (seen != 16) return fail("expected 16 fields, got " + std::to_string(seen));
+  if (seen != 17) return fail("expected 17 fields, got " + std::to_string(seen));
   if (m.name.empty() || m.entry.empty() || m.target.empty() || m.threads <= 0 || m.headDim <= 0 ||
       m.headDimV <= 0 || m.headsQ <= 0 || m.headsKV <= 0 || !(m.scale > 0))
     return fail("missing or non-positive fields");

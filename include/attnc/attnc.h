@@ -113,6 +113,9 @@ struct KernelMetadata {
   std::string entry;   // the kernel symbol
   std::string target;  // "sm_80", "sm_90a", ...
   int computeMajor = 0, computeMinor = 0;
+  // The forward kernel's template and launch ABI: "sm80" takes FwdParams; "sm90" (sm_90a) takes
+  // FwdParamsTma, FwdParams plus TMA tensor maps of Q, K and V that the launch encodes.
+  std::string forwardKernel = "sm80";
   int threads = 0;
   long long smemBytes = 0;  // dynamic shared memory per block
   int blockQ = 0, blockKV = 0;

@@ -4,7 +4,7 @@
 // expected-error @+1 {{the score's derivative cannot be formed: arith.remf: a remainder by a divisor that depends on the score}}
 attn.tiled_forward @bad attributes {dropout = 0.0, element_type = bf16, head_dim = 64,
     head_dim_v = 64, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.125,
-    block_q = 64, block_kv = 128, warps = 4, stages = 2, smem_bytes = 40960,
+    kernel = "sm80", block_q = 64, block_kv = 128, warps = 4, stages = 2, smem_bytes = 40960,
     classification = "none", kv_bounds = "all", target = "sm_90a", derivation = []} mask {
 } score {
 ^bb0(%s: f32, %b: i32, %h: i32, %q: i32, %k: i32, %ql: i32, %kl: i32):

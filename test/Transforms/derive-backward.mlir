@@ -30,7 +30,7 @@
 // CLEAN-NEXT: attn.yield %[[OUTER]] : f32
 attn.tiled_forward @softcap attributes {dropout = 0.0, element_type = bf16, head_dim = 64,
     head_dim_v = 64, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.125,
-    block_q = 64, block_kv = 128, warps = 4, stages = 2, smem_bytes = 40960,
+    kernel = "sm80", block_q = 64, block_kv = 128, warps = 4, stages = 2, smem_bytes = 40960,
     classification = "static", kv_bounds = "interval-search", target = "sm_90a",
     derivation = []} mask {
 ^bb0(%b: i32, %h: i32, %q: i32, %k: i32, %ql: i32, %kl: i32):
@@ -55,7 +55,7 @@ attn.tiled_forward @softcap attributes {dropout = 0.0, element_type = bf16, head
 // CHECK-NEXT: attn.yield %[[ONE]] : f32
 attn.tiled_forward @plain attributes {dropout = 0.0, element_type = bf16, head_dim = 64,
     head_dim_v = 64, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.125,
-    block_q = 64, block_kv = 128, warps = 4, stages = 2, smem_bytes = 40960,
+    kernel = "sm80", block_q = 64, block_kv = 128, warps = 4, stages = 2, smem_bytes = 40960,
     classification = "none", kv_bounds = "all", target = "sm_90a", derivation = []} mask {
 } score {
 }
@@ -73,7 +73,7 @@ attn.tiled_forward @plain attributes {dropout = 0.0, element_type = bf16, head_d
 attn.tiled_forward @alibi attributes {dropout = 0.0, element_type = bf16, head_dim = 64,
     head_dim_v = 64, heads_kv = 1, heads_q = 4, scale = 0.125,
     inputs = {slopes = {dims = ["h"], dtype = f32, slot = 0 : i64}},
-    block_q = 64, block_kv = 128, warps = 4, stages = 2, smem_bytes = 40960,
+    kernel = "sm80", block_q = 64, block_kv = 128, warps = 4, stages = 2, smem_bytes = 40960,
     classification = "none", kv_bounds = "all", target = "sm_90a", derivation = []} mask {
 } score {
 ^bb0(%s: f32, %b: i32, %h: i32, %q: i32, %k: i32, %ql: i32, %kl: i32):

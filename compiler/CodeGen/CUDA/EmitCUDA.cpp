@@ -169,7 +169,8 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
      << " warps, " << op.getStages() << " K/V buffers, " << op.getSmemBytes()
      << " B shared memory,\n// blocks classified '" << op.getClassification() << "', kv bounds '"
      << op.getKvBounds() << "'.\n";
-  os << "#include \"attnc/sm80/forward.h\"\n";
+  const bool hopper = op.getKernel() == "sm90";
+  os << (hopper ? "#include \"attnc/sm90/forward.h\"\n" : "#include \"attnc/sm80/forward.h\"\n");
   if (backward) os << "#include \"attnc/sm80/backward.h\"\n";
   os << "\nnamespace {\nnamespace ex = attnc::expr;\n\n";
   os << "struct Variant {\n";
@@ -212,9 +213,14 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
     os << "  }\n";
   }
   os << "};\n\n";
-  os << llvm::formatv("using Config = attnc::sm80::FwdConfig<{0}, {1}, {2}, {3}, {4}, {5}, {6}>;\n",
-                      element, op.getHeadDim(), op.getHeadDimV(), op.getBlockQ(), op.getBlockKv(),
-                      op.getWarps(), op.getStages());
+  if (hopper)
+    os << llvm::formatv("using Config = attnc::sm90::FwdConfig<{0}, {1}, {2}, {3}, {4}, {5}>;\n",
+                        element, op.getHeadDim(), op.getHeadDimV(), op.getBlockQ() / 64,
+                        op.getBlockKv(), op.getStages());
+  else
+    os << llvm::formatv("using Config = attnc::sm80::FwdConfig<{0}, {1}, {2}, {3}, {4}, {5}, {6}>;\n",
+                        element, op.getHeadDim(), op.getHeadDimV(), op.getBlockQ(),
+                        op.getBlockKv(), op.getWarps(), op.getStages());
   os << "static_assert(Config::kSmemBytes == " << op.getSmemBytes()
      << ", \"attn-select-tiles and the kernel template disagree on shared memory\");\n";
   if (backward) {
@@ -240,10 +246,16 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
     result.backward = info;
   }
   os << "}  // namespace\n\n";
-  os << "extern \"C\" __global__ void __launch_bounds__(Config::kThreads) " << result.entry
-     << "(const attnc::FwdParams p) {\n"
-     << "  extern __shared__ __align__(128) unsigned char smem[];\n"
-     << "  attnc::sm80::forward<Config, Variant>(p, smem);\n}\n";
+  if (hopper)  // minBlocks = 1 caps the registers at entry, which setmaxnreg needs
+    os << "extern \"C\" __global__ void __launch_bounds__(Config::kThreads, 1) " << result.entry
+       << "(const __grid_constant__ attnc::FwdParamsTma p) {\n"
+       << "  extern __shared__ __align__(1024) unsigned char smem[];\n"
+       << "  attnc::sm90::forward<Config, Variant>(p, smem);\n}\n";
+  else
+    os << "extern \"C\" __global__ void __launch_bounds__(Config::kThreads) " << result.entry
+       << "(const attnc::FwdParams p) {\n"
+       << "  extern __shared__ __align__(128) unsigned char smem[];\n"
+       << "  attnc::sm80::forward<Config, Variant>(p, smem);\n}\n";
   if (result.backward) {
     // minBlocks = 1: without it ptxas may cap registers for occupancy and spill.
     const std::string& stem = result.backward->entryStem;

@@ -162,9 +162,20 @@ LogicalResult TiledForwardOp::verify() {
   if (failed(verifyVariantAttrs(*this))) return failure();
   if (getBlockQ() <= 0 || getBlockKv() <= 0 || getWarps() <= 0 || getStages() <= 0)
     return emitOpError() << "tile sizes, warps and stages must be positive";
-  if (getBlockQ() % (16 * getWarps()) != 0)
-    return emitOpError() << "block_q (" << getBlockQ() << ") must be a multiple of 16 x warps ("
-                         << getWarps() << ")";
+  if (getKernel() == "sm80") {
+    if (getBlockQ() % (16 * getWarps()) != 0)
+      return emitOpError() << "block_q (" << getBlockQ() << ") must be a multiple of 16 x warps ("
+                           << getWarps() << ")";
+  } else if (getKernel() == "sm90") {
+    if (getWarps() % 4 != 0 || getWarps() < 8 || getBlockQ() != 64 * (getWarps() / 4 - 1))
+      return emitOpError() << "an sm90 kernel has block_q = 64 x (warps / 4 - 1), got block_q "
+                           << getBlockQ() << " with " << getWarps() << " warps";
+    if (getBlockKv() % 16 != 0 || getBlockKv() > 256)
+      return emitOpError() << "an sm90 kernel needs block_kv a multiple of 16 up to 256, got "
+                           << getBlockKv();
+  } else {
+    return emitOpError() << "kernel must be sm80 or sm90, got '" << getKernel() << "'";
+  }
   if (!llvm::is_contained({"none", "static", "runtime"}, getClassification()))
     return emitOpError() << "classification must be none, static or runtime";
   if (!llvm::is_contained({"all", "interval-search"}, getKvBounds()))

@@ -85,9 +85,14 @@ def Attn_TiledForwardOp : Attn_Op<"tiled_forward", [IsolatedFromAbove, Symbol]> 
        keyed by (seed, offset, b, h, q, k) after `l` is updated; `O += P V`.
     4. `O /= l` (times `1 / (1 - dropout)`), written in `element_type`; `LSE = m + log l`.
 
+    `kernel` names the template: `"sm80"` (mma.sync; `warps` warps share the Q tile) or `"sm90"`
+    (sm_90a: wgmma and TMA; `warps / 4` warpgroups, one producing loads and the others computing
+    64 rows each, so `block_q = 64 * (warps / 4 - 1)`).
+
     `derivation` keeps the steps that chose the tile sizes (printed by `attnc explain`).
   }];
   let arguments = !con(AttnShapeArgs, (ins
+    StrAttr:$kernel,
     I64Attr:$block_q,
     I64Attr:$block_kv,
     I64Attr:$warps,

@@ -3,6 +3,7 @@
 #include "dialects/Attn/Transforms/Passes.h"
 #include "dialects/Attn/Transforms/TileRule.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/IR/Builders.h"
 
 #define DEBUG_TYPE "attn-select-tiles"
@@ -25,10 +26,15 @@ struct AttnSelectTiles final : mlir::attn::impl::AttnSelectTilesBase<AttnSelectT
     auto result = getOperation().walk([&](AttentionOp op) {
       int64_t loads = 0;
       op->walk([&](LoadOp) { ++loads; });
+      int64_t scoreOps = 0;
+      op.getScore().walk([&](Operation* inner) {
+        if (!isa<arith::ConstantOp, YieldOp>(inner)) ++scoreOps;
+      });
       TileProblem problem{op.getHeadDim(), op.getHeadDimV(),
                           int64_t(op.getElementType().getIntOrFloatBitWidth() / 8), blockQ,
                           blockKV,
-                          epilogueRegisters(op.getDropout().convertToDouble() > 0, loads)};
+                          epilogueRegisters(op.getDropout().convertToDouble() > 0, loads),
+                          scoreOps};
       FailureOr<TileChoice> choice = deriveTiles(problem, target);
       if (failed(choice)) {
         op.emitOpError() << "no tile configuration fits " << arch << " (" << smemPerBlock
@@ -38,6 +44,7 @@ struct AttnSelectTiles final : mlir::attn::impl::AttnSelectTilesBase<AttnSelectT
       }
       Builder b(op.getContext());
       SmallVector<NamedAttribute> tiles = {
+          b.getNamedAttr("kernel", b.getStringAttr(choice->kernel)),
           b.getNamedAttr("block_q", b.getI64IntegerAttr(choice->blockQ)),
           b.getNamedAttr("block_kv", b.getI64IntegerAttr(choice->blockKV)),
           b.getNamedAttr("warps", b.getI64IntegerAttr(choice->warps)),

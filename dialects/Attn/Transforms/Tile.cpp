@@ -33,7 +33,7 @@ struct AttnTile final : mlir::attn::impl::AttnTileBase<AttnTile> {
       for (StringRef name : {"sym_name", "head_dim", "head_dim_v", "element_type", "heads_q",
                              "heads_kv", "scale", "dropout", "inputs"})
         state.addAttribute(name, op->getAttr(name));
-      for (StringRef name : {"block_q", "block_kv", "warps", "stages", "smem_bytes", "derivation"})
+      for (StringRef name : {"kernel", "block_q", "block_kv", "warps", "stages", "smem_bytes", "derivation"})
         state.addAttribute(name, tiles.get(name));
       state.addAttribute("classification", classification);
       // Without a mask every tile is full: stream them all. Otherwise the mask bounds the loop.

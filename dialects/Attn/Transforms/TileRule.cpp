@@ -46,6 +46,7 @@ int64_t mlir::attn::epilogueRegisters(bool dropout, int64_t inputLoads) {
 }
 
 FailureOr<TileChoice> mlir::attn::deriveTiles(const TileProblem& problem, const TileTarget& target) {
+  if (target.arch == "sm_90a") return deriveHopperTiles(problem, target);
   TileChoice choice;
   auto note = [&](std::string line) { choice.derivation.push_back(std::move(line)); };
   const int64_t d = llvm::alignTo(problem.headDim, 16);
@@ -138,6 +139,117 @@ FailureOr<TileChoice> mlir::attn::deriveTiles(const TileProblem& problem, const 
   choice.blockQ = blockQ;
   choice.blockKV = blockKV;
   choice.warps = warps;
+  choice.stages = stages;
+  choice.smemBytes = smem;
+  return choice;
+}
+
+namespace {
+
+// The sm_90a kernel (templates/attnc/sm90/config.h): a producer warpgroup and consumer warpgroups
+// of 64 rows; setmaxnreg leaves the producer 24 registers a thread and gives the consumers the rest
+// of the 64K register file, at most 240.
+constexpr int64_t kHopperConsumers = 2;
+// 24 spills the producer's tile classification of masks that read declared inputs (document).
+constexpr int64_t kHopperProducerRegisters = 40;
+constexpr int64_t kHopperMaxStages = 4;
+// Registers a consumer thread needs beyond its accumulators: the softmax state, shared and global
+// addresses, loop counters and the tile classification (measured from ptxas's allocation of the
+// hd128 kernel: 168 before setmaxnreg with 160 in accumulators and P would not fit, 240 does).
+constexpr int64_t kHopperReserveRegisters = 64;
+// Registers per score-region operation (custom_score, 7 operations, spills at B_c = 128 and not at 112).
+constexpr int64_t kHopperRegistersPerScoreOp = 3;
+
+int64_t hopperConsumerRegisters(int64_t consumers) {
+  return std::min<int64_t>(240, (65536 / 128 - kHopperProducerRegisters) / consumers / 8 * 8);
+}
+
+// FwdConfig::kSmemBytes of templates/attnc/sm90/config.h: 1024 bytes of alignment slack, Q, the
+// K/V stages (128-byte-swizzled boxes 64 elements wide) and the mbarriers.
+int64_t hopperSmemBytes(int64_t consumers, int64_t blockKV, int64_t stages, int64_t d, int64_t dv) {
+  int64_t kChunks = llvm::divideCeil(d, 64), vChunks = llvm::divideCeil(dv, 64);
+  return 1024 + consumers * 64 * kChunks * 128 + stages * blockKV * (kChunks + vChunks) * 128 +
+         8 * (1 + 3 * stages);
+}
+
+}  // namespace
+
+FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
+                                                    const TileTarget& target) {
+  TileChoice choice;
+  choice.kernel = "sm90";
+  auto note = [&](std::string line) { choice.derivation.push_back(std::move(line)); };
+  const int64_t d = problem.headDim, dv = problem.headDimV;
+  const int64_t dMax = std::max(llvm::alignTo(d, 16), llvm::alignTo(dv, 16));
+  if (problem.elementBytes != 2) return failure();
+
+  // 1. The FlashAttention rule.
+  int64_t m = target.smemPerBlock / problem.elementBytes;
+  int64_t blockKV = llvm::divideCeil(m, 4 * dMax);
+  note(llvm::formatv("M = {0} B shared memory per block on {1} / {2} B per element = {3} elements; "
+                     "FlashAttention: B_c = ceil(M / 4d) = ceil({3} / {4}) = {5}",
+                     target.smemPerBlock, target.arch, problem.elementBytes, m, 4 * dMax, blockKV));
+
+  // 2. Instruction shapes and warp roles: wgmma's M is 64 rows per warpgroup, so B_r = 64 per
+  // consumer warpgroup; two consumers let one's softmax overlap the other's GEMMs. B_c is a
+  // multiple of 16 (the k16 steps of P V) up to wgmma's largest N, 256.
+  int64_t consumers = kHopperConsumers;
+  int64_t blockQ = 64 * consumers;
+  blockKV = std::clamp<int64_t>(blockKV / 16 * 16, 16, 256);
+  note(llvm::formatv("wgmma m64nNk16: B_r = 64 x {0} consumer warpgroups = {1}; B_c = {2} (a "
+                     "multiple of 16, at most 256); + 1 producer warpgroup = {3} threads",
+                     consumers, blockQ, blockKV, 128 * (consumers + 1)));
+
+  // 3. Registers: a consumer thread holds O (d_v / 2 fp32), S (B_c / 2 fp32) and P (B_c / 4
+  // packed pairs) of its warpgroup's 64 rows; B_c shrinks by 16 until they fit.
+  int64_t epilogue = problem.epilogueRegisters + kHopperRegistersPerScoreOp * problem.scoreOps;
+  int64_t budget = hopperConsumerRegisters(consumers) - kHopperReserveRegisters - epilogue;
+  auto live = [&](int64_t kv) { return llvm::alignTo(dv, 8) / 2 + kv / 2 + kv / 4; };
+  while (blockKV > 16 && live(blockKV) > budget) blockKV -= 16;
+  if (live(blockKV) > budget) return failure();
+  note(llvm::formatv("registers: setmaxnreg gives a consumer {0}; O + S + P = {1} / 2 + {2} / 2 + "
+                     "{2} / 4 = {3} <= {0} - {4} reserved{5}: B_c = {2}",
+                     hopperConsumerRegisters(consumers), dv, blockKV, live(blockKV),
+                     kHopperReserveRegisters,
+                     epilogue ? llvm::formatv(" - {0} for the epilogue", epilogue).str()
+                              : std::string()));
+
+  // 4. Shared memory: Q, then as many K/V stages as fit (2 to 4), shrinking B_c if even 2 do not.
+  while (blockKV > 16 && hopperSmemBytes(consumers, blockKV, 2, d, dv) > target.smemPerBlock)
+    blockKV -= 16;
+  int64_t stages = 2;
+  while (stages < kHopperMaxStages &&
+         hopperSmemBytes(consumers, blockKV, stages + 1, d, dv) <= target.smemPerBlock)
+    ++stages;
+  int64_t smem = hopperSmemBytes(consumers, blockKV, stages, d, dv);
+  if (smem > target.smemPerBlock) return failure();
+  note(llvm::formatv("shared memory: Q {0} rows + {1} stages of K and V ({2} rows each), 64-element "
+                     "swizzled column chunks of head dims {3} / {4}, + barriers and alignment = {5} "
+                     "B <= {6} B",
+                     blockQ, stages, blockKV, d, dv, smem, target.smemPerBlock));
+
+  if (problem.blockQOverride || problem.blockKVOverride) {
+    if (problem.blockQOverride) {
+      if (problem.blockQOverride % 64 != 0 || problem.blockQOverride > 192) return failure();
+      consumers = problem.blockQOverride / 64;
+      blockQ = problem.blockQOverride;
+    }
+    if (problem.blockKVOverride) {
+      if (problem.blockKVOverride % 16 != 0 || problem.blockKVOverride > 256) return failure();
+      blockKV = problem.blockKVOverride;
+    }
+    stages = 2;
+    smem = hopperSmemBytes(consumers, blockKV, stages, d, dv);
+    note(llvm::formatv("override: B_r = {0}, B_c = {1} ({2} B shared memory)", blockQ, blockKV, smem));
+    if (smem > target.smemPerBlock) return failure();
+  }
+
+  note(llvm::formatv("result: B_r = {0}, B_c = {1}, {2} warps ({3} consumer warpgroups), {4} "
+                     "stages, {5} B shared",
+                     blockQ, blockKV, 4 * (consumers + 1), consumers, stages, smem));
+  choice.blockQ = blockQ;
+  choice.blockKV = blockKV;
+  choice.warps = 4 * (consumers + 1);
   choice.stages = stages;
   choice.smemBytes = smem;
   return choice;

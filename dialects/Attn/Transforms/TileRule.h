@@ -23,9 +23,16 @@ struct TileProblem {
   // Registers the fused epilogue keeps live on top of the accumulators (dropout's Philox state,
   // values loaded from declared inputs); see epilogueRegisters().
   int64_t epilogueRegisters = 0;
+  // Operations in the score region (constants and the terminator not counted). The sm_90a rule
+  // reserves kHopperRegistersPerScoreOp registers for each: the hook runs on every element of S
+  // while S, P and O are all live.
+  int64_t scoreOps = 0;
 };
 
 struct TileChoice {
+  // The kernel template the tiles are for: "sm80" (templates/attnc/sm80/forward.h, mma.sync) or
+  // "sm90" (templates/attnc/sm90/forward.h: wgmma, TMA, warp-specialized; sm_90a only).
+  std::string kernel = "sm80";
   int64_t blockQ, blockKV, warps, stages, smemBytes;
   std::vector<std::string> derivation;  // one line per step, for the op and `attnc explain`
 };
@@ -35,7 +42,10 @@ struct TileChoice {
 // read of a declared input in the mask or score.
 int64_t epilogueRegisters(bool dropout, int64_t inputLoads);
 
+// The sm_90a target gets the wgmma kernel's rule (deriveHopperTiles); every other target the
+// sm_80 family's.
 FailureOr<TileChoice> deriveTiles(const TileProblem& problem, const TileTarget& target);
+FailureOr<TileChoice> deriveHopperTiles(const TileProblem& problem, const TileTarget& target);
 
 // The backward kernels' tiles (templates/attnc/sm80/bwd_config.h): backwardKV keeps a K/V tile of
 // kvBlockKV rows and streams Q/dO tiles of kvBlockQ rows; backwardQ (deterministic dQ) keeps a

@@ -104,3 +104,21 @@ ATTNC_HD constexpr i64 deltaElements(int batch, int heads_q, int q_len) {
 }
 
 }  // namespace attnc
+
+namespace attnc {
+
+// A CUtensorMap as the driver encodes it (cuTensorMapEncodeTiled): the TMA unit's description of
+// a tensor in global memory and of the box one copy moves. Opaque to the kernels.
+struct alignas(64) TensorMap {
+  u64 opaque[16];
+};
+
+// The sm_90a forward kernel's parameters: FwdParams plus the tensor maps its TMA copies read Q, K
+// and V through (4-D: head dim, sequence, head, batch; boxes of 64 head-dim elements by the tile's
+// rows, 128-byte swizzled). Passed as a __grid_constant__ so the maps stay in parameter memory.
+struct FwdParamsTma {
+  FwdParams base;
+  TensorMap tma_q, tma_k, tma_v;
+};
+
+}  // namespace attnc

@@ -104,6 +104,6 @@ attn.attention @both attributes {dropout = 0.0, element_type = bf16, head_dim = 
 // expected-error @+1 {{block_q (96) must be a multiple of 16 x warps (4)}}
 attn.tiled_forward @bad_tiles attributes {dropout = 0.0, element_type = bf16, head_dim = 128,
     head_dim_v = 128, heads_kv = 8, heads_q = 32, inputs = {}, scale = 0.088388,
-    block_q = 96, block_kv = 64, warps = 4, stages = 2, smem_bytes = 98304,
+    kernel = "sm80", block_q = 96, block_kv = 64, warps = 4, stages = 2, smem_bytes = 98304,
     classification = "static", kv_bounds = "interval-search", target = "sm_90a",
     derivation = []} mask {} score {}

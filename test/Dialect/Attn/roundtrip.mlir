@@ -44,7 +44,7 @@ attn.attention @document attributes {dropout = 0.1, element_type = f16, head_dim
 // CHECK-SAME: kv_bounds = "interval-search"
 attn.tiled_forward @tiled attributes {dropout = 0.0, element_type = bf16, head_dim = 128,
     head_dim_v = 128, heads_kv = 8, heads_q = 32, inputs = {}, scale = 0.088388,
-    block_q = 128, block_kv = 64, warps = 8, stages = 2, smem_bytes = 98304,
+    kernel = "sm80", block_q = 128, block_kv = 64, warps = 8, stages = 2, smem_bytes = 98304,
     classification = "static", kv_bounds = "interval-search", target = "sm_90a",
     derivation = ["B_c = 64"]} mask {
 ^bb0(%b: i32, %h: i32, %q: i32, %k: i32, %ql: i32, %kl: i32):

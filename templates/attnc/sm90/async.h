@@ -1,0 +1,84 @@
+// Hopper's asynchronous machinery, one PTX instruction per function: mbarriers (the phase-counting
+// barriers TMA copies complete on), TMA bulk tensor copies from global to shared memory, named
+// barriers among a subset of warps, and warpgroup register reallocation (setmaxnreg).
+//
+// An mbarrier counts arrivals and, with expect_tx, bytes. A phase completes when every expected
+// arrival and byte has come; its parity (0, 1, 0, ...) is what waiters test: waiting on parity P
+// returns once the phase with that parity has completed, so a fresh barrier (phase 0 running) lets
+// a wait on parity 1 through at once. Producers wait on "empty" barriers with the opposite parity
+// to the consumers' "full" ones for that reason.
+#pragma once
+
+#include "attnc/common/params.h"
+#include "attnc/common/types.h"
+
+namespace attnc {
+namespace sm90 {
+
+ATTNC_DEVICE void mbarrierInit(u32 bar, u32 arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals));
+}
+
+// Makes initialised mbarriers visible to the async proxy (TMA) and the other threads.
+ATTNC_DEVICE void fenceBarrierInit() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// Orders this thread's ordinary shared-memory writes before later async-proxy (TMA, wgmma) access.
+ATTNC_DEVICE void fenceProxyAsync() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+ATTNC_DEVICE void mbarrierArrive(u32 bar) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}" ::"r"(bar)
+               : "memory");
+}
+
+// One arrival that also announces `bytes` of TMA traffic for the current phase.
+ATTNC_DEVICE void mbarrierArriveExpectTx(u32 bar, u32 bytes) {
+  asm volatile(
+      "{\n.reg .b64 state;\nmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}" ::"r"(bar),
+      "r"(bytes)
+      : "memory");
+}
+
+ATTNC_DEVICE void mbarrierWait(u32 bar, u32 parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n}" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+ATTNC_DEVICE void prefetchTensorMap(const TensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(map)) : "memory");
+}
+
+// Copies the box at coordinates (c0 innermost .. c3) of a 4-D tensor map into shared memory at
+// `dst` and completes `bytes` (the whole box, out-of-bounds parts zero-filled) on `bar`.
+ATTNC_DEVICE void tmaLoad4d(u32 dst, const TensorMap* map, u32 bar, int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+      "[%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(dst),
+      "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+
+// bar.sync on hardware barrier `id` (1..15; 0 is __syncthreads) among `threads` threads.
+ATTNC_DEVICE void namedBarrierSync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Warpgroup register reallocation: every warp of the warpgroup must execute the same one.
+template <int Registers>
+ATTNC_DEVICE void setMaxRegistersInc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(Registers));
+}
+template <int Registers>
+ATTNC_DEVICE void setMaxRegistersDec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(Registers));
+}
+
+}  // namespace sm90
+}  // namespace attnc

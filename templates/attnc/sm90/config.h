@@ -1,0 +1,58 @@
+// Compile-time shape of an sm_90a forward kernel (forward.h): one producer warpgroup that issues
+// TMA copies and `Consumers` warpgroups of 64 query rows each that run the wgmma GEMMs and the
+// softmax. Everything else follows from the template arguments here; attn-select-tiles derives the
+// same numbers (TileRule.cpp) and the generated code static_asserts that they agree.
+#pragma once
+
+#include "attnc/common/types.h"
+
+namespace attnc {
+namespace sm90 {
+
+// Element: attnc::bf16 or attnc::half. HeadDim, HeadDimV: multiples of 8 in [8, 256].
+// BlockKV: keys per kv tile, a multiple of 16 up to 256. Stages: K/V tile pairs in flight (>= 2).
+template <class Element_, int HeadDim, int HeadDimV, int Consumers, int BlockKV, int Stages>
+struct FwdConfig {
+  using Element = Element_;
+  static constexpr int kHeadDim = HeadDim;
+  static constexpr int kHeadDimV = HeadDimV;
+  static constexpr int kConsumers = Consumers;
+  static constexpr int kBlockQ = 64 * Consumers;  // wgmma's M is 64 rows per warpgroup
+  static constexpr int kBlockKV = BlockKV;
+  static constexpr int kStages = Stages;
+  static constexpr int kThreads = 128 * (Consumers + 1);
+
+  static constexpr int kQKSteps = roundUp(HeadDim, 16) / 16;  // k16 steps of S = Q K^T
+  static constexpr int kPVSteps = BlockKV / 16;               // k16 steps of O += P V
+  static constexpr int kNTiles = BlockKV / 8;                 // n8 column groups of S
+  static constexpr int kNvTiles = HeadDimV / 8;               // n8 column groups of O
+
+  // Shared memory: 128-byte-swizzled TMA boxes, 64 elements wide; a head dim that is not a
+  // multiple of 64 is zero-filled by TMA up to the next one. Every region starts on a 1024-byte
+  // swizzle atom.
+  static constexpr int kKChunks = ceilDiv(HeadDim, 64);
+  static constexpr int kVChunks = ceilDiv(HeadDimV, 64);
+  static constexpr int kQGroupBytes = 64 * kKChunks * 128;  // one consumer's 64 rows of Q
+  static constexpr int kQBytes = Consumers * kQGroupBytes;
+  static constexpr int kKBytes = BlockKV * kKChunks * 128;
+  static constexpr int kVBytes = BlockKV * kVChunks * 128;
+  static constexpr int kStageBytes = kKBytes + kVBytes;
+  static constexpr int kBarrierBytes = 8 * (1 + 3 * Stages);  // Q full; K full, V full, empty
+  static constexpr int kAlignSlack = 1024;  // the dynamic shared base is rounded up to 1024
+  static constexpr int kSmemBytes = kAlignSlack + kQBytes + Stages * kStageBytes + kBarrierBytes;
+
+  // setmaxnreg: the producer keeps 40 registers, the consumers share the rest of the 64K file.
+  static constexpr int kProducerRegisters = 40;
+  static constexpr int kConsumerRegisters =
+      minOf(240, (65536 / 128 - kProducerRegisters) / Consumers / 8 * 8);
+
+  static_assert(HeadDim % 8 == 0 && HeadDim >= 8 && HeadDim <= 256, "head_dim: multiple of 8 in 8..256");
+  static_assert(HeadDimV % 8 == 0 && HeadDimV >= 8 && HeadDimV <= 256,
+                "head_dim_v: multiple of 8 in 8..256");
+  static_assert(BlockKV % 16 == 0 && BlockKV >= 16 && BlockKV <= 256, "B_c: multiple of 16 up to 256");
+  static_assert(Consumers >= 1 && Consumers <= 3, "1 to 3 consumer warpgroups");
+  static_assert(Stages >= 2, "one K/V stage loading while another is read");
+};
+
+}  // namespace sm90
+}  // namespace attnc

@@ -1,0 +1,245 @@
+// The sm_90a forward kernel: FlashAttention with Hopper's asynchronous units. One block computes
+// BlockQ = 64 x Consumers query rows of one (batch, head) with 1 + Consumers warpgroups:
+//
+//  - the producer warpgroup gives its registers back (setmaxnreg) and one of its threads streams
+//    Q once and then K and V of every live kv tile through a ring of Stages shared-memory stages
+//    with TMA copies, each completing on its stage's "full" mbarrier; before reusing a stage it
+//    waits on the stage's "empty" mbarrier;
+//  - each consumer warpgroup owns 64 rows: S = Q K^T with wgmma from shared memory, the Variant's
+//    score hook and mask on the accumulators, the online softmax (exp2 with the scale folded in),
+//    dropout, then O += P V with P straight from registers and V from shared memory; it then
+//    arrives on the stage's empty barrier.
+//
+// The accumulators are, per warp, the m16n8 layout of the sm80 kernels (wgmma.h), so the epilogue
+// (sm80/epilogue.h) and the online softmax (sm80/softmax.h) are shared with that path. Blocks
+// classify kv tiles exactly as the sm80 kernel does (kv_tiles.h); each warpgroup refines a partial
+// tile for its own 64 rows, skipping its GEMMs when they are all masked.
+//
+// Shared memory (config.h): [Q: Consumers x 64 rows][K_0 V_0][K_1 V_1]...[mbarriers].
+#pragma once
+
+#include "attnc/common/expr.h"
+#include "attnc/common/kv_tiles.h"
+#include "attnc/common/params.h"
+#include "attnc/common/philox.h"
+#include "attnc/common/types.h"
+#include "attnc/sm80/copy.h"
+#include "attnc/sm80/epilogue.h"
+#include "attnc/sm80/mma.h"
+#include "attnc/sm80/softmax.h"
+#include "attnc/sm90/async.h"
+#include "attnc/sm90/config.h"
+#include "attnc/sm90/wgmma.h"
+
+namespace attnc {
+namespace sm90 {
+
+template <class Config>
+struct ForwardSmem {
+  u32 base;  // 1024-byte aligned
+
+  ATTNC_DEVICE explicit ForwardSmem(unsigned char* raw)
+      : base((sm80::smemAddress(raw) + 1023u) & ~1023u) {}
+
+  ATTNC_DEVICE u32 q(int group) const { return base + u32(group * Config::kQGroupBytes); }
+  ATTNC_DEVICE u32 k(int stage) const {
+    return base + u32(Config::kQBytes + stage * Config::kStageBytes);
+  }
+  ATTNC_DEVICE u32 v(int stage) const { return k(stage) + u32(Config::kKBytes); }
+  ATTNC_DEVICE u32 barrier(int i) const {
+    return base + u32(Config::kQBytes + Config::kStages * Config::kStageBytes + 8 * i);
+  }
+  ATTNC_DEVICE u32 qFull() const { return barrier(0); }
+  ATTNC_DEVICE u32 kFull(int stage) const { return barrier(1 + stage); }
+  ATTNC_DEVICE u32 vFull(int stage) const { return barrier(1 + Config::kStages + stage); }
+  ATTNC_DEVICE u32 empty(int stage) const { return barrier(1 + 2 * Config::kStages + stage); }
+};
+
+// The producer's one thread: Q, then K and V of each live tile in the consumers' order.
+template <class Config, class Variant>
+ATTNC_DEVICE void produce(const FwdParamsTma& pt, const ForwardSmem<Config>& smem,
+                          const KvTiles<Variant, Config::kBlockKV>& tiles, int firstTile,
+                          int lastTile, int q0, int b, int h, int hKv) {
+  constexpr int kChunkBytes = 64 * kSwizzleRowBytes;  // one 64-row box of Q
+  prefetchTensorMap(&pt.tma_q);
+  prefetchTensorMap(&pt.tma_k);
+  prefetchTensorMap(&pt.tma_v);
+  mbarrierArriveExpectTx(smem.qFull(), Config::kQBytes);
+#pragma unroll
+  for (int g = 0; g < Config::kConsumers; ++g)
+#pragma unroll
+    for (int c = 0; c < Config::kKChunks; ++c)
+      tmaLoad4d(smem.q(g) + u32(c * kChunkBytes), &pt.tma_q, smem.qFull(), c * kChunkElements,
+                q0 + 64 * g, h, b);
+
+  constexpr int kKvChunkBytes = Config::kBlockKV * kSwizzleRowBytes;
+  expr::Tri unused;
+  int iteration = 0;
+  for (int tile = firstTile; tile <= lastTile;
+       tile = tiles.nextLive(tile + 1, lastTile, unused), ++iteration) {
+    const int stage = iteration % Config::kStages;
+    const u32 phase = u32(iteration / Config::kStages) & 1u;
+    mbarrierWait(smem.empty(stage), phase ^ 1u);
+    const int kv0 = tile * Config::kBlockKV;
+    mbarrierArriveExpectTx(smem.kFull(stage), Config::kKBytes);
+#pragma unroll
+    for (int c = 0; c < Config::kKChunks; ++c)
+      tmaLoad4d(smem.k(stage) + u32(c * kKvChunkBytes), &pt.tma_k, smem.kFull(stage),
+                c * kChunkElements, kv0, hKv, b);
+    mbarrierArriveExpectTx(smem.vFull(stage), Config::kVBytes);
+#pragma unroll
+    for (int c = 0; c < Config::kVChunks; ++c)
+      tmaLoad4d(smem.v(stage) + u32(c * kKvChunkBytes), &pt.tma_v, smem.vFull(stage),
+                c * kChunkElements, kv0, hKv, b);
+  }
+}
+
+template <int A, int B, int C>
+ATTNC_DEVICE float (&flat(float (&x)[A][B][C]))[A * B * C] {
+  return reinterpret_cast<float(&)[A * B * C]>(x);
+}
+
+template <class Config, class Variant>
+ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
+  using Element = typename Config::Element;
+  using Tri = expr::Tri;
+  constexpr int kN = Config::kNTiles;
+  constexpr int kNv = Config::kNvTiles;
+  constexpr int kStages = Config::kStages;
+  const FwdParams& p = pt.base;
+
+  const int b = blockIdx.z, h = blockIdx.y;
+  const int q0 = blockIdx.x * Config::kBlockQ;
+  if (q0 >= p.q_len) return;
+  const int qRows = minOf(Config::kBlockQ, p.q_len - q0);
+  const int hKv = h / (p.heads_q / p.heads_kv);
+  const int warpGroup = threadIdx.x / 128;
+  const int groupThread = threadIdx.x % 128;
+  const ForwardSmem<Config> smem(smemRaw);
+
+  if (threadIdx.x == 0) {
+    mbarrierInit(smem.qFull(), 1);
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      mbarrierInit(smem.kFull(s), 1);
+      mbarrierInit(smem.vFull(s), 1);
+      mbarrierInit(smem.empty(s), 128 * Config::kConsumers);
+    }
+    fenceBarrierInit();
+  }
+  sm80::blockSync();
+
+  const KvTiles<Variant, Config::kBlockKV> tiles(p, b, h, q0, q0 + qRows - 1);
+  const int lastTile = tiles.last();
+  Tri tileClass;
+  const int firstTile = tiles.nextLive(tiles.first(), lastTile, tileClass);
+
+  if (warpGroup == 0) {
+    setMaxRegistersDec<Config::kProducerRegisters>();
+    if (groupThread == 0 && firstTile <= lastTile)
+      produce<Config, Variant>(pt, smem, tiles, firstTile, lastTile, q0, b, h, hKv);
+    return;
+  }
+  setMaxRegistersInc<Config::kConsumerRegisters>();
+
+  // This warpgroup's rows, and this lane's first accumulator row (wgmma.h).
+  const int group = warpGroup - 1;
+  const int lane = groupThread & 31, warp = groupThread >> 5;
+  const int groupRow = q0 + 64 * group;
+  const int groupLast = minOf(groupRow + 63, p.q_len - 1);
+  const bool groupHasRows = groupRow < p.q_len;
+  const int qRow = groupRow + 16 * warp + (lane >> 2);
+
+  float o[1][kNv][4];
+#pragma unroll
+  for (int nv = 0; nv < kNv; ++nv)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) o[0][nv][c] = 0.0f;
+  sm80::OnlineSoftmax<1> softmax;
+  // Without a score hook the scale folds into the base-2 exponent: one FFMA per probability.
+  const float log2Scale = Variant::kHasScore ? kLog2e : p.scale * kLog2e;
+  const u32 batchHead = u32(b * p.heads_q + h);
+  const u32 dropThreshold = Variant::kHasDropout ? dropoutThreshold(p.dropout_p) : 0u;
+  const u32 qTile = smem.q(group);
+
+  if (firstTile <= lastTile) mbarrierWait(smem.qFull(), 0);
+  int iteration = 0;
+  for (int tile = firstTile; tile <= lastTile;
+       tile = tiles.nextLive(tile + 1, lastTile, tileClass), ++iteration) {
+    const int stage = iteration % kStages;
+    const u32 phase = u32(iteration / kStages) & 1u;
+    const int kv0 = tile * Config::kBlockKV;
+    const int kCol = kv0 + 2 * (lane & 3);
+    // A partial tile can still be empty or full for this warpgroup's rows alone.
+    Tri groupClass = tileClass;
+    if constexpr (Variant::kHasMask) {
+      if (tileClass == Tri::Unknown && groupHasRows)
+        groupClass = tiles.classify(groupRow, groupLast, kv0, tiles.tileEnd(tile));
+    }
+    const bool compute = groupHasRows && groupClass != Tri::False;
+
+    // S = Q K^T.
+    mbarrierWait(smem.kFull(stage), phase);
+    float s[1][kN][4];
+    u32 pA[1][Config::kPVSteps][4];
+    if (compute) {
+      wgmmaFence();
+#pragma unroll
+      for (int kk = 0; kk < Config::kQKSteps; ++kk)
+        WgmmaSS<Element, Config::kBlockKV>::template run<0, 0>(
+            flat(s), kMajorDescriptor(qTile, 64, kk),
+            kMajorDescriptor(smem.k(stage), Config::kBlockKV, kk), kk > 0);
+      wgmmaCommit();
+      wgmmaWait<0>();
+      fenceRegisters(flat(s));
+      // Epilogue on S: score hook, then the mask and the kv_len tail.
+      if constexpr (Variant::kHasScore) sm80::applyScore<Variant>(s, p, b, h, qRow, kCol);
+      const bool partial = groupClass == Tri::Unknown;
+      if (partial || tiles.isTail(tile))
+        sm80::applyMask<Variant>(s, p, b, h, qRow, kCol, partial);
+      softmax.update(s, o, log2Scale);
+      if constexpr (Variant::kHasDropout)
+        sm80::applyDropout(s, p, batchHead, dropThreshold, qRow, kCol);
+      sm80::warp::packP<Element>(pA, s);
+    }
+
+    // O += P V.
+    mbarrierWait(smem.vFull(stage), phase);
+    if (compute) {
+      wgmmaFence();
+#pragma unroll
+      for (int kk = 0; kk < Config::kPVSteps; ++kk)
+        WgmmaRS<Element, Config::kHeadDimV>::template run<1>(
+            flat(o), pA[0][kk], mnMajorDescriptor(smem.v(stage), Config::kBlockKV, kk), 1);
+      wgmmaCommit();
+      wgmmaWait<0>();
+      fenceRegisters(flat(o));
+    }
+    mbarrierArrive(smem.empty(stage));
+  }
+
+  // Normalize O, write LSE and O.
+  float lse[1][2];
+  const float outScale = Variant::kHasDropout ? 1.0f / (1.0f - p.dropout_p) : 1.0f;
+  softmax.finish(o, log2Scale, outScale, lse);
+  if (!groupHasRows) return;
+  if (p.lse != nullptr && (lane & 3) == 0) {
+    float* lseRow = p.lse + (i64(b) * p.heads_q + h) * p.q_len;
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      if (qRow + 8 * r < p.q_len) lseRow[qRow + 8 * r] = lse[0][r];
+  }
+  Element* oG = static_cast<Element*>(p.o) + b * p.o_stride_b + h * p.o_stride_h;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int q = qRow + 8 * r;
+    if (q >= p.q_len) continue;
+    u32* row = reinterpret_cast<u32*>(oG + q * p.o_stride_s + 2 * (lane & 3));
+#pragma unroll
+    for (int nv = 0; nv < kNv; ++nv)
+      row[4 * nv] = Convert<Element>::pack2(o[0][nv][2 * r], o[0][nv][2 * r + 1]);
+  }
+}
+
+}  // namespace sm90
+}  // namespace attnc

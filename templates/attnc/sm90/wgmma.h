@@ -1,0 +1,63 @@
+// Warpgroup matrix multiply-accumulate (wgmma, sm_90a). Four consecutive warps issue one
+// m64nNk16 operation together; B (and A, for WgmmaSS) is read from shared memory through a 64-bit
+// matrix descriptor, the fp32 accumulators stay in registers in the m16n8 layout of mma.h per
+// warp (warp w of the warpgroup holds rows 16 w .. 16 w + 15), so the sm80 epilogue and softmax
+// code applies to them unchanged. The operations run asynchronously: fence before the first one
+// (after registers they read were written), commit them as a group, wait for the group before the
+// accumulators are read.
+//
+// Shared tiles are TMA boxes of 64 16-bit elements (128 bytes) per row in the 128-byte swizzle:
+// eight rows make a 1024-byte swizzle atom, so tiles start on 1024-byte boundaries and a wider
+// operand is split into 64-element column chunks stored one after another.
+#pragma once
+
+#include "attnc/common/types.h"
+#include "attnc/sm90/wgmma_ops.h"
+
+namespace attnc {
+namespace sm90 {
+
+constexpr int kSwizzleRowBytes = 128;   // one row of a 128-byte-swizzled box
+constexpr int kSwizzleAtomBytes = 1024;  // 8 rows
+constexpr int kChunkElements = 64;       // 16-bit elements per swizzled row
+
+// Matrix descriptor (PTX ISA, "matrix descriptor format"): start address, leading- and
+// stride-dimension byte offsets (each >> 4, 14 bits), 128-byte swizzle in bits 62-63.
+ATTNC_DEVICE u64 matrixDescriptor(u32 smemAddr, u32 leadingBytes, u32 strideBytes) {
+  return u64((smemAddr & 0x3FFFF) >> 4) | (u64((leadingBytes >> 4) & 0x3FFF) << 16) |
+         (u64((strideBytes >> 4) & 0x3FFF) << 32) | (u64(1) << 62);
+}
+
+// A K-major operand (the reduction dimension contiguous, as Q and K are): `rows` rows of
+// `chunks` 64-wide column chunks, chunk c at c * rows * 128 bytes. Step k (16 columns) starts in
+// chunk k / 4, 32 bytes into its rows; 8-row groups are 1024 bytes apart (the stride offset).
+ATTNC_DEVICE u64 kMajorDescriptor(u32 tile, int rows, int k16) {
+  const u32 at = tile + u32((k16 / 4) * rows * kSwizzleRowBytes + (k16 % 4) * 32);
+  return matrixDescriptor(at, 16, kSwizzleAtomBytes);
+}
+
+// An MN-major operand (the output dimension contiguous, as V is for O += P V): the tile's rows are
+// the reduction dimension. Step k covers rows 16 k .. 16 k + 15 (two 1024-byte atoms, the stride
+// offset); 64-wide chunks along N are rows * 128 bytes apart (the leading offset).
+ATTNC_DEVICE u64 mnMajorDescriptor(u32 tile, int rows, int k16) {
+  const u32 at = tile + u32(k16 * 16 * kSwizzleRowBytes);
+  return matrixDescriptor(at, u32(rows * kSwizzleRowBytes), kSwizzleAtomBytes);
+}
+
+ATTNC_DEVICE void wgmmaFence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+ATTNC_DEVICE void wgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int Pending>
+ATTNC_DEVICE void wgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(Pending) : "memory");
+}
+
+// Pins accumulator registers at this point of the program: the compiler may not move their reads
+// or writes across it (it cannot see that wgmma writes them asynchronously).
+template <int N>
+ATTNC_DEVICE void fenceRegisters(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+}  // namespace sm90
+}  // namespace attnc
