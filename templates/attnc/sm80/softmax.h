@@ -44,6 +44,17 @@ struct OnlineSoftmax {
   template <int NTiles, int NvTiles>
   ATTNC_DEVICE void update(float (&s)[MTiles][NTiles][4], float (&o)[MTiles][NvTiles][4],
                            float log2Scale) {
+    float factors[MTiles][2];
+    advance(s, log2Scale, factors);
+    rescale(o, factors);
+  }
+
+  // update() in two halves, for a kernel whose O accumulator is still being written by an
+  // asynchronous GEMM when the next tile's scores arrive: advance() does everything but touch O
+  // and returns the factors O must be multiplied by; rescale() applies them later.
+  template <int NTiles>
+  ATTNC_DEVICE void advance(float (&s)[MTiles][NTiles][4], float log2Scale,
+                            float (&factors)[MTiles][2]) {
 #pragma unroll
     for (int mi = 0; mi < MTiles; ++mi) {
 #pragma unroll
@@ -56,7 +67,7 @@ struct OnlineSoftmax {
         // A row with nothing unmasked so far keeps max -inf; subtracting 0 instead keeps
         // exp2(-inf - (-inf)) = NaN out of it (its probabilities are exp2(-inf) = 0).
         const float maxScaled = newMax == -kInfinity ? 0.0f : newMax * log2Scale;
-        const float rescale = exp2Approx(rowMax[mi][r] * log2Scale - maxScaled);
+        const float factor = exp2Approx(rowMax[mi][r] * log2Scale - maxScaled);
         rowMax[mi][r] = newMax;
 
         float sum = 0.0f;
@@ -68,14 +79,23 @@ struct OnlineSoftmax {
             sum += s[mi][ni][c];
           }
         }
-        rowSum[mi][r] = rowSum[mi][r] * rescale + sum;
-#pragma unroll
-        for (int nv = 0; nv < NvTiles; ++nv) {
-          o[mi][nv][2 * r] *= rescale;
-          o[mi][nv][2 * r + 1] *= rescale;
-        }
+        rowSum[mi][r] = rowSum[mi][r] * factor + sum;
+        factors[mi][r] = factor;
       }
     }
+  }
+
+  template <int NvTiles>
+  ATTNC_DEVICE static void rescale(float (&o)[MTiles][NvTiles][4], const float (&factors)[MTiles][2]) {
+#pragma unroll
+    for (int mi = 0; mi < MTiles; ++mi)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int nv = 0; nv < NvTiles; ++nv) {
+          o[mi][nv][2 * r] *= factors[mi][r];
+          o[mi][nv][2 * r + 1] *= factors[mi][r];
+        }
   }
 
   // Normalises `o` in place (times `outScale`, the dropout rescale or 1) and returns, through

@@ -37,7 +37,8 @@ struct FwdConfig {
   static constexpr int kKBytes = BlockKV * kKChunks * 128;
   static constexpr int kVBytes = BlockKV * kVChunks * 128;
   static constexpr int kStageBytes = kKBytes + kVBytes;
-  static constexpr int kBarrierBytes = 8 * (1 + 3 * Stages);  // Q full; K full, V full, empty
+  // mbarriers: Q full; per stage K full, V full, K empty, V empty.
+  static constexpr int kBarrierBytes = 8 * (1 + 4 * Stages);
   static constexpr int kAlignSlack = 1024;  // the dynamic shared base is rounded up to 1024
   static constexpr int kSmemBytes = kAlignSlack + kQBytes + Stages * kStageBytes + kBarrierBytes;
 

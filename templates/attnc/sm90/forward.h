@@ -7,8 +7,9 @@
 //    waits on the stage's "empty" mbarrier;
 //  - each consumer warpgroup owns 64 rows: S = Q K^T with wgmma from shared memory, the Variant's
 //    score hook and mask on the accumulators, the online softmax (exp2 with the scale folded in),
-//    dropout, then O += P V with P straight from registers and V from shared memory; it then
-//    arrives on the stage's empty barrier.
+//    dropout, then O += P V with P straight from registers and V from shared memory, the softmax
+//    of one tile overlapping the P V of the one before (see the loop); it arrives on a stage's
+//    empty barriers as soon as it is done with its K and with its V.
 //
 // The accumulators are, per warp, the m16n8 layout of the sm80 kernels (wgmma.h), so the epilogue
 // (sm80/epilogue.h) and the online softmax (sm80/softmax.h) are shared with that path. Blocks
@@ -16,6 +17,7 @@
 // tile for its own 64 rows, skipping its GEMMs when they are all masked.
 //
 // Shared memory (config.h): [Q: Consumers x 64 rows][K_0 V_0][K_1 V_1]...[mbarriers].
+// Producer and consumers agree on the sequence of live tiles by computing it the same way.
 #pragma once
 
 #include "attnc/common/expr.h"
@@ -52,7 +54,8 @@ struct ForwardSmem {
   ATTNC_DEVICE u32 qFull() const { return barrier(0); }
   ATTNC_DEVICE u32 kFull(int stage) const { return barrier(1 + stage); }
   ATTNC_DEVICE u32 vFull(int stage) const { return barrier(1 + Config::kStages + stage); }
-  ATTNC_DEVICE u32 empty(int stage) const { return barrier(1 + 2 * Config::kStages + stage); }
+  ATTNC_DEVICE u32 kEmpty(int stage) const { return barrier(1 + 2 * Config::kStages + stage); }
+  ATTNC_DEVICE u32 vEmpty(int stage) const { return barrier(1 + 3 * Config::kStages + stage); }
 };
 
 // The producer's one thread: Q, then K and V of each live tile in the consumers' order.
@@ -79,13 +82,14 @@ ATTNC_DEVICE void produce(const FwdParamsTma& pt, const ForwardSmem<Config>& sme
        tile = tiles.nextLive(tile + 1, lastTile, unused), ++iteration) {
     const int stage = iteration % Config::kStages;
     const u32 phase = u32(iteration / Config::kStages) & 1u;
-    mbarrierWait(smem.empty(stage), phase ^ 1u);
     const int kv0 = tile * Config::kBlockKV;
+    mbarrierWait(smem.kEmpty(stage), phase ^ 1u);
     mbarrierArriveExpectTx(smem.kFull(stage), Config::kKBytes);
 #pragma unroll
     for (int c = 0; c < Config::kKChunks; ++c)
       tmaLoad4d(smem.k(stage) + u32(c * kKvChunkBytes), &pt.tma_k, smem.kFull(stage),
                 c * kChunkElements, kv0, hKv, b);
+    mbarrierWait(smem.vEmpty(stage), phase ^ 1u);
     mbarrierArriveExpectTx(smem.vFull(stage), Config::kVBytes);
 #pragma unroll
     for (int c = 0; c < Config::kVChunks; ++c)
@@ -123,7 +127,8 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     for (int s = 0; s < kStages; ++s) {
       mbarrierInit(smem.kFull(s), 1);
       mbarrierInit(smem.vFull(s), 1);
-      mbarrierInit(smem.empty(s), 128 * Config::kConsumers);
+      mbarrierInit(smem.kEmpty(s), 128 * Config::kConsumers);
+      mbarrierInit(smem.vEmpty(s), 128 * Config::kConsumers);
     }
     fenceBarrierInit();
   }
@@ -162,6 +167,23 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   const u32 dropThreshold = Variant::kHasDropout ? dropoutThreshold(p.dropout_p) : 0u;
   const u32 qTile = smem.q(group);
 
+  // The loop is software-pipelined (FlashAttention-3's intra-warpgroup overlap): iteration j issues
+  // S_j = Q K_j^T and then O += P_{j-1} V_{j-1}, waits for S_j only, and runs the score hook, the
+  // mask and the softmax of tile j while the tensor cores still work on P_{j-1} V_{j-1}; O is
+  // rescaled once that GEMM is done. K_j's stage is released as soon as S_j is done, V_{j-1}'s
+  // when P_{j-1} V_{j-1} is. Every wgmma group is committed even when a warpgroup skips its GEMMs
+  // (an empty group), so the wait counts stay fixed.
+  u32 pA[1][Config::kPVSteps][4];  // P of the previous tile, the A operand of its P V
+  int prevStage = -1;
+  u32 prevPhase = 0;
+  bool prevCompute = false;
+  const auto issuePV = [&]() {
+#pragma unroll
+    for (int kk = 0; kk < Config::kPVSteps; ++kk)
+      WgmmaRS<Element, Config::kHeadDimV>::template run<1>(
+          flat(o), pA[0][kk], mnMajorDescriptor(smem.v(prevStage), Config::kBlockKV, kk), 1);
+  };
+
   if (firstTile <= lastTile) mbarrierWait(smem.qFull(), 0);
   int iteration = 0;
   for (int tile = firstTile; tile <= lastTile;
@@ -178,44 +200,60 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     }
     const bool compute = groupHasRows && groupClass != Tri::False;
 
-    // S = Q K^T.
-    mbarrierWait(smem.kFull(stage), phase);
+    // Issue S_j = Q K_j^T, then O += P_{j-1} V_{j-1}.
     float s[1][kN][4];
-    u32 pA[1][Config::kPVSteps][4];
+    mbarrierWait(smem.kFull(stage), phase);
+    wgmmaFence();
     if (compute) {
-      wgmmaFence();
 #pragma unroll
       for (int kk = 0; kk < Config::kQKSteps; ++kk)
         WgmmaSS<Element, Config::kBlockKV>::template run<0, 0>(
             flat(s), kMajorDescriptor(qTile, 64, kk),
             kMajorDescriptor(smem.k(stage), Config::kBlockKV, kk), kk > 0);
-      wgmmaCommit();
-      wgmmaWait<0>();
-      fenceRegisters(flat(s));
-      // Epilogue on S: score hook, then the mask and the kv_len tail.
+    }
+    wgmmaCommit();
+    if (prevStage >= 0) {
+      mbarrierWait(smem.vFull(prevStage), prevPhase);
+      if (prevCompute) issuePV();
+    }
+    wgmmaCommit();
+
+    // S_j is done (P_{j-1} V_{j-1} may still run): its epilogue and softmax.
+    wgmmaWait<1>();
+    fenceRegisters(flat(s));
+    mbarrierArrive(smem.kEmpty(stage));
+    float factors[1][2] = {{1.0f, 1.0f}};
+    if (compute) {
       if constexpr (Variant::kHasScore) sm80::applyScore<Variant>(s, p, b, h, qRow, kCol);
       const bool partial = groupClass == Tri::Unknown;
       if (partial || tiles.isTail(tile))
         sm80::applyMask<Variant>(s, p, b, h, qRow, kCol, partial);
-      softmax.update(s, o, log2Scale);
+      softmax.advance(s, log2Scale, factors);
       if constexpr (Variant::kHasDropout)
         sm80::applyDropout(s, p, batchHead, dropThreshold, qRow, kCol);
-      sm80::warp::packP<Element>(pA, s);
     }
 
-    // O += P V.
-    mbarrierWait(smem.vFull(stage), phase);
+    // P_{j-1} V_{j-1} is done: rescale O for tile j, and P_j becomes the next A operand.
+    wgmmaWait<0>();
+    fenceRegisters(flat(o));
+    if (prevStage >= 0) mbarrierArrive(smem.vEmpty(prevStage));
     if (compute) {
-      wgmmaFence();
-#pragma unroll
-      for (int kk = 0; kk < Config::kPVSteps; ++kk)
-        WgmmaRS<Element, Config::kHeadDimV>::template run<1>(
-            flat(o), pA[0][kk], mnMajorDescriptor(smem.v(stage), Config::kBlockKV, kk), 1);
-      wgmmaCommit();
-      wgmmaWait<0>();
-      fenceRegisters(flat(o));
+      sm80::OnlineSoftmax<1>::rescale(o, factors);
+      sm80::warp::packP<Element>(pA, s);
     }
-    mbarrierArrive(smem.empty(stage));
+    prevStage = stage;
+    prevPhase = phase;
+    prevCompute = compute;
+  }
+  // The last tile's O += P V.
+  if (prevStage >= 0) {
+    mbarrierWait(smem.vFull(prevStage), prevPhase);
+    wgmmaFence();
+    if (prevCompute) issuePV();
+    wgmmaCommit();
+    wgmmaWait<0>();
+    fenceRegisters(flat(o));
+    mbarrierArrive(smem.vEmpty(prevStage));
   }
 
   // Normalize O, write LSE and O.
