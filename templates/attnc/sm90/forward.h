@@ -171,25 +171,35 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   // S_j = Q K_j^T and then O += P_{j-1} V_{j-1}, waits for S_j only, and runs the score hook, the
   // mask and the softmax of tile j while the tensor cores still work on P_{j-1} V_{j-1}; O is
   // rescaled once that GEMM is done. K_j's stage is released as soon as S_j is done, V_{j-1}'s
-  // when P_{j-1} V_{j-1} is. Every wgmma group is committed even when a warpgroup skips its GEMMs
-  // (an empty group), so the wait counts stay fixed.
+  // when P_{j-1} V_{j-1} is. No wgmma is issued under a condition: ptxas then serializes every one
+  // of them. A warpgroup whose rows a tile masks entirely (or that has no rows) still multiplies
+  // and masks every element of it instead of skipping it.
   u32 pA[1][Config::kPVSteps][4];  // P of the previous tile, the A operand of its P V
-  int prevStage = -1;
-  u32 prevPhase = 0;
-  bool prevCompute = false;
-  const auto issuePV = [&]() {
+  float s[1][kN][4];
+  int stage = 0;
+  u32 phase = 0;
+  const auto issueQK = [&]() {
+    mbarrierWait(smem.kFull(stage), phase);
+    wgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < Config::kQKSteps; ++kk)
+      WgmmaSS<Element, Config::kBlockKV>::template run<0, 0>(
+          flat(s), kMajorDescriptor(qTile, 64, kk),
+          kMajorDescriptor(smem.k(stage), Config::kBlockKV, kk), kk > 0);
+    wgmmaCommit();
+  };
+  const auto issuePV = [&](int vStage, u32 vPhase) {
+    mbarrierWait(smem.vFull(vStage), vPhase);
 #pragma unroll
     for (int kk = 0; kk < Config::kPVSteps; ++kk)
       WgmmaRS<Element, Config::kHeadDimV>::template run<1>(
-          flat(o), pA[0][kk], mnMajorDescriptor(smem.v(prevStage), Config::kBlockKV, kk), 1);
+          flat(o), pA[0][kk], mnMajorDescriptor(smem.v(vStage), Config::kBlockKV, kk), 1);
+    wgmmaCommit();
   };
-
-  if (firstTile <= lastTile) mbarrierWait(smem.qFull(), 0);
-  int iteration = 0;
-  for (int tile = firstTile; tile <= lastTile;
-       tile = tiles.nextLive(tile + 1, lastTile, tileClass), ++iteration) {
-    const int stage = iteration % kStages;
-    const u32 phase = u32(iteration / kStages) & 1u;
+  // The epilogue and softmax of S (tile `tile`), once S is in registers.
+  const auto softmaxStep = [&](int tile, float (&factors)[1][2]) {
+    fenceRegisters(flat(s));
+    mbarrierArrive(smem.kEmpty(stage));
     const int kv0 = tile * Config::kBlockKV;
     const int kCol = kv0 + 2 * (lane & 3);
     // A partial tile can still be empty or full for this warpgroup's rows alone.
@@ -198,62 +208,46 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
       if (tileClass == Tri::Unknown && groupHasRows)
         groupClass = tiles.classify(groupRow, groupLast, kv0, tiles.tileEnd(tile));
     }
-    const bool compute = groupHasRows && groupClass != Tri::False;
+    if constexpr (Variant::kHasScore) sm80::applyScore<Variant>(s, p, b, h, qRow, kCol);
+    const bool perElement = groupClass != Tri::True;
+    if (perElement || tiles.isTail(tile))
+      sm80::applyMask<Variant>(s, p, b, h, qRow, kCol, perElement);
+    softmax.advance(s, log2Scale, factors);
+    if constexpr (Variant::kHasDropout)
+      sm80::applyDropout(s, p, batchHead, dropThreshold, qRow, kCol);
+  };
 
-    // Issue S_j = Q K_j^T, then O += P_{j-1} V_{j-1}.
-    float s[1][kN][4];
-    mbarrierWait(smem.kFull(stage), phase);
-    wgmmaFence();
-    if (compute) {
-#pragma unroll
-      for (int kk = 0; kk < Config::kQKSteps; ++kk)
-        WgmmaSS<Element, Config::kBlockKV>::template run<0, 0>(
-            flat(s), kMajorDescriptor(qTile, 64, kk),
-            kMajorDescriptor(smem.k(stage), Config::kBlockKV, kk), kk > 0);
-    }
-    wgmmaCommit();
-    if (prevStage >= 0) {
-      mbarrierWait(smem.vFull(prevStage), prevPhase);
-      if (prevCompute) issuePV();
-    }
-    wgmmaCommit();
-
-    // S_j is done (P_{j-1} V_{j-1} may still run): its epilogue and softmax.
-    wgmmaWait<1>();
-    fenceRegisters(flat(s));
-    mbarrierArrive(smem.kEmpty(stage));
-    float factors[1][2] = {{1.0f, 1.0f}};
-    if (compute) {
-      if constexpr (Variant::kHasScore) sm80::applyScore<Variant>(s, p, b, h, qRow, kCol);
-      const bool partial = groupClass == Tri::Unknown;
-      if (partial || tiles.isTail(tile))
-        sm80::applyMask<Variant>(s, p, b, h, qRow, kCol, partial);
-      softmax.advance(s, log2Scale, factors);
-      if constexpr (Variant::kHasDropout)
-        sm80::applyDropout(s, p, batchHead, dropThreshold, qRow, kCol);
-    }
-
-    // P_{j-1} V_{j-1} is done: rescale O for tile j, and P_j becomes the next A operand.
+  if (firstTile <= lastTile) {
+    mbarrierWait(smem.qFull(), 0);
+    int tile = firstTile;
+    issueQK();
     wgmmaWait<0>();
-    fenceRegisters(flat(o));
-    if (prevStage >= 0) mbarrierArrive(smem.vEmpty(prevStage));
-    if (compute) {
+    float factors[1][2];
+    softmaxStep(tile, factors);  // O is still zero: nothing to rescale
+    sm80::warp::packP<Element>(pA, s);
+    int iteration = 1;
+    for (tile = tiles.nextLive(tile + 1, lastTile, tileClass); tile <= lastTile;
+         tile = tiles.nextLive(tile + 1, lastTile, tileClass), ++iteration) {
+      const int prevStage = stage;
+      const u32 prevPhase = phase;
+      stage = iteration % kStages;
+      phase = u32(iteration / kStages) & 1u;
+      issueQK();
+      issuePV(prevStage, prevPhase);
+      wgmmaWait<1>();  // S_j is done; P_{j-1} V_{j-1} may still run
+      softmaxStep(tile, factors);
+      wgmmaWait<0>();  // P_{j-1} V_{j-1} is done
+      fenceRegisters(flat(o));
+      mbarrierArrive(smem.vEmpty(prevStage));
       sm80::OnlineSoftmax<1>::rescale(o, factors);
       sm80::warp::packP<Element>(pA, s);
     }
-    prevStage = stage;
-    prevPhase = phase;
-    prevCompute = compute;
-  }
-  // The last tile's O += P V.
-  if (prevStage >= 0) {
-    mbarrierWait(smem.vFull(prevStage), prevPhase);
+    // The last tile's O += P V.
     wgmmaFence();
-    if (prevCompute) issuePV();
-    wgmmaCommit();
+    issuePV(stage, phase);
     wgmmaWait<0>();
     fenceRegisters(flat(o));
-    mbarrierArrive(smem.vEmpty(prevStage));
+    mbarrierArrive(smem.vEmpty(stage));
   }
 
   // Normalize O, write LSE and O.
