@@ -70,6 +70,11 @@ ATTNC_DEVICE void namedBarrierSync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// bar.arrive: counts this warp's threads towards barrier `id` without waiting.
+ATTNC_DEVICE void namedBarrierArrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 // Warpgroup register reallocation: every warp of the warpgroup must execute the same one.
 template <int Registers>
 ATTNC_DEVICE void setMaxRegistersInc() {

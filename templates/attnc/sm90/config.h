@@ -42,6 +42,12 @@ struct FwdConfig {
   static constexpr int kAlignSlack = 1024;  // the dynamic shared base is rounded up to 1024
   static constexpr int kSmemBytes = kAlignSlack + kQBytes + Stages * kStageBytes + kBarrierBytes;
 
+  // O leaves through the warpgroup's Q tile when its rows fit there (head_dim_v <= the Q tile's
+  // padded width); the warpgroup syncs on named barrier kOutputBarrier + its index (barriers 1..3
+  // are the consumers' ping-pong turns).
+  static constexpr bool kOutputThroughSmem = HeadDimV <= 64 * kKChunks;
+  static constexpr int kOutputBarrier = 4;
+
   // setmaxnreg: the producer keeps 40 registers, the consumers share the rest of the 64K file.
   static constexpr int kProducerRegisters = 40;
   static constexpr int kConsumerRegisters =

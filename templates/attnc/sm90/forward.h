@@ -113,7 +113,9 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   const FwdParams& p = pt.base;
 
   const int b = blockIdx.z, h = blockIdx.y;
-  const int q0 = blockIdx.x * Config::kBlockQ;
+  // Q tiles in reverse order: under a causal mask the last ones have the most kv tiles, and
+  // starting them first leaves the short ones to fill the end of the grid.
+  const int q0 = int(gridDim.x - 1 - blockIdx.x) * Config::kBlockQ;
   if (q0 >= p.q_len) return;
   const int qRows = minOf(Config::kBlockQ, p.q_len - q0);
   const int hKv = h / (p.heads_q / p.heads_kv);
@@ -178,8 +180,18 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   float s[1][kN][4];
   int stage = 0;
   u32 phase = 0;
+  // Ping-pong (FlashAttention-3): the consumer warpgroups take turns issuing their GEMMs, so that
+  // one's softmax runs while the other's GEMMs occupy the tensor cores. Warpgroup g waits on named
+  // barrier 1 + g for its turn and then passes it on to the next one (barriers hold 2
+  // warpgroups); the last one starts by passing the first turn to warpgroup 0.
+  const auto takeTurn = [&]() {
+    if constexpr (Config::kConsumers > 1) namedBarrierSync(1 + group, 256);
+  };
+  const auto passTurn = [&]() {
+    if constexpr (Config::kConsumers > 1)
+      namedBarrierArrive(1 + (group + 1) % Config::kConsumers, 256);
+  };
   const auto issueQK = [&]() {
-    mbarrierWait(smem.kFull(stage), phase);
     wgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < Config::kQKSteps; ++kk)
@@ -188,8 +200,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
           kMajorDescriptor(smem.k(stage), Config::kBlockKV, kk), kk > 0);
     wgmmaCommit();
   };
-  const auto issuePV = [&](int vStage, u32 vPhase) {
-    mbarrierWait(smem.vFull(vStage), vPhase);
+  const auto issuePV = [&](int vStage) {
 #pragma unroll
     for (int kk = 0; kk < Config::kPVSteps; ++kk)
       WgmmaRS<Element, Config::kHeadDimV>::template run<1>(
@@ -218,9 +229,13 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   };
 
   if (firstTile <= lastTile) {
+    if (group == Config::kConsumers - 1) passTurn();
     mbarrierWait(smem.qFull(), 0);
     int tile = firstTile;
+    mbarrierWait(smem.kFull(stage), phase);
+    takeTurn();
     issueQK();
+    passTurn();
     wgmmaWait<0>();
     float factors[1][2];
     softmaxStep(tile, factors);  // O is still zero: nothing to rescale
@@ -232,8 +247,12 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
       const u32 prevPhase = phase;
       stage = iteration % kStages;
       phase = u32(iteration / kStages) & 1u;
+      mbarrierWait(smem.kFull(stage), phase);
+      mbarrierWait(smem.vFull(prevStage), prevPhase);
+      takeTurn();
       issueQK();
-      issuePV(prevStage, prevPhase);
+      issuePV(prevStage);
+      passTurn();
       wgmmaWait<1>();  // S_j is done; P_{j-1} V_{j-1} may still run
       softmaxStep(tile, factors);
       wgmmaWait<0>();  // P_{j-1} V_{j-1} is done
@@ -242,9 +261,14 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
       sm80::OnlineSoftmax<1>::rescale(o, factors);
       sm80::warp::packP<Element>(pA, s);
     }
-    // The last tile's O += P V.
+    // The last tile's O += P V. Warpgroup 0 then takes the turn the last one passed it at the end,
+    // so no named barrier is left half-arrived.
+    mbarrierWait(smem.vFull(stage), phase);
+    takeTurn();
     wgmmaFence();
-    issuePV(stage, phase);
+    issuePV(stage);
+    passTurn();
+    if (group == 0) takeTurn();
     wgmmaWait<0>();
     fenceRegisters(flat(o));
     mbarrierArrive(smem.vEmpty(stage));
@@ -262,14 +286,43 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
       if (qRow + 8 * r < p.q_len) lseRow[qRow + 8 * r] = lse[0][r];
   }
   Element* oG = static_cast<Element*>(p.o) + b * p.o_stride_b + h * p.o_stride_h;
+  if constexpr (Config::kOutputThroughSmem) {
+    // O goes through this warpgroup's Q tile (its GEMMs are done), rows of head_dim_v elements
+    // whose 16-byte chunks are XOR-swizzled within groups of 8 so that neither the 4-byte writes
+    // of a quad's rows nor the 16-byte reads conflict on banks; then whole 16-byte global stores.
+    constexpr int kChunks = Config::kHeadDimV / 8;
+    const auto chunkAt = [&](int row, int chunk) {
+      const int swizzled = chunk < kChunks / 8 * 8 ? (chunk ^ (row & 7)) : chunk;
+      return qTile + u32(row * Config::kHeadDimV * 2 + swizzled * 16);
+    };
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int q = qRow + 8 * r;
-    if (q >= p.q_len) continue;
-    u32* row = reinterpret_cast<u32*>(oG + q * p.o_stride_s + 2 * (lane & 3));
+    for (int r = 0; r < 2; ++r) {
+      const int row = 16 * warp + (lane >> 2) + 8 * r;
 #pragma unroll
-    for (int nv = 0; nv < kNv; ++nv)
-      row[4 * nv] = Convert<Element>::pack2(o[0][nv][2 * r], o[0][nv][2 * r + 1]);
+      for (int nv = 0; nv < kNv; ++nv)
+        sm80::storeShared32(chunkAt(row, nv) + 4 * (lane & 3),
+                            Convert<Element>::pack2(o[0][nv][2 * r], o[0][nv][2 * r + 1]));
+    }
+    namedBarrierSync(Config::kOutputBarrier + group, 128);
+#pragma unroll
+    for (int i = 0; i < ceilDiv(64 * kChunks, 128); ++i) {
+      const int idx = groupThread + 128 * i;
+      if ((64 * kChunks) % 128 != 0 && idx >= 64 * kChunks) break;
+      const int row = idx / kChunks, chunk = idx % kChunks;
+      const int q = groupRow + row;
+      if (q < p.q_len)
+        sm80::storeGlobal128(oG + q * p.o_stride_s + chunk * 8, sm80::loadShared128(chunkAt(row, chunk)));
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int q = qRow + 8 * r;
+      if (q >= p.q_len) continue;
+      u32* row = reinterpret_cast<u32*>(oG + q * p.o_stride_s + 2 * (lane & 3));
+#pragma unroll
+      for (int nv = 0; nv < kNv; ++nv)
+        row[4 * nv] = Convert<Element>::pack2(o[0][nv][2 * r], o[0][nv][2 * r + 1]);
+    }
   }
 }
 
