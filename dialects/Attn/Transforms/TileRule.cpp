@@ -165,11 +165,11 @@ int64_t hopperConsumerRegisters(int64_t consumers) {
 }
 
 // FwdConfig::kSmemBytes of templates/attnc/sm90/config.h: 1024 bytes of alignment slack, Q, the
-// K/V stages (128-byte-swizzled boxes 64 elements wide) and the mbarriers.
+// K/V stages (128-byte-swizzled boxes 64 elements wide), the mbarriers and the schedule slots.
 int64_t hopperSmemBytes(int64_t consumers, int64_t blockKV, int64_t stages, int64_t d, int64_t dv) {
   int64_t kChunks = llvm::divideCeil(d, 64), vChunks = llvm::divideCeil(dv, 64);
   return 1024 + consumers * 64 * kChunks * 128 + stages * blockKV * (kChunks + vChunks) * 128 +
-         8 * (1 + 4 * stages);
+         8 * (1 + 5 * stages);
 }
 
 }  // namespace

@@ -65,6 +65,12 @@ ATTNC_DEVICE void tmaLoad4d(u32 dst, const TensorMap* map, u32 bar, int c0, int 
       : "memory");
 }
 
+ATTNC_DEVICE u32 loadShared32(u32 addr) {
+  u32 v;
+  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+
 // bar.sync on hardware barrier `id` (1..15; 0 is __syncthreads) among `threads` threads.
 ATTNC_DEVICE void namedBarrierSync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");

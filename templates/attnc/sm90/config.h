@@ -37,8 +37,8 @@ struct FwdConfig {
   static constexpr int kKBytes = BlockKV * kKChunks * 128;
   static constexpr int kVBytes = BlockKV * kVChunks * 128;
   static constexpr int kStageBytes = kKBytes + kVBytes;
-  // mbarriers: Q full; per stage K full, V full, K empty, V empty.
-  static constexpr int kBarrierBytes = 8 * (1 + 4 * Stages);
+  // mbarriers (Q full; per stage K full, V full, K empty, V empty) and the stages' schedule slots.
+  static constexpr int kBarrierBytes = 8 * (1 + 5 * Stages);
   static constexpr int kAlignSlack = 1024;  // the dynamic shared base is rounded up to 1024
   static constexpr int kSmemBytes = kAlignSlack + kQBytes + Stages * kStageBytes + kBarrierBytes;
 

@@ -56,45 +56,74 @@ struct ForwardSmem {
   ATTNC_DEVICE u32 vFull(int stage) const { return barrier(1 + Config::kStages + stage); }
   ATTNC_DEVICE u32 kEmpty(int stage) const { return barrier(1 + 2 * Config::kStages + stage); }
   ATTNC_DEVICE u32 vEmpty(int stage) const { return barrier(1 + 3 * Config::kStages + stage); }
+
+  // Each stage's schedule slot: the kv tile it holds (-1: the stream has ended) and its class.
+  ATTNC_DEVICE u32 slot(int stage) const { return barrier(1 + 4 * Config::kStages) + u32(8 * stage); }
+  ATTNC_DEVICE void publish(int stage, int tile, expr::Tri cls) const {
+    sm80::storeShared32(slot(stage), u32(tile));
+    sm80::storeShared32(slot(stage) + 4, u32(cls));
+  }
+  ATTNC_DEVICE int scheduledTile(int stage) const { return int(loadShared32(slot(stage))); }
+  ATTNC_DEVICE expr::Tri scheduledClass(int stage) const {
+    return expr::Tri(loadShared32(slot(stage) + 4));
+  }
 };
 
-// The producer's one thread: Q, then K and V of each live tile in the consumers' order.
+// The producer warp: it walks the live kv tiles (the tile search and classification run on all 32
+// lanes, which share the scans of declared inputs, kv_tiles.h) and lane 0 issues the copies: Q,
+// then K and V of each live tile through the stages. With each K it publishes the tile's index and
+// class in the stage's schedule slot, so the consumers never search or classify whole tiles; a
+// slot holding -1 (its K barrier completed by a plain arrival) ends the stream.
 template <class Config, class Variant>
 ATTNC_DEVICE void produce(const FwdParamsTma& pt, const ForwardSmem<Config>& smem,
-                          const KvTiles<Variant, Config::kBlockKV>& tiles, int firstTile,
-                          int lastTile, int q0, int b, int h, int hKv) {
-  constexpr int kChunkBytes = 64 * kSwizzleRowBytes;  // one 64-row box of Q
-  prefetchTensorMap(&pt.tma_q);
-  prefetchTensorMap(&pt.tma_k);
-  prefetchTensorMap(&pt.tma_v);
-  mbarrierArriveExpectTx(smem.qFull(), Config::kQBytes);
+                          const KvTiles<Variant, Config::kBlockKV>& tiles, int q0, int b, int h,
+                          int hKv) {
+  const bool leader = (threadIdx.x & 31) == 0;
+  const int lastTile = tiles.last();
+  expr::Tri tileClass;
+  int tile = tiles.nextLive(tiles.first(), lastTile, tileClass);
+  if (leader && tile <= lastTile) {
+    constexpr int kChunkBytes = 64 * kSwizzleRowBytes;  // one 64-row box of Q
+    prefetchTensorMap(&pt.tma_q);
+    prefetchTensorMap(&pt.tma_k);
+    prefetchTensorMap(&pt.tma_v);
+    mbarrierArriveExpectTx(smem.qFull(), Config::kQBytes);
 #pragma unroll
-  for (int g = 0; g < Config::kConsumers; ++g)
+    for (int g = 0; g < Config::kConsumers; ++g)
 #pragma unroll
-    for (int c = 0; c < Config::kKChunks; ++c)
-      tmaLoad4d(smem.q(g) + u32(c * kChunkBytes), &pt.tma_q, smem.qFull(), c * kChunkElements,
-                q0 + 64 * g, h, b);
+      for (int c = 0; c < Config::kKChunks; ++c)
+        tmaLoad4d(smem.q(g) + u32(c * kChunkBytes), &pt.tma_q, smem.qFull(), c * kChunkElements,
+                  q0 + 64 * g, h, b);
+  }
 
   constexpr int kKvChunkBytes = Config::kBlockKV * kSwizzleRowBytes;
-  expr::Tri unused;
-  int iteration = 0;
-  for (int tile = firstTile; tile <= lastTile;
-       tile = tiles.nextLive(tile + 1, lastTile, unused), ++iteration) {
+  for (int iteration = 0;; ++iteration) {
     const int stage = iteration % Config::kStages;
     const u32 phase = u32(iteration / Config::kStages) & 1u;
-    const int kv0 = tile * Config::kBlockKV;
+    const bool live = tile <= lastTile;
     mbarrierWait(smem.kEmpty(stage), phase ^ 1u);
-    mbarrierArriveExpectTx(smem.kFull(stage), Config::kKBytes);
+    if (leader) {
+      smem.publish(stage, live ? tile : -1, tileClass);
+      if (live) {
+        mbarrierArriveExpectTx(smem.kFull(stage), Config::kKBytes);
 #pragma unroll
-    for (int c = 0; c < Config::kKChunks; ++c)
-      tmaLoad4d(smem.k(stage) + u32(c * kKvChunkBytes), &pt.tma_k, smem.kFull(stage),
-                c * kChunkElements, kv0, hKv, b);
+        for (int c = 0; c < Config::kKChunks; ++c)
+          tmaLoad4d(smem.k(stage) + u32(c * kKvChunkBytes), &pt.tma_k, smem.kFull(stage),
+                    c * kChunkElements, tile * Config::kBlockKV, hKv, b);
+      } else {
+        mbarrierArrive(smem.kFull(stage));
+      }
+    }
+    if (!live) return;
     mbarrierWait(smem.vEmpty(stage), phase ^ 1u);
-    mbarrierArriveExpectTx(smem.vFull(stage), Config::kVBytes);
+    if (leader) {
+      mbarrierArriveExpectTx(smem.vFull(stage), Config::kVBytes);
 #pragma unroll
-    for (int c = 0; c < Config::kVChunks; ++c)
-      tmaLoad4d(smem.v(stage) + u32(c * kKvChunkBytes), &pt.tma_v, smem.vFull(stage),
-                c * kChunkElements, kv0, hKv, b);
+      for (int c = 0; c < Config::kVChunks; ++c)
+        tmaLoad4d(smem.v(stage) + u32(c * kKvChunkBytes), &pt.tma_v, smem.vFull(stage),
+                  c * kChunkElements, tile * Config::kBlockKV, hKv, b);
+    }
+    tile = tiles.nextLive(tile + 1, lastTile, tileClass);
   }
 }
 
@@ -137,14 +166,9 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   sm80::blockSync();
 
   const KvTiles<Variant, Config::kBlockKV> tiles(p, b, h, q0, q0 + qRows - 1);
-  const int lastTile = tiles.last();
-  Tri tileClass;
-  const int firstTile = tiles.nextLive(tiles.first(), lastTile, tileClass);
-
   if (warpGroup == 0) {
     setMaxRegistersDec<Config::kProducerRegisters>();
-    if (groupThread == 0 && firstTile <= lastTile)
-      produce<Config, Variant>(pt, smem, tiles, firstTile, lastTile, q0, b, h, hKv);
+    if (groupThread < 32) produce<Config, Variant>(pt, smem, tiles, q0, b, h, hKv);
     return;
   }
   setMaxRegistersInc<Config::kConsumerRegisters>();
@@ -208,7 +232,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     wgmmaCommit();
   };
   // The epilogue and softmax of S (tile `tile`), once S is in registers.
-  const auto softmaxStep = [&](int tile, float (&factors)[1][2]) {
+  const auto softmaxStep = [&](int tile, Tri tileClass, float (&factors)[1][2]) {
     fenceRegisters(flat(s));
     mbarrierArrive(smem.kEmpty(stage));
     const int kv0 = tile * Config::kBlockKV;
@@ -228,33 +252,35 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
       sm80::applyDropout(s, p, batchHead, dropThreshold, qRow, kCol);
   };
 
-  if (firstTile <= lastTile) {
+  mbarrierWait(smem.kFull(stage), phase);
+  int tile = smem.scheduledTile(stage);
+  if (tile >= 0) {
     if (group == Config::kConsumers - 1) passTurn();
     mbarrierWait(smem.qFull(), 0);
-    int tile = firstTile;
-    mbarrierWait(smem.kFull(stage), phase);
     takeTurn();
     issueQK();
     passTurn();
     wgmmaWait<0>();
     float factors[1][2];
-    softmaxStep(tile, factors);  // O is still zero: nothing to rescale
+    softmaxStep(tile, smem.scheduledClass(stage), factors);  // O is still zero: nothing to rescale
     sm80::warp::packP<Element>(pA, s);
-    int iteration = 1;
-    for (tile = tiles.nextLive(tile + 1, lastTile, tileClass); tile <= lastTile;
-         tile = tiles.nextLive(tile + 1, lastTile, tileClass), ++iteration) {
+    for (int iteration = 1;; ++iteration) {
       const int prevStage = stage;
       const u32 prevPhase = phase;
-      stage = iteration % kStages;
-      phase = u32(iteration / kStages) & 1u;
-      mbarrierWait(smem.kFull(stage), phase);
+      const int nextStage = iteration % kStages;
+      const u32 nextPhase = u32(iteration / kStages) & 1u;
+      mbarrierWait(smem.kFull(nextStage), nextPhase);
+      tile = smem.scheduledTile(nextStage);
+      if (tile < 0) break;
+      stage = nextStage;
+      phase = nextPhase;
       mbarrierWait(smem.vFull(prevStage), prevPhase);
       takeTurn();
       issueQK();
       issuePV(prevStage);
       passTurn();
       wgmmaWait<1>();  // S_j is done; P_{j-1} V_{j-1} may still run
-      softmaxStep(tile, factors);
+      softmaxStep(tile, smem.scheduledClass(stage), factors);
       wgmmaWait<0>();  // P_{j-1} V_{j-1} is done
       fenceRegisters(flat(o));
       mbarrierArrive(smem.vEmpty(prevStage));
