@@ -232,6 +232,10 @@ int runExplain(const Common& common, long long seqLen, long long kvSeqLen, long 
   os << "  entry " << kernel->entry << ": " << kernel->threads << " threads, " << r.registers
      << " registers/thread, " << kernel->smemBytes << " B dynamic + " << r.staticSharedBytes
      << " B static shared memory\n";
+  if (kernel->forwardKernel == "sm90")
+    os << "  warp roles: 1 producer warpgroup (TMA; setmaxnreg down to 40 registers) and "
+       << kernel->blockQ / 64 << " consumer warpgroups of 64 rows (wgmma; setmaxnreg up to the "
+       << "rest of the register file, at most 240)\n";
   os << "  spills: " << r.spillStoreBytes << " B stores, " << r.spillLoadBytes << " B loads; stack "
      << r.stackBytes << " B" << (r.spillStoreBytes || r.spillLoadBytes ? "  <-- SPILLS" : "")
      << "\n";
