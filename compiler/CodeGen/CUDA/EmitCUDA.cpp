@@ -97,7 +97,7 @@ public:
       std::string result = "v" + std::to_string(counter++);
       names[op.getResult(0)] = result;
       os << "    auto " << result << " = ";
-      if (failed(emitExpression(op))) return failure();
+      if (failed(emitExpression(op, isMask))) return failure();
       os << ";\n";
     }
     return success();
@@ -106,7 +106,7 @@ public:
 private:
   std::string name(Value value) { return names.lookup(value); }
 
-  LogicalResult emitExpression(Operation& op) {
+  LogicalResult emitExpression(Operation& op, bool isMask) {
     if (auto constant = dyn_cast<arith::ConstantOp>(op)) {
       if (auto intAttr = dyn_cast<IntegerAttr>(constant.getValue())) {
         if (intAttr.getType().isInteger(1)) {
@@ -139,6 +139,9 @@ private:
       return success();
     }
     std::string function = exprFunction(op);
+    // Score hooks divide within 2 ulp (ex::fast_div); masks keep IEEE division, so a mask's
+    // per-element value never disagrees with its interval classification (expr.h).
+    if (!isMask && isa<arith::DivFOp>(op)) function = "fast_div";
     if (function.empty())
       return op.emitOpError() << "has no device form in attnc's expression set";
     os << "ex::" << function << "(";
