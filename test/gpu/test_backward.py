@@ -135,12 +135,17 @@ def main():
     ap.add_argument("--subset", default="all", choices=["all", "small"])
     ap.add_argument("--results-md", default=None)
     ap.add_argument("--lib", default=None)
+    ap.add_argument("--only", action="append", default=None,
+                    help="run only these variants (repeatable), e.g. --only softcap")
     args = ap.parse_args()
     torch.manual_seed(0)
     start = time.time()
     lib = attnc_ctypes.Library(args.lib)
     results = {}
-    for name, hd, dtype, lens, B in plan(args.subset):
+    groups = [g for g in plan(args.subset) if not args.only or g[0] in args.only]
+    if not groups:
+        sys.exit(f"no variant matches --only {args.only}")
+    for name, hd, dtype, lens, B in groups:
         var = V[name]
         kern = lib.compile_text(var.spec(hd, dtype), backward=True)
         key = f"{name} hd{hd} {dtype}" + (f" {var.hq}:{var.hkv}" if var.hq != var.hkv else "")
