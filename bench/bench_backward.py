@@ -130,6 +130,10 @@ def main():
     args = ap.parse_args()
     lib = fwd.attnc_ctypes.Library(args.lib)
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    # The timed backward runs many times on one graph (retain_graph=True); compiled graphs donate
+    # their saved buffers to the backward by default, which forbids that.
+    import torch._functorch.config as functorch_config
+    functorch_config.donated_buffer = False
     flex = torch.compile(flex_attention)
     results = []
     for row in fwd.rows(args.quick):
