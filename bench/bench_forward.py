@@ -278,9 +278,10 @@ def write_outputs(results, facts, argv, md_path, png_path, json_path):
     lines = ["# attnc forward performance on the H200", "",
              f"- date: {facts['date']}",
              f"- GPU: {facts['gpu']}, driver {facts['driver']}; torch {facts['torch']} (CUDA {facts['cuda']},"
-             f" cuDNN {facts['cudnn']}); attnc {facts['attnc']} (target {facts['target']}, the sm_80-family"
-             " template: mma.sync, ldmatrix, cp.async)",
-             f"- command: `bash bench/run.sh {' '.join(argv)}`",
+             f" cuDNN {facts['cudnn']}); attnc {facts['attnc']} (target {facts['target']}: "
+             + ("the sm90 template: wgmma, TMA, warp specialization)" if facts['target'] == "sm_90a"
+                else "the sm_80-family template: mma.sync, ldmatrix, cp.async)"),
+             f"- command: `bash bench/run.sh {' '.join(a.replace(os.environ.get('OUT', '//'), '$OUT') for a in argv)}`",
              "- bf16, BHSD, forward only (attnc also writes the LSE). Grid rows: B = 16K / N; 32 heads at hd64,"
              " 16 at hd128, 8 at hd256 (heads x hd = 2048, the same work per token). Sq == Skv, so torch's"
              " top-left `is_causal` equals attnc's bottom-right causal.",
