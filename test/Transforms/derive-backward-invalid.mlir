@@ -1,4 +1,7 @@
 // RUN: attnc-opt %s --attn-derive-backward -verify-diagnostics
+// Too little shared memory for any backward tiles: the error names the budget.
+// RUN: not attnc-opt %s --attn-derive-backward="smem-per-block=16384" 2>&1 | FileCheck %s --check-prefix=SMEM
+// SMEM: error: 'attn.tiled_forward' op no backward tile configuration for head_dim 64 (v: 64) fits 16384 bytes of shared memory per block
 
 // A remainder by the score has no derivative attnc can form: the pass says which op.
 // expected-error @+1 {{the score's derivative cannot be formed: arith.remf: a remainder by a divisor that depends on the score}}

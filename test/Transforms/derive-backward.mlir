@@ -84,3 +84,42 @@ attn.tiled_forward @alibi attributes {dropout = 0.0, element_type = bf16, head_d
   %4 = arith.addf %s, %3 : f32
   attn.yield %4 : f32
 }
+
+// -----
+
+// Backward tiles (166912 B shared, 255 registers): at head dim 128 the kept K/V tile is
+// FlashAttention's, 128 rows, with 64 streamed Q/dO rows (dK/dV 128 + fragments 128 registers).
+// CHECK-LABEL: attn.tiled_backward @tiles_hd128_bwd
+// CHECK-SAME: kv_block_kv = 128 : i64, kv_block_q = 64 : i64, kv_smem_bytes = 131584 : i64, kv_stages = 1 : i64, kv_warps = 8 : i64
+attn.tiled_forward @tiles_hd128 attributes {dropout = 0.0, element_type = bf16, head_dim = 128,
+    head_dim_v = 128, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.088,
+    kernel = "sm80", block_q = 128, block_kv = 64, warps = 4, stages = 2, smem_bytes = 65536,
+    classification = "none", kv_bounds = "all", target = "sm_80", derivation = []} mask {
+} score {
+}
+
+// -----
+
+// At head dim 256, 64 kept rows and 64 streamed rows would need 128 + 256 registers: the streamed
+// tile halves (one S^T slice per warp), the kept tile stays.
+// CHECK-LABEL: attn.tiled_backward @tiles_hd256_bwd
+// CHECK-SAME: kv_block_kv = 64 : i64, kv_block_q = 32 : i64, kv_smem_bytes = 114944 : i64, kv_stages = 1 : i64
+attn.tiled_forward @tiles_hd256 attributes {dropout = 0.0, element_type = bf16, head_dim = 256,
+    head_dim_v = 256, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.0625,
+    kernel = "sm80", block_q = 128, block_kv = 64, warps = 8, stages = 2, smem_bytes = 131072,
+    classification = "none", kv_bounds = "all", target = "sm_80", derivation = []} mask {
+} score {
+}
+
+// -----
+
+// Dropout's 40 epilogue registers do not fit beside 64 kept rows at head dim 256 either way: the
+// kept tile halves, and with its 2 x 4 warps each warp takes 16 of the 64 streamed rows (one slice).
+// CHECK-LABEL: attn.tiled_backward @tiles_hd256_dropout_bwd
+// CHECK-SAME: kv_block_kv = 32 : i64, kv_block_q = 64 : i64
+attn.tiled_forward @tiles_hd256_dropout attributes {dropout = 0.1, element_type = bf16,
+    head_dim = 256, head_dim_v = 256, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.0625,
+    kernel = "sm80", block_q = 128, block_kv = 64, warps = 8, stages = 2, smem_bytes = 131072,
+    classification = "none", kv_bounds = "all", target = "sm_80", derivation = []} mask {
+} score {
+}

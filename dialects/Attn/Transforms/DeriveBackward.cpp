@@ -46,8 +46,9 @@ struct AttnDeriveBackward final : mlir::attn::impl::AttnDeriveBackwardBase<AttnD
       TileTarget target{forward.getTarget().str(), smemPerBlock, smemPerBlock, regsPerThread};
       FailureOr<BackwardTileChoice> tiles = deriveBackwardTiles(problem, target);
       if (failed(tiles)) {
-        forward.emitOpError() << "no backward tile configuration fits " << smemPerBlock
-                              << " bytes of shared memory per block";
+        forward.emitOpError() << "no backward tile configuration for head_dim " << problem.headDim
+                              << " (v: " << problem.headDimV << ") fits "
+                              << int64_t(smemPerBlock) << " bytes of shared memory per block";
         return signalPassFailure();
       }
       auto i64 = [&](StringRef name, int64_t v) { return b.getNamedAttr(name, b.getI64IntegerAttr(v)); };

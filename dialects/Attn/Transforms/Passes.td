@@ -161,8 +161,10 @@ def AttnDeriveBackward : Pass<"attn-derive-backward", "::mlir::ModuleOp"> {
     ```
 
     The backward kernels' tiles are derived too (`tiles`): the kept K/V tile of the main kernel
-    from FlashAttention's B_c = ceil(M / 4d), bounded by the dK/dV accumulators' registers, with
-    one or two buffers of streamed Q/dO tiles as the shared memory allows.
+    starts from FlashAttention's B_c = ceil(M / 4d); B_c and the streamed Q/dO tile then take the
+    largest sizes whose modelled registers (the dK/dV accumulators, the Q and dO fragments of the
+    S^T slices in flight, the epilogue's) fit the register file, with one or two buffers of
+    streamed Q/dO tiles as the shared memory allows.
   }];
   let options = [
     Option<"smemPerBlock", "smem-per-block", "int64_t", "166912",

@@ -37,7 +37,7 @@ struct AttnSelectTiles final : mlir::attn::impl::AttnSelectTilesBase<AttnSelectT
                           scoreOps};
       FailureOr<TileChoice> choice = deriveTiles(problem, target);
       if (failed(choice)) {
-        op.emitOpError() << "no tile configuration fits " << arch << " (" << smemPerBlock
+        op.emitOpError() << "no tile configuration fits " << arch << " (" << int64_t(smemPerBlock)
                          << " bytes of shared memory per block) for head_dim "
                          << op.getHeadDim();
         return WalkResult::interrupt();

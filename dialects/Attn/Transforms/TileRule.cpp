@@ -278,6 +278,37 @@ int64_t backwardQSmem(int64_t blockQ, int64_t blockKV, int64_t stages, int64_t d
   return 2 * blockQ * (width64(d) + width64(dv)) + stages * 2 * blockKV * (width64(d) + width64(dv));
 }
 
+// backwardKV's warp layout (BwdConfig): 8 warps own 16-row blocks of the kept kv rows, and
+// kWarpsN of them share a block's rows side by side over the q columns of S^T and the head-dim
+// columns of dK and dV.
+constexpr int64_t kKVWarps = 8;
+int64_t kvWarpsN(int64_t blockKV) { return kKVWarps / std::min(kKVWarps, blockKV / 16); }
+
+// Whether BwdConfig accepts the layout (d, dv padded to 16): a warp's q columns are whole k16
+// steps and its dK, dV columns pairs of n8 tiles.
+bool kvLayoutFits(int64_t blockQ, int64_t blockKV, int64_t d, int64_t dv) {
+  int64_t warpsN = kvWarpsN(blockKV);
+  return blockQ % (16 * warpsN) == 0 && d / 8 % (2 * warpsN) == 0 && dv / 8 % (2 * warpsN) == 0;
+}
+
+// S^T slices (16 q columns each) in one warp's share of a q step.
+int64_t kvSlices(int64_t blockQ, int64_t blockKV) { return blockQ / kvWarpsN(blockKV) / 16; }
+
+// Registers per thread backwardKV keeps, as modelled: the fp32 dK and dV accumulators
+// (B_c x (d + d_v) over the block's threads) and the Q and dO fragments of the S^T / dP^T slices
+// in flight (a slice's 16 q columns of Q and of dO over 32 lanes, both counted at the wider head
+// dim: with d_v < d ptxas did not spend the difference elsewhere). The slices of a q step are
+// unrolled and ptxas overlaps two consecutive ones, so a warp with more than one holds two.
+int64_t backwardKVAccumulators(int64_t blockKV, int64_t d, int64_t dv) {
+  return blockKV * (d + dv) / (kKVWarps * 32);
+}
+int64_t backwardKVRegisters(int64_t blockQ, int64_t blockKV, int64_t d, int64_t dv,
+                            int64_t elementBytes) {
+  int64_t fragments = std::min<int64_t>(kvSlices(blockQ, blockKV), 2) * 16 * 2 *
+                      std::max(d, dv) * elementBytes / (4 * 32);
+  return backwardKVAccumulators(blockKV, d, dv) + fragments;
+}
+
 }  // namespace
 
 FailureOr<BackwardTileChoice> mlir::attn::deriveBackwardTiles(const TileProblem& problem,
@@ -285,30 +316,66 @@ FailureOr<BackwardTileChoice> mlir::attn::deriveBackwardTiles(const TileProblem&
   BackwardTileChoice choice;
   auto note = [&](std::string line) { choice.derivation.push_back(std::move(line)); };
   const int64_t d = problem.headDim, dv = problem.headDimV;
-  const int64_t dMax = std::max(llvm::alignTo(d, 16), llvm::alignTo(dv, 16));
-  const int64_t m = target.smemPerBlock / problem.elementBytes;
+  const int64_t dPad = llvm::alignTo(d, 16), dvPad = llvm::alignTo(dv, 16);
+  const int64_t dMax = std::max(dPad, dvPad);
+  const int64_t e = problem.elementBytes;
+  const int64_t m = target.smemPerBlock / e;
 
-  // backwardKV: the kept K/V tile follows FlashAttention's B_c = ceil(M / 4d); its dK and dV
-  // accumulators, B_c x (d + d_v) floats over 8 warps, must stay within 128 registers a thread.
-  int64_t blockKV = std::clamp(pow2Floor(llvm::divideCeil(m, 4 * dMax)), int64_t(64), int64_t(128));
-  const int64_t kvThreads = 8 * 32;
-  while (blockKV > 64 && blockKV * (llvm::alignTo(d, 16) + llvm::alignTo(dv, 16)) / kvThreads > 128)
-    blockKV /= 2;
-  // An epilogue that keeps more values live (dropout, input reads, masks beyond one comparison)
-  // leaves too few registers for 128 kept rows: ptxas spills, so keep 64.
-  if (problem.epilogueRegisters > 0 && blockKV > 64) blockKV = 64;
-  int64_t blockQ = 64;  // streamed Q/dO rows: one m16 row block per pair of warps
-  // A second Q/dO buffer overlaps the next load with compute; above head dim 64 it costs the
-  // registers that keep the kernel from spilling on sm_80, so one buffer there.
-  int64_t stages = dMax <= 64 ? 2 : 1;
-  if (backwardKVSmem(blockQ, blockKV, stages, d, dv) > target.smemPerBlock) stages = 1;
-  int64_t kvSmem = backwardKVSmem(blockQ, blockKV, stages, d, dv);
-  note(llvm::formatv("backward KV kernel: B_c = ceil(M / 4d) = {0} -> {1} kept K/V rows (dK, dV: "
-                     "{1} x ({2} + {3}) fp32 over 256 threads <= 128 registers each); {4} streamed "
-                     "Q/dO rows, {5} buffer(s): {6} B shared <= {7} B",
-                     llvm::divideCeil(m, 4 * dMax), blockKV, d, dv, blockQ, stages, kvSmem,
-                     target.smemPerBlock));
-  if (kvSmem > target.smemPerBlock) return failure();
+  // backwardKV: the kept K/V tile starts from FlashAttention's B_c = ceil(M / 4d). Each q step
+  // streams B_r Q/dO rows past it. The register model (backwardKVRegisters) plus the epilogue's
+  // registers must fit the register file of one block of 256 threads per SM; within that, the
+  // largest B_c (K/V reuse, fewer dQ reductions), then the largest B_r (work per barrier).
+  // Calibrated against ptxas (CUDA 13.0) over head dims 64..256, five epilogues and both targets:
+  // no configuration inside the budget spilled (docs/pipeline.md); the example compiles check it.
+  const int64_t fa = llvm::divideCeil(m, 4 * dMax);
+  const int64_t budget = target.regsPerThread + 1 - problem.epilogueRegisters;
+  struct KVTiles {
+    int64_t blockQ = 0, blockKV = 0, stages = 0, smem = 0, registers = 0;
+  };
+  KVTiles kv, fewest;
+  std::string rejected;
+  const int64_t maxBlockKV = std::clamp(pow2Floor(fa), int64_t(32), int64_t(128));
+  // Every layout is costed; those above B_c's bound only serve when nothing within it fits
+  // (BwdConfig's pairs of n8 tiles rule out the narrow ones when d or d_v has few columns).
+  for (int64_t blockKV = 128; blockKV >= 32 && !kv.blockKV; blockKV /= 2) {
+    for (int64_t blockQ : {64, 32}) {
+      if (!kvLayoutFits(blockQ, blockKV, dPad, dvPad)) continue;
+      // A second Q/dO buffer overlaps the next load with compute; above head dim 64 it costs the
+      // registers that keep the kernel from spilling on sm_80, so one buffer there.
+      int64_t stages = dMax <= 64 ? 2 : 1;
+      if (backwardKVSmem(blockQ, blockKV, stages, d, dv) > target.smemPerBlock) stages = 1;
+      KVTiles candidate{blockQ, blockKV, stages, backwardKVSmem(blockQ, blockKV, stages, d, dv),
+                        backwardKVRegisters(blockQ, blockKV, dPad, dvPad, e)};
+      if (candidate.smem > target.smemPerBlock) continue;
+      if (!fewest.blockKV || candidate.registers < fewest.registers) fewest = candidate;
+      if (blockKV > maxBlockKV) continue;
+      if (candidate.registers <= budget) {
+        kv = candidate;
+        break;
+      }
+      rejected += llvm::formatv("{0}B_c {1}, B_r {2}: {3}", rejected.empty() ? "" : "; ", blockKV,
+                                blockQ, candidate.registers + problem.epilogueRegisters);
+    }
+  }
+  if (!fewest.blockKV) return failure();
+  const bool overBudget = !kv.blockKV;
+  if (overBudget) kv = fewest;
+  const int64_t accumulators = backwardKVAccumulators(kv.blockKV, dPad, dvPad);
+  note(llvm::formatv(
+      "backward KV kernel: B_c = ceil(M / 4d) = {0} -> {1} kept K/V rows, {2} streamed Q/dO rows; "
+      "registers: dK, dV accumulators {1} x ({3} + {4}) fp32 / 256 threads = {5}, Q and dO "
+      "fragments of {6} in flight = {7}{8}: {9} {10} {11}{12}{13}",
+      fa, kv.blockKV, kv.blockQ, dPad, dvPad, accumulators,
+      kvSlices(kv.blockQ, kv.blockKV) > 1 ? "2 S^T slices" : "1 S^T slice",
+      kv.registers - accumulators,
+      problem.epilogueRegisters
+          ? llvm::formatv(" + {0} for the epilogue", problem.epilogueRegisters).str()
+          : std::string(),
+      kv.registers + problem.epilogueRegisters, overBudget ? ">" : "<=", target.regsPerThread + 1,
+      rejected.empty() ? "" : " (over it: " + rejected + ")",
+      overBudget ? "; nothing fits, so the fewest registers (ptxas may spill)" : ""));
+  note(llvm::formatv("backward KV kernel shared memory: {0} Q/dO buffer(s), {1} B <= {2} B",
+                     kv.stages, kv.smem, target.smemPerBlock));
 
   // backwardQ: dQ for its rows in registers; head dims above 128 take half the rows, 4 warps and
   // a short K/V step so the dQ accumulators and the S tile fit (no spills, checked by ptxas).
@@ -319,8 +386,8 @@ FailureOr<BackwardTileChoice> mlir::attn::deriveBackwardTiles(const TileProblem&
   note(llvm::formatv("backward Q kernel (deterministic dQ): {0} kept Q/dO rows, {1} streamed K/V "
                      "rows, {2} warps, {3} B shared", qBlockQ, qBlockKV, qWarps, qSmem));
   if (qSmem > target.smemPerBlock) return failure();
-  choice.kvBlockQ = blockQ, choice.kvBlockKV = blockKV, choice.kvWarps = 8, choice.kvStages = stages;
-  choice.kvSmemBytes = kvSmem;
+  choice.kvBlockQ = kv.blockQ, choice.kvBlockKV = kv.blockKV, choice.kvWarps = kKVWarps;
+  choice.kvStages = kv.stages, choice.kvSmemBytes = kv.smem;
   choice.qBlockQ = qBlockQ, choice.qBlockKV = qBlockKV, choice.qWarps = qWarps, choice.qStages = qStages;
   choice.qSmemBytes = qSmem;
   return choice;
