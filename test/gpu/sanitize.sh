@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# compute-sanitizer memcheck and racecheck over the small subset of the GPU suite, attnc's kernels
+# compute-sanitizer memcheck and racecheck over the small subsets of the forward and backward suites, attnc's kernels
 # only (the suite names its specs attnctest_*); fails on any error or hazard.
 #   bash test/gpu/sanitize.sh
 set -euo pipefail
@@ -9,4 +9,9 @@ for tool in memcheck racecheck; do
   echo "== compute-sanitizer --tool $tool"
   compute-sanitizer --tool "$tool" --kernel-name kns=attnctest_ --error-exitcode 1 \
     python3 test/gpu/test_forward.py --subset small | tail -n 3
+done
+for tool in memcheck racecheck; do
+  echo "== compute-sanitizer --tool $tool (backward)"
+  compute-sanitizer --tool "$tool" --kernel-name kns=attnctest_ --error-exitcode 1 \
+    python3 test/gpu/test_backward.py --subset small | tail -n 3
 done
