@@ -46,8 +46,16 @@ int64_t mlir::attn::epilogueRegisters(bool dropout, int64_t inputLoads) {
 }
 
 FailureOr<TileChoice> mlir::attn::deriveTiles(const TileProblem& problem, const TileTarget& target) {
-  if (target.arch == "sm_90a") return deriveHopperTiles(problem, target);
   TileChoice choice;
+  if (target.arch == "sm_90a") {
+    FailureOr<TileChoice> hopper = deriveHopperTiles(problem, target);
+    if (succeeded(hopper)) return hopper;
+    // The wgmma kernel keeps S, P and O of 64 rows per warpgroup in registers; an epilogue as
+    // large as dropout's at head dim 256 leaves it none. The sm_80-family kernel splits rows finer.
+    choice.derivation.push_back(
+        "sm90 kernel: O + S + P do not fit a consumer warpgroup's registers; the sm_80-family "
+        "kernel instead");
+  }
   auto note = [&](std::string line) { choice.derivation.push_back(std::move(line)); };
   const int64_t d = llvm::alignTo(problem.headDim, 16);
   const int64_t dv = llvm::alignTo(problem.headDimV, 16);

@@ -1,0 +1,28 @@
+// The sm_90a rule (wgmma kernel): B_r = 64 rows x 2 consumer warpgroups; B_c from the registers a
+// consumer keeps after setmaxnreg (232), in whole 64-key steps.
+// RUN: attnc-opt %s --attn-select-tiles="arch=sm_90a smem-per-block=232448 smem-per-sm=233472" | FileCheck %s
+
+// hd128: O + S + P = 64 + 72 + 36 = 172 <= 232 - 56 at B_c = 144, rounded to 128; 3 stages fit.
+// CHECK-LABEL: attn.attention @hd128
+// CHECK: tiles = {block_kv = 128 : i64, block_q = 128 : i64
+// CHECK-SAME: "wgmma m64nNk16: B_r = 64 x 2 consumer warpgroups = 128
+// CHECK-SAME: kernel = "sm90"
+// CHECK-SAME: smem_bytes = 230528 : i64, stages = 3 : i64, warps = 12 : i64
+attn.attention @hd128 attributes {dropout = 0.0, element_type = bf16, head_dim = 128,
+    head_dim_v = 128, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.125} mask {} score {}
+
+// hd256: O alone is 128 registers; B_c = 64.
+// CHECK-LABEL: attn.attention @hd256
+// CHECK: tiles = {block_kv = 64 : i64, block_q = 128 : i64
+// CHECK-SAME: kernel = "sm90"
+attn.attention @hd256 attributes {dropout = 0.0, element_type = bf16, head_dim = 256,
+    head_dim_v = 256, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.0625} mask {} score {}
+
+// hd256 with dropout: its 40 epilogue registers leave the wgmma kernel no B_c; the sm_80-family
+// kernel takes the spec instead.
+// CHECK-LABEL: attn.attention @hd256_dropout
+// CHECK: tiles = {block_kv = 32 : i64, block_q = 128 : i64
+// CHECK-SAME: "sm90 kernel: O + S + P do not fit a consumer warpgroup's registers; the sm_80-family kernel instead"
+// CHECK-SAME: kernel = "sm80"
+attn.attention @hd256_dropout attributes {dropout = 0.1, element_type = bf16, head_dim = 256,
+    head_dim_v = 256, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.0625} mask {} score {}
