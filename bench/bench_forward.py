@@ -23,6 +23,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "test", "gpu"))
 import attnc_ctypes  # noqa: E402
+import targets  # noqa: E402
 import philox_host  # noqa: E402
 
 DT = torch.bfloat16
@@ -309,13 +310,7 @@ def write_outputs(results, facts, argv, md_path, png_path, json_path):
             if a is not None and t.get(p) is not None and a < t[p]:
                 slower.append(f"{r['row']}: {a / t[p]:.2f}x of {p}")
     lines += ["", "TFLOP/s; ratios > 1 mean attnc is faster.", ""]
-    target_rows = [r for r in results if r["row"].startswith(("hd64 ", "hd128 ")) and r["N"] >= 4096]
-    lines.append("## The issue's target: attnc >= FlashAttention-2 on hd64/hd128, full and causal, N >= 4K")
-    lines.append("")
-    for r in target_rows:
-        a, f2 = r["tflops"].get("attnc"), r["tflops"].get("fa2")
-        met = "met" if a is not None and f2 is not None and a >= f2 else "NOT met"
-        lines.append(f"- {r['row']}: attnc/FA2 = {ratio(a, f2)} ({met})")
+    lines += targets.target_lines(results)
     lines += ["", "## Where attnc is slower", ""]
     lines += [f"- {s}" for s in slower] or ["- nowhere in this table"]
     notes = [f"- {r['row']}: {k}: {v}" for r in results for k, v in r["note"].items()]

@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""The Hopper fast path's speed targets (forward rows), checked against one bench_forward run.
+
+Used by bench_forward.py for the "targets" section of docs/perf/H200.md; also runs on its own
+(no torch needed) over the JSON a run wrote:  python3 bench/targets.py fwd.json
+"""
+import json
+import sys
+
+VARIANTS = ("window", "prefix-LM", "document", "ALiBi", "softcap")
+
+
+def target_of(row):
+    """(peer, factor) the row must reach, or None for rows without a target (N < 4K)."""
+    name = row["row"]
+    if name.startswith("dropout"):
+        return "cudnn", 1.5
+    if name.startswith(VARIANTS):
+        return "flex", 1.5
+    if name.startswith("GQA"):
+        return "cudnn", 1.05
+    if name.startswith(("hd64 ", "hd128 ", "hd256 ")) and row["N"] >= 4096:
+        return "cudnn", 1.05
+    return None
+
+
+def target_lines(results):
+    lines = ["## Targets of the Hopper fast path (forward)", "",
+             "attnc / peer in this run, against: >= 1.05x cuDNN for hd64, hd128, hd256 (full and causal, "
+             "N >= 4K) and GQA; >= 1.5x FlexAttention for each variant row; >= 1.5x cuDNN with dropout.", ""]
+    for r in results:
+        target = target_of(r)
+        if target is None:
+            continue
+        peer, factor = target
+        a, p = r["tflops"].get("attnc"), r["tflops"].get(peer)
+        if a is None or p is None or p != p:  # missing or NaN
+            lines.append(f"- {r['row']}: no {peer} measurement")
+            continue
+        ratio = a / p
+        lines.append(f"- {r['row']}: attnc/{peer} = {ratio:.2f} (target {factor}: "
+                     f"{'met' if ratio >= factor else 'NOT met'})")
+    return lines
+
+
+if __name__ == "__main__":
+    with open(sys.argv[1]) as f:
+        print("\n".join(target_lines(json.load(f)["results"])))
