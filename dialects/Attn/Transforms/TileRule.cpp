@@ -1,7 +1,11 @@
-// The FlashAttention tile rule, fitted step by step to the sm_80-family forward kernel
-// (templates/attnc/sm80/forward.h): 16 query rows per warp, mma.sync m16n8k16 fragments,
-// S and O accumulated in registers, K/V tiles multi-buffered in shared memory.
+// The FlashAttention tile rule, fitted step by step to the forward kernel it is for: the sm_80-family
+// one (templates/attnc/sm80/forward.h: 16 or 32 query rows per warp, mma.sync m16n8k16 fragments,
+// S and O accumulated in registers, K/V tiles multi-buffered in shared memory) or, for sm_90a, the
+// wgmma one (templates/attnc/sm90/forward.h: 64 rows per consumer warpgroup, TMA stages); and the
+// backward kernels' tiles.
 #include "dialects/Attn/Transforms/TileRule.h"
+
+#include "attnc/sm90/config.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -154,12 +158,9 @@ FailureOr<TileChoice> mlir::attn::deriveTiles(const TileProblem& problem, const 
 
 namespace {
 
-// The sm_90a kernel (templates/attnc/sm90/config.h): a producer warpgroup and consumer warpgroups
-// of 64 rows; setmaxnreg leaves the producer 24 registers a thread and gives the consumers the rest
-// of the 64K register file, at most 240.
+// The sm_90a kernel (templates/attnc/sm90/config.h, whose resource functions this rule calls): a
+// producer warpgroup and consumer warpgroups of 64 rows.
 constexpr int64_t kHopperConsumers = 2;
-// 24 spills the producer's tile classification of masks that read declared inputs (document).
-constexpr int64_t kHopperProducerRegisters = 40;
 constexpr int64_t kHopperMaxStages = 4;
 // Registers a consumer thread needs beyond its accumulators: the softmax state, shared and global
 // addresses, loop counters and the tile classification. Every example compiles without spills
@@ -169,15 +170,11 @@ constexpr int64_t kHopperReserveRegisters = 56;
 constexpr int64_t kHopperRegistersPerScoreOp = 3;
 
 int64_t hopperConsumerRegisters(int64_t consumers) {
-  return std::min<int64_t>(240, (65536 / 128 - kHopperProducerRegisters) / consumers / 8 * 8);
+  return attnc::sm90::consumerRegisters(int(consumers));
 }
 
-// FwdConfig::kSmemBytes of templates/attnc/sm90/config.h: 1024 bytes of alignment slack, Q, the
-// K/V stages (128-byte-swizzled boxes 64 elements wide), the mbarriers and the schedule slots.
 int64_t hopperSmemBytes(int64_t consumers, int64_t blockKV, int64_t stages, int64_t d, int64_t dv) {
-  int64_t kChunks = llvm::divideCeil(d, 64), vChunks = llvm::divideCeil(dv, 64);
-  return 1024 + consumers * 64 * kChunks * 128 + stages * blockKV * (kChunks + vChunks) * 128 +
-         8 * (1 + 5 * stages);
+  return attnc::sm90::smemBytes(int(d), int(dv), int(consumers), int(blockKV), int(stages));
 }
 
 }  // namespace

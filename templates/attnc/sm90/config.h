@@ -9,6 +9,24 @@
 namespace attnc {
 namespace sm90 {
 
+// The kernel's resources as plain functions, shared with the compiler's tile rule
+// (dialects/Attn/Transforms/TileRule.cpp includes this header on the host).
+//
+// setmaxnreg: the producer keeps kProducerRegisters a thread, the consumers share the rest of the
+// 64K register file (at most 240 each, setmaxnreg's limit). 24 producer registers spill the
+// classification of masks that read declared inputs (document).
+constexpr int kProducerRegisters = 40;
+ATTNC_HD constexpr int consumerRegisters(int consumers) {
+  return minOf(240, (65536 / 128 - kProducerRegisters) / consumers / 8 * 8);
+}
+// Shared memory: 1024 bytes of alignment slack, Q (64 rows per consumer), the K/V stages
+// (128-byte-swizzled boxes 64 elements wide) and, per stage, four mbarriers and a schedule slot,
+// plus Q's mbarrier.
+ATTNC_HD constexpr int smemBytes(int headDim, int headDimV, int consumers, int blockKV, int stages) {
+  return 1024 + consumers * 64 * ceilDiv(headDim, 64) * 128 +
+         stages * blockKV * (ceilDiv(headDim, 64) + ceilDiv(headDimV, 64)) * 128 + 8 * (1 + 5 * stages);
+}
+
 // Element: attnc::bf16 or attnc::half. HeadDim, HeadDimV: multiples of 8 in [8, 256].
 // BlockKV: keys per kv tile, a multiple of 16 up to 256. Stages: K/V tile pairs in flight (>= 2).
 template <class Element_, int HeadDim, int HeadDimV, int Consumers, int BlockKV, int Stages>
@@ -41,6 +59,8 @@ struct FwdConfig {
   static constexpr int kBarrierBytes = 8 * (1 + 5 * Stages);
   static constexpr int kAlignSlack = 1024;  // the dynamic shared base is rounded up to 1024
   static constexpr int kSmemBytes = kAlignSlack + kQBytes + Stages * kStageBytes + kBarrierBytes;
+  static_assert(kSmemBytes == smemBytes(HeadDim, HeadDimV, Consumers, BlockKV, Stages),
+                "the layout above and smemBytes() disagree");
 
   // O leaves through the warpgroup's Q tile when its rows fit there (head_dim_v <= the Q tile's
   // padded width); the warpgroup syncs on named barrier kOutputBarrier + its index (barriers 1..3
@@ -48,10 +68,8 @@ struct FwdConfig {
   static constexpr bool kOutputThroughSmem = HeadDimV <= 64 * kKChunks;
   static constexpr int kOutputBarrier = 4;
 
-  // setmaxnreg: the producer keeps 40 registers, the consumers share the rest of the 64K file.
-  static constexpr int kProducerRegisters = 40;
-  static constexpr int kConsumerRegisters =
-      minOf(240, (65536 / 128 - kProducerRegisters) / Consumers / 8 * 8);
+  static constexpr int kProducerRegisters = sm90::kProducerRegisters;
+  static constexpr int kConsumerRegisters = consumerRegisters(Consumers);
 
   static_assert(HeadDim % 8 == 0 && HeadDim >= 8 && HeadDim <= 256, "head_dim: multiple of 8 in 8..256");
   static_assert(HeadDimV % 8 == 0 && HeadDimV >= 8 && HeadDimV <= 256,
