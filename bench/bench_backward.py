@@ -121,12 +121,40 @@ def run_row(lib, row, flex, create_block_mask, use_flex):
     return res
 
 
+def write_md(path, results, argv):
+    lines = ["| row | attnc | cuDNN | FA2 | flex | attnc/cuDNN | attnc/FA2 | attnc/flex | check |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in results:
+        t = r["tflops"]
+        cell = lambda n: f"{t[n]:.0f}" if n in t else "-"  # noqa: E731
+        ratio = lambda n: f"{t['attnc'] / t[n]:.2f}" if "attnc" in t and n in t else "-"  # noqa: E731
+        lines.append(f"| {r['row']} | {cell('attnc')} | {cell('cudnn')} | {cell('fa2')} | {cell('flex')} | "
+                     f"{ratio('cudnn')} | {ratio('fa2')} | {ratio('flex')} | {r['check']} |")
+    if path:
+        facts = f"{torch.cuda.get_device_name()}; torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}"
+        command = " ".join(a.replace(os.environ.get("OUT", "//"), "$OUT") for a in argv)
+        with open(path, "w") as f:
+            f.write("# attnc backward performance on the H200\n\n")
+            f.write(f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}\n- GPU: {facts}\n")
+            f.write(f"- command: `bash bench/run-backward.sh {command}`\n")
+            f.write("- bf16, BHSD; the rows of docs/perf/H200.md; TFLOP/s = 2.5 x 4 B Hq N^2 D x unmasked "
+                    "fraction / median time (CUDA events); attnc in its default dQ mode (fp32 atomics), peers "
+                    "through torch.autograd.grad on SDPA (cuDNN, FA2) and torch.compile(flex_attention).\n\n")
+            f.write("\n".join(lines) + "\n")
+            notes = [f"- {r['row']}: {n}: {msg}" for r in results for n, msg in r["note"].items()]
+            if notes:
+                f.write("\nNotes:\n" + "\n".join(notes) + "\n")
+    return lines
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--md", default=None)
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--lib", default=None)
+    ap.add_argument("--only", action="append", default=None,
+                    help="rows whose name contains this text (repeatable), e.g. --only 'N=16K'")
     args = ap.parse_args()
     lib = fwd.attnc_ctypes.Library(args.lib)
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -137,32 +165,14 @@ def main():
     flex = torch.compile(flex_attention)
     results = []
     for row in fwd.rows(args.quick):
+        if args.only and not any(text in row.name for text in args.only):
+            continue
         # A fresh compile per row: otherwise dynamo's recompile limit (8) is hit across the grid's
         # shapes and FlexAttention silently runs unfused for the remaining rows.
         torch._dynamo.reset()
         results.append(run_row(lib, row, flex, create_block_mask, not args.no_flex))
-    lines = ["| row | attnc | cuDNN | FA2 | flex | attnc/cuDNN | attnc/FA2 | attnc/flex | check |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for r in results:
-        t = r["tflops"]
-        cell = lambda n: f"{t[n]:.0f}" if n in t else "-"  # noqa: E731
-        ratio = lambda n: f"{t['attnc'] / t[n]:.2f}" if "attnc" in t and n in t else "-"  # noqa: E731
-        lines.append(f"| {r['row']} | {cell('attnc')} | {cell('cudnn')} | {cell('fa2')} | {cell('flex')} | "
-                     f"{ratio('cudnn')} | {ratio('fa2')} | {ratio('flex')} | {r['check']} |")
-    print("\n".join(lines))
-    if args.md:
-        facts = f"{torch.cuda.get_device_name()}; torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}"
-        with open(args.md, "w") as f:
-            f.write("# attnc backward performance on the H200\n\n")
-            f.write(f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}\n- GPU: {facts}\n")
-            f.write(f"- command: `bash bench/run-backward.sh {' '.join(sys.argv[1:])}`\n")
-            f.write("- bf16, BHSD; the rows of docs/perf/H200.md; TFLOP/s = 2.5 x 4 B Hq N^2 D x unmasked "
-                    "fraction / median time (CUDA events); attnc in its default dQ mode (fp32 atomics), peers "
-                    "through torch.autograd.grad on SDPA (cuDNN, FA2) and torch.compile(flex_attention).\n\n")
-            f.write("\n".join(lines) + "\n")
-            notes = [f"- {r['row']}: {n}: {msg}" for r in results for n, msg in r["note"].items()]
-            if notes:
-                f.write("\nNotes:\n" + "\n".join(notes) + "\n")
+        write_md(args.md, results, sys.argv[1:])  # partial results survive a timeout
+    print("\n".join(write_md(args.md, results, sys.argv[1:])))
 
 
 if __name__ == "__main__":

@@ -350,6 +350,8 @@ def main():
     ap.add_argument("--json", default=None)
     ap.add_argument("--lib", default=None)
     ap.add_argument("--no-flex", action="store_true", help="skip FlexAttention (its compiles take minutes)")
+    ap.add_argument("--only", action="append", default=None,
+                    help="rows whose name contains this text (repeatable), e.g. --only hd64")
     args = ap.parse_args()
     global NO_FLEX
     NO_FLEX = args.no_flex
@@ -378,6 +380,8 @@ def main():
     results = []
     t0 = time.time()
     for row in rows(args.quick):
+        if args.only and not any(text in row.name for text in args.only):
+            continue
         t1 = time.time()
         try:
             r = run_row(lib, row, flex, create_block_mask, print)
