@@ -1,23 +1,25 @@
 // The sm_90a forward kernel: FlashAttention with Hopper's asynchronous units. One block computes
 // BlockQ = 64 x Consumers query rows of one (batch, head) with 1 + Consumers warpgroups:
 //
-//  - the producer warpgroup gives its registers back (setmaxnreg) and one of its threads streams
-//    Q once and then K and V of every live kv tile through a ring of Stages shared-memory stages
-//    with TMA copies, each completing on its stage's "full" mbarrier; before reusing a stage it
-//    waits on the stage's "empty" mbarrier;
+//  - the producer warpgroup gives its registers back (setmaxnreg); its first warp finds and
+//    classifies the live kv tiles (all 32 lanes) and publishes each in a stage's schedule slot, and
+//    its lane 0 streams Q once and then K and V of every live tile through a ring of Stages
+//    shared-memory stages with TMA copies, each completing on its stage's "full" mbarrier; before
+//    reusing a stage it waits on the stage's "empty" mbarriers;
 //  - each consumer warpgroup owns 64 rows: S = Q K^T with wgmma from shared memory, the Variant's
 //    score hook and mask on the accumulators, the online softmax (exp2 with the scale folded in),
 //    dropout, then O += P V with P straight from registers and V from shared memory, the softmax
-//    of one tile overlapping the P V of the one before (see the loop); it arrives on a stage's
-//    empty barriers as soon as it is done with its K and with its V.
+//    of one tile overlapping the P V of the one before (see the loop) and the two consumers taking
+//    turns at the tensor cores; it arrives on a stage's empty barriers as soon as it is done with
+//    its K and with its V.
 //
 // The accumulators are, per warp, the m16n8 layout of the sm80 kernels (wgmma.h), so the epilogue
 // (sm80/epilogue.h) and the online softmax (sm80/softmax.h) are shared with that path. Blocks
 // classify kv tiles exactly as the sm80 kernel does (kv_tiles.h); each warpgroup refines a partial
-// tile for its own 64 rows, skipping its GEMMs when they are all masked.
+// tile for its own 64 rows (a tile empty for them is multiplied and masked, not skipped: see the
+// loop).
 //
-// Shared memory (config.h): [Q: Consumers x 64 rows][K_0 V_0][K_1 V_1]...[mbarriers].
-// Producer and consumers agree on the sequence of live tiles by computing it the same way.
+// Shared memory (config.h): [Q: Consumers x 64 rows][K_0 V_0][K_1 V_1]...[mbarriers, slots].
 #pragma once
 
 #include "attnc/common/expr.h"
