@@ -75,6 +75,9 @@ Compiler::Compiler() : context(std::make_unique<MLIRContext>()) {
   std::call_once(registered, [] { attn::registerAttnPasses(); });
   context->loadDialect<attn::AttnDialect>();
   context->disableMultithreading();  // one small module per compile; threads cost more than they save
+  // Errors name the spec's file, line and column; a dump of the IR op behind them is noise to a
+  // spec's author (attnc-opt, for compiler developers, keeps MLIR's default).
+  context->printOpOnDiagnostic(false);
 }
 
 Compiler::~Compiler() = default;

@@ -37,9 +37,16 @@ struct AttnSelectTiles final : mlir::attn::impl::AttnSelectTilesBase<AttnSelectT
                           scoreOps};
       FailureOr<TileChoice> choice = deriveTiles(problem, target);
       if (failed(choice)) {
-        op.emitOpError() << "no tile configuration fits " << arch << " (" << int64_t(smemPerBlock)
-                         << " bytes of shared memory per block) for head_dim "
-                         << op.getHeadDim();
+        InFlightDiagnostic error = op.emitOpError()
+                                   << "no tile configuration fits " << arch << " ("
+                                   << int64_t(smemPerBlock)
+                                   << " bytes of shared memory per block) for head_dim "
+                                   << op.getHeadDim();
+        if (blockQ || blockKV)
+          error << " with the override block_q = " << int64_t(blockQ) << ", block_kv = "
+                << int64_t(blockKV)
+                << " (0: derived); the sm_80-family kernel takes multiples of 16, the sm_90a "
+                   "kernel block_q = 64, 128 or 192 and block_kv a multiple of 16 up to 256";
         return WalkResult::interrupt();
       }
       Builder b(op.getContext());
