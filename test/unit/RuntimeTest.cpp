@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <cstdlib>
 #include <fstream>
 #include <unistd.h>
@@ -74,6 +76,29 @@ TEST(KernelMetadata, RejectsUnknownAndMissing) {
   EXPECT_FALSE(KernelMetadata::parse(documentMetadata().serialize() + "colour blue\n", &error));
   EXPECT_NE(error.find("unknown key 'colour'"), std::string::npos) << error;
   EXPECT_FALSE(KernelMetadata::parse("name x\n", &error));
+}
+
+// The forward template decides the launch ABI (FwdParams or FwdParamsTma): it must survive the
+// cache, and an entry without it or with an unknown one is rebuilt, never launched.
+TEST(KernelMetadata, ForwardKernelRoundTripsAndIsRequired) {
+  KernelMetadata m = documentMetadata();
+  m.forwardKernel = "sm90";
+  std::string error;
+  std::optional<KernelMetadata> back = KernelMetadata::parse(m.serialize(), &error);
+  ASSERT_TRUE(back) << error;
+  EXPECT_EQ(back->forwardKernel, "sm90");
+
+  std::string text = m.serialize();
+  size_t at = text.find("fwd_kernel sm90\n");
+  ASSERT_NE(at, std::string::npos) << text;
+  std::string unknown = text;
+  unknown.replace(at, strlen("fwd_kernel sm90"), "fwd_kernel sm70");
+  EXPECT_FALSE(KernelMetadata::parse(unknown, &error));
+  EXPECT_NE(error.find("fwd_kernel sm70"), std::string::npos) << error;
+  std::string missing = text;
+  missing.erase(at, strlen("fwd_kernel sm90\n"));
+  EXPECT_FALSE(KernelMetadata::parse(missing, &error));
+  EXPECT_NE(error.find("expected 17 fields"), std::string::npos) << error;
 }
 
 TEST(Kernel, FromCubinRejectsNonElf) {
