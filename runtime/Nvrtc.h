@@ -50,7 +50,8 @@ public:
   // architecture yields PTX and a CUBIN; "compute_90a" yields PTX only). `headers` are visible to
   // #include by their path exactly as written, from the source and from each other.
   // Default options: --gpu-architecture=<arch> -std=c++17 -default-device --ptxas-options=-v,
-  // and --no-cache from NVRTC 12.9 on (a driver-cache hit would skip ptxas and its report);
+  // --no-cache from NVRTC 12.9 on (a driver-cache hit would skip ptxas and its report), and from
+  // NVRTC 13 on --ptxas-options=--split-compile=0 (entry points assembled on all CPUs at once);
   // `extraOptions` are appended (e.g. "-lineinfo", "-DFOO=1", "--maxrregcount=128").
   // Thread-safe: each call owns its NVRTC program.
   NvrtcResult compile(const std::string& source, const std::string& name,

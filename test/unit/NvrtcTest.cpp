@@ -90,6 +90,51 @@ extern "C" __global__ void plain(float* data) { data[threadIdx.x] = 1.0f; }
   EXPECT_EQ(result.resources.at("plain").stackBytes, 0);
 }
 
+// ptxas assembles a program's entry points on several threads (Nvrtc.h): each entry's report
+// must still be its own, as when it is compiled alone.
+TEST_P(NvrtcArch, EntriesReportAsWhenCompiledAlone) {
+  Nvrtc* nvrtc = requireNvrtc();
+  ASSERT_NE(nvrtc, nullptr);
+  const std::vector<std::pair<std::string, std::string>> entries = {
+      {"spill", R"(extern "C" __global__ void spill(float* data, int n) {
+  float values[64];
+  for (int i = 0; i < 64; ++i) values[i] = data[i * n];
+  data[threadIdx.x] = values[(n * threadIdx.x) & 63];
+})"},
+      {"staged", R"(extern "C" __global__ void staged(float* data) {
+  __shared__ float tile[512];
+  tile[threadIdx.x] = data[threadIdx.x];
+  __syncthreads();
+  data[threadIdx.x] = tile[511 - threadIdx.x];
+})"},
+      {"unrolled", R"(extern "C" __global__ void unrolled(const float* in, float* out) {
+  float acc[48];
+#pragma unroll
+  for (int i = 0; i < 48; ++i) acc[i] = in[threadIdx.x + 32 * i];
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 48; ++i) sum += acc[i] * acc[47 - i];
+  out[threadIdx.x] = sum;
+})"},
+      {"plain", R"(extern "C" __global__ void plain(float* data) { data[threadIdx.x] = 1.0f; })"}};
+  std::string all;
+  for (const auto& [name, source] : entries) all += source + "\n";
+  NvrtcResult together = nvrtc->compile(all, "entries.cu", {}, GetParam(), {"--maxrregcount=40"});
+  ASSERT_TRUE(together.ok) << together.log;
+  ASSERT_EQ(together.resources.size(), entries.size()) << together.log;
+  for (const auto& [name, source] : entries) {
+    NvrtcResult alone = nvrtc->compile(source, name + ".cu", {}, GetParam(), {"--maxrregcount=40"});
+    ASSERT_TRUE(alone.ok) << alone.log;
+    const ResourceUsage& a = alone.resources.at(name);
+    const ResourceUsage& t = together.resources.at(name);
+    EXPECT_EQ(t.registers, a.registers) << name;
+    EXPECT_EQ(t.stackBytes, a.stackBytes) << name;
+    EXPECT_EQ(t.spillStoreBytes, a.spillStoreBytes) << name;
+    EXPECT_EQ(t.staticSharedBytes, a.staticSharedBytes) << name;
+    EXPECT_EQ(t.barriers, a.barriers) << name;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Targets, NvrtcArch, testing::Values("sm_80", "sm_90a"));
 
 TEST(Nvrtc, VirtualArchGivesPtxOnly) {
