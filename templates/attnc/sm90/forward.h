@@ -71,6 +71,17 @@ struct ForwardSmem {
   }
 };
 
+// One K or V tile: its 64-column chunks, each a TMA box of BlockKV rows from key kv0, announced to
+// and completing on `bar`.
+template <int Chunks, int BlockKV>
+ATTNC_DEVICE void tmaLoadTile(u32 dst, const TensorMap* map, u32 bar, u32 bytes, int kv0, int h,
+                              int b) {
+  mbarrierArriveExpectTx(bar, bytes);
+#pragma unroll
+  for (int c = 0; c < Chunks; ++c)
+    tmaLoad4d(dst + u32(c * BlockKV * kSwizzleRowBytes), map, bar, c * kChunkElements, kv0, h, b);
+}
+
 // The producer warp: it walks the live kv tiles (the tile search and classification run on all 32
 // lanes, which share the scans of declared inputs, kv_tiles.h) and lane 0 issues the copies: Q,
 // then K and V of each live tile through the stages. With each K it publishes the tile's index and
@@ -98,7 +109,6 @@ ATTNC_DEVICE void produce(const FwdParamsTma& pt, const ForwardSmem<Config>& sme
                   q0 + 64 * g, h, b);
   }
 
-  constexpr int kKvChunkBytes = Config::kBlockKV * kSwizzleRowBytes;
   for (int iteration = 0;; ++iteration) {
     const int stage = iteration % Config::kStages;
     const u32 phase = u32(iteration / Config::kStages) & 1u;
@@ -107,24 +117,17 @@ ATTNC_DEVICE void produce(const FwdParamsTma& pt, const ForwardSmem<Config>& sme
     if (leader) {
       smem.publish(stage, live ? tile : -1, tileClass);
       if (live) {
-        mbarrierArriveExpectTx(smem.kFull(stage), Config::kKBytes);
-#pragma unroll
-        for (int c = 0; c < Config::kKChunks; ++c)
-          tmaLoad4d(smem.k(stage) + u32(c * kKvChunkBytes), &pt.tma_k, smem.kFull(stage),
-                    c * kChunkElements, tile * Config::kBlockKV, hKv, b);
+        tmaLoadTile<Config::kKChunks, Config::kBlockKV>(smem.k(stage), &pt.tma_k, smem.kFull(stage),
+                                                        Config::kKBytes, tile * Config::kBlockKV, hKv, b);
       } else {
         mbarrierArrive(smem.kFull(stage));
       }
     }
     if (!live) return;
     mbarrierWait(smem.vEmpty(stage), phase ^ 1u);
-    if (leader) {
-      mbarrierArriveExpectTx(smem.vFull(stage), Config::kVBytes);
-#pragma unroll
-      for (int c = 0; c < Config::kVChunks; ++c)
-        tmaLoad4d(smem.v(stage) + u32(c * kKvChunkBytes), &pt.tma_v, smem.vFull(stage),
-                  c * kChunkElements, tile * Config::kBlockKV, hKv, b);
-    }
+    if (leader)
+      tmaLoadTile<Config::kVChunks, Config::kBlockKV>(smem.v(stage), &pt.tma_v, smem.vFull(stage),
+                                                      Config::kVBytes, tile * Config::kBlockKV, hKv, b);
     tile = tiles.nextLive(tile + 1, lastTile, tileClass);
   }
 }
