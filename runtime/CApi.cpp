@@ -76,16 +76,18 @@ int compileWith(const char* target, attnc_kernel** out, char** error, Compile co
 }
 
 attnc::TensorArg tensor(const attnc_tensor& t) { return {t.data, t.stride_b, t.stride_h, t.stride_s}; }
+attnc::OutputArg output(const attnc_tensor& t) {
+  return {const_cast<void*>(t.data), t.stride_b, t.stride_h, t.stride_s};
+}
 
-int toForwardArgs(const attnc_forward_args* in, attnc::ForwardArgs* args, char** error) {
-  if (!in) return fail(error, "attnc_forward_args: null");
+// The fields attnc_forward_args and attnc_backward_args share (same names in both): sizes, declared
+// inputs and the dropout stream. `what` names the struct in errors.
+template <class In, class Args>
+int copySharedArgs(const In* in, Args* args, const char* what, char** error) {
+  if (!in) return fail(error, std::string(what) + ": null");
   if (in->num_inputs < 0 || (in->num_inputs > 0 && !in->inputs))
-    return fail(error, "attnc_forward_args.inputs: expected " + std::to_string(in->num_inputs) +
+    return fail(error, std::string(what) + ".inputs: expected " + std::to_string(in->num_inputs) +
                            " inputs, got " + (in->inputs ? "a negative count" : "null"));
-  args->q = tensor(in->q);
-  args->k = tensor(in->k);
-  args->v = tensor(in->v);
-  args->o = {const_cast<void*>(in->o.data), in->o.stride_b, in->o.stride_h, in->o.stride_s};
   args->lse = in->lse;
   args->batch = in->batch;
   args->q_len = in->q_len;
@@ -98,15 +100,19 @@ int toForwardArgs(const attnc_forward_args* in, attnc::ForwardArgs* args, char**
   return ATTNC_OK;
 }
 
-attnc::OutputArg output(const attnc_tensor& t) {
-  return {const_cast<void*>(t.data), t.stride_b, t.stride_h, t.stride_s};
+int toForwardArgs(const attnc_forward_args* in, attnc::ForwardArgs* args, char** error) {
+  if (int status = copySharedArgs(in, args, "attnc_forward_args", error); status != ATTNC_OK)
+    return status;
+  args->q = tensor(in->q);
+  args->k = tensor(in->k);
+  args->v = tensor(in->v);
+  args->o = output(in->o);
+  return ATTNC_OK;
 }
 
 int toBackwardArgs(const attnc_backward_args* in, attnc::BackwardArgs* args, char** error) {
-  if (!in) return fail(error, "attnc_backward_args: null");
-  if (in->num_inputs < 0 || (in->num_inputs > 0 && !in->inputs))
-    return fail(error, "attnc_backward_args.inputs: expected " + std::to_string(in->num_inputs) +
-                           " inputs, got " + (in->inputs ? "a negative count" : "null"));
+  if (int status = copySharedArgs(in, args, "attnc_backward_args", error); status != ATTNC_OK)
+    return status;
   if (in->workspace_bytes < 0)
     return fail(error, "attnc_backward_args.workspace_bytes: expected a non-negative size, got " +
                            std::to_string(in->workspace_bytes));
@@ -118,15 +124,6 @@ int toBackwardArgs(const attnc_backward_args* in, attnc::BackwardArgs* args, cha
   args->dq = output(in->dq);
   args->dk = output(in->dk);
   args->dv = output(in->dv);
-  args->lse = in->lse;
-  args->batch = in->batch;
-  args->q_len = in->q_len;
-  args->kv_len = in->kv_len;
-  for (int64_t i = 0; i < in->num_inputs; ++i)
-    args->inputs.push_back({in->inputs[i].data, in->inputs[i].stride_b, in->inputs[i].stride_h,
-                            in->inputs[i].stride_pos});
-  args->dropout_seed = in->dropout_seed;
-  args->dropout_offset = in->dropout_offset;
   args->deterministic = in->deterministic != 0;
   args->workspace = in->workspace;
   args->workspace_bytes = size_t(in->workspace_bytes);

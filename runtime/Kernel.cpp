@@ -303,6 +303,14 @@ cu::Context currentContext(const DriverApi& driver, std::string* error) {
   return context;
 }
 
+// The driver, with a current context in *context; null, and why in *error, if either is missing.
+const DriverApi* driverInContext(cu::Context* context, std::string* error) {
+  const DriverApi* driver = DriverApi::get(error);
+  if (!driver) return nullptr;
+  *context = currentContext(*driver, error);
+  return *context ? driver : nullptr;
+}
+
 }  // namespace
 
 DeviceBuffer::~DeviceBuffer() {
@@ -331,8 +339,9 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 DeviceBuffer DeviceBuffer::allocate(size_t bytes, Status* status) {
   std::string error;
   DeviceBuffer buffer;
-  const DriverApi* driver = DriverApi::get(&error);
-  if (driver && currentContext(*driver, &error) &&
+  cu::Context context = nullptr;
+  const DriverApi* driver = driverInContext(&context, &error);
+  if (driver &&
       driver->check(driver->cuMemAlloc(&buffer.pointer_, bytes ? bytes : 1), "cuMemAlloc", &error)) {
     buffer.size_ = bytes;
     if (status) *status = Status::success();
@@ -551,11 +560,9 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
   if (Status status = validate(args); !status) return status;
   const KernelMetadata& m = metadata();
   std::string error;
-  const DriverApi* driver = DriverApi::get(&error);
+  cu::Context context = nullptr;
+  const DriverApi* driver = driverInContext(&context, &error);
   if (!driver) return Status::error("Kernel::forward: " + error);
-
-  cu::Context context = currentContext(*driver, &error);
-  if (!context) return Status::error("Kernel::forward: " + error);
   const Impl::Loaded* loaded = impl_->function(*driver, context, &error);
   if (!loaded) return Status::error(error);
   // The chosen image's tile sizes: images for other architectures may tile differently.
@@ -644,10 +651,9 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
   if (Status status = validateBackward(args); !status) return status;
   const KernelMetadata& m = metadata();
   std::string error;
-  const DriverApi* driver = DriverApi::get(&error);
+  cu::Context context = nullptr;
+  const DriverApi* driver = driverInContext(&context, &error);
   if (!driver) return Status::error("Kernel::backward: " + error);
-  cu::Context context = currentContext(*driver, &error);
-  if (!context) return Status::error("Kernel::backward: " + error);
   const Impl::Loaded* loaded = impl_->backwardFunctions(*driver, context, &error);
   if (!loaded) return Status::error(error);
   // The chosen image's geometry (other architectures may tile differently; the workspace size

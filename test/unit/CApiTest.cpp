@@ -1,0 +1,92 @@
+// The C API's argument conversion and validation, through libattnc.so itself (no GPU: validation
+// runs before any launch). Each error names the struct field, and the expected and given values.
+#include "attnc/attnc_c.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+namespace {
+
+const char* kSpec =
+    "name: capi_document\nhead_dim: 64\nheads: 2\nmask: {document: doc}\n"
+    "inputs:\n  doc: {dtype: i32, dims: [pos]}\n";
+
+struct CompiledKernel {
+  attnc_kernel* kernel = nullptr;
+  std::string error;
+  CompiledKernel() {
+    char* message = nullptr;
+    if (attnc_compile_text_ex(kSpec, "sm_90a", ATTNC_COMPILE_BACKWARD, &kernel, &message) != ATTNC_OK)
+      error = message ? message : "?";
+    attnc_free_string(message);
+  }
+  ~CompiledKernel() { attnc_kernel_free(kernel); }
+};
+
+std::string takeError(char* message) {
+  std::string text = message ? message : "";
+  attnc_free_string(message);
+  return text;
+}
+
+attnc_tensor tensorAt(uintptr_t address) {
+  const int64_t s = 64;  // BHSD, 2 heads, 256 positions
+  return attnc_tensor{reinterpret_cast<const void*>(address), 2 * 256 * s, 256 * s, s};
+}
+
+TEST(CApi, ForwardAndBackwardArgumentsAreConvertedAndChecked) {
+  CompiledKernel compiled;
+  ASSERT_NE(compiled.kernel, nullptr) << compiled.error;
+  const uintptr_t base = uintptr_t(1) << 20;
+  int32_t docIds = 0;
+  attnc_input doc{&docIds, 0, 0, 1};
+
+  attnc_forward_args fwd{};
+  fwd.q = tensorAt(base);
+  fwd.k = tensorAt(base + (1 << 22));
+  fwd.v = tensorAt(base + (2 << 22));
+  fwd.o = tensorAt(base + (3 << 22));
+  fwd.batch = 2;
+  fwd.q_len = fwd.kv_len = 256;
+  fwd.inputs = &doc;
+  fwd.num_inputs = 1;
+  char* message = nullptr;
+  EXPECT_EQ(attnc_kernel_validate(compiled.kernel, &fwd, &message), ATTNC_OK) << takeError(message);
+
+  fwd.inputs = nullptr;
+  EXPECT_NE(attnc_kernel_validate(compiled.kernel, &fwd, &message), ATTNC_OK);
+  EXPECT_EQ(takeError(message), "attnc_forward_args.inputs: expected 1 inputs, got null");
+  fwd.inputs = &doc;
+  fwd.q_len = 0;  // reaches Kernel::validate through the conversion
+  EXPECT_NE(attnc_kernel_validate(compiled.kernel, &fwd, &message), ATTNC_OK);
+  EXPECT_NE(takeError(message).find("q_len"), std::string::npos);
+
+  attnc_backward_args bwd{};
+  bwd.q = fwd.q, bwd.k = fwd.k, bwd.v = fwd.v, bwd.o = fwd.o;
+  bwd.d_o = tensorAt(base + (4 << 22));
+  bwd.dq = tensorAt(base + (5 << 22));
+  bwd.dk = tensorAt(base + (6 << 22));
+  bwd.dv = tensorAt(base + (7 << 22));
+  bwd.lse = reinterpret_cast<const float*>(base + (8 << 22));
+  bwd.batch = 2;
+  bwd.q_len = bwd.kv_len = 256;
+  bwd.inputs = &doc;
+  bwd.num_inputs = 1;
+  EXPECT_EQ(attnc_kernel_backward_validate(compiled.kernel, &bwd, &message), ATTNC_OK)
+      << takeError(message);
+  bwd.num_inputs = -1;
+  EXPECT_NE(attnc_kernel_backward_validate(compiled.kernel, &bwd, &message), ATTNC_OK);
+  EXPECT_EQ(takeError(message), "attnc_backward_args.inputs: expected -1 inputs, got a negative count");
+  bwd.num_inputs = 1;
+  bwd.workspace_bytes = -5;
+  EXPECT_NE(attnc_kernel_backward_validate(compiled.kernel, &bwd, &message), ATTNC_OK);
+  EXPECT_EQ(takeError(message),
+            "attnc_backward_args.workspace_bytes: expected a non-negative size, got -5");
+  EXPECT_NE(attnc_kernel_validate(compiled.kernel, nullptr, &message), ATTNC_OK);
+  EXPECT_EQ(takeError(message), "attnc_forward_args: null");
+}
+
+}  // namespace
