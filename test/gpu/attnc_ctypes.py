@@ -153,6 +153,20 @@ def input_strides(t, dims):
     return Input(t.data_ptr(), strides.get("b", 0), strides.get("h", 0), strides.get("pos", 0))
 
 
+def _fill_shared(args, lse, inputs, seed, offset, batch, q_len, kv_len):
+    """The fields ForwardArgs and BackwardArgs share: LSE, sizes, declared inputs (a list of
+    (tensor, dims) or Input structs, kept alive with the struct) and the dropout stream."""
+    args.lse = lse.data_ptr() if lse is not None else None
+    args.batch, args.q_len, args.kv_len = batch, q_len, kv_len
+    structs = [x if isinstance(x, Input) else input_strides(*x) for x in inputs]
+    array = (Input * max(1, len(structs)))(*structs)
+    args.inputs = ctypes.cast(array, ctypes.POINTER(Input))
+    args.num_inputs = len(structs)
+    args._keepalive = array
+    args.dropout_seed = seed
+    args.dropout_offset = offset
+
+
 class Kernel:
     def __init__(self, library, handle):
         self.library = library
@@ -183,17 +197,10 @@ class Kernel:
         s_axis = 1 if layout == "bshd" else 2
         args = ForwardArgs()
         args.q, args.k, args.v, args.o = (_tensor(t, layout) for t in (q, k, v, o))
-        args.lse = lse.data_ptr() if lse is not None else None
-        args.batch = batch if batch is not None else (q if q is not None else o).shape[0]
-        args.q_len = q_len if q_len is not None else (q if q is not None else o).shape[s_axis]
-        args.kv_len = kv_len if kv_len is not None else (k if k is not None else v).shape[s_axis]
-        structs = [x if isinstance(x, Input) else input_strides(*x) for x in inputs]
-        array = (Input * max(1, len(structs)))(*structs)
-        args.inputs = ctypes.cast(array, ctypes.POINTER(Input))
-        args.num_inputs = len(structs)
-        args._keepalive = array
-        args.dropout_seed = seed
-        args.dropout_offset = offset
+        _fill_shared(args, lse, inputs, seed, offset,
+                     batch if batch is not None else (q if q is not None else o).shape[0],
+                     q_len if q_len is not None else (q if q is not None else o).shape[s_axis],
+                     kv_len if kv_len is not None else (k if k is not None else v).shape[s_axis])
         return args
 
     def launch(self, args, stream=None):
@@ -234,17 +241,10 @@ class Kernel:
         args = BackwardArgs()
         (args.q, args.k, args.v, args.o, args.d_o, args.dq, args.dk, args.dv) = (
             _tensor(t, layout) for t in (q, k, v, o, d_o, dq, dk, dv))
-        args.lse = lse.data_ptr() if lse is not None else None
-        args.batch = batch if batch is not None else (q if q is not None else dq).shape[0]
-        args.q_len = q_len if q_len is not None else (q if q is not None else dq).shape[s_axis]
-        args.kv_len = kv_len if kv_len is not None else (k if k is not None else dk).shape[s_axis]
-        structs = [x if isinstance(x, Input) else input_strides(*x) for x in inputs]
-        array = (Input * max(1, len(structs)))(*structs)
-        args.inputs = ctypes.cast(array, ctypes.POINTER(Input))
-        args.num_inputs = len(structs)
-        args._keepalive = array
-        args.dropout_seed = seed
-        args.dropout_offset = offset
+        _fill_shared(args, lse, inputs, seed, offset,
+                     batch if batch is not None else (q if q is not None else dq).shape[0],
+                     q_len if q_len is not None else (q if q is not None else dq).shape[s_axis],
+                     kv_len if kv_len is not None else (k if k is not None else dk).shape[s_axis])
         args.deterministic = int(bool(deterministic))
         if workspace is not None:
             args.workspace = workspace.data_ptr()
