@@ -33,8 +33,9 @@ KernelMetadata kernelMetadata(const Spec& spec, const CompiledKernel& kernel, co
   m.attncVersion = version();
   if (kernel.backward) {
     const BackwardSource& b = *kernel.backward;
-    m.backward = BackwardMetadata{b.entryStem, b.kvThreads,    b.qThreads,   b.kvBlockKV,
-                                  b.qBlockQ,   b.preprocessRows, b.kvSmemBytes, b.qSmemBytes};
+    m.backward = BackwardMetadata{b.entryStem,      b.kvThreads,   b.qThreads,  b.kvBlockKV,
+                                  b.qBlockQ,        b.preprocessRows, b.kvSmemBytes, b.qSmemBytes,
+                                  b.kvKernel,       b.preprocessThreads};
   }
   return m;
 }
@@ -98,7 +99,8 @@ std::string emitLauncherHeader(const std::string& specPath, const std::vector<La
     if (const auto& b = m.backward)
       os << "  m.backward = attnc::BackwardMetadata{" << quoted(b->entryStem) << ", "
          << b->kvThreads << ", " << b->qThreads << ", " << b->kvBlockKV << ", " << b->qBlockQ
-         << ", " << b->preprocessRows << ", " << b->kvSmemBytes << ", " << b->qSmemBytes << "};\n";
+         << ", " << b->preprocessRows << ", " << b->kvSmemBytes << ", " << b->qSmemBytes << ", "
+         << quoted(b->kvKernel) << ", " << b->preprocessThreads << "};\n";
     os << "  m.attncVersion = " << quoted(m.attncVersion) << ";\n  return m;\n}\n\n";
   }
   os << "}  // namespace " << ns << "\n\n"

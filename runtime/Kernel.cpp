@@ -1,9 +1,10 @@
 // attnc::Kernel: argument validation, per-context module loading and the launch of one forward
 // kernel through the dlopen-ed driver. The launch ABI is attnc::FwdParams (templates/attnc/common/
 // params.h): grid (ceil(q_len / block_q), heads_q, batch), block `threads`, dynamic shared memory
-// `smemBytes` (opted into above 48 KiB). The backward (attnc::BwdParams, all five entries):
+// `smemBytes` (opted into above 48 KiB). The backward (attnc::BwdParams, or BwdParamsTma for
+// the sm_90a dK/dV entries):
 //   <stem>_preprocess, <stem>_convert_dq: grid (ceil(q_len / preprocessRows), heads_q, batch),
-//     block kvThreads, no dynamic shared memory;
+//     block preprocessThreads, no dynamic shared memory;
 //   <stem>_kv, <stem>_kv_nodq: grid (ceil(kv_len / kvBlockKV), heads_kv, batch), block kvThreads,
 //     kvSmemBytes;
 //   <stem>_q: grid (ceil(q_len / qBlockQ), heads_q, batch), block qThreads, qSmemBytes.
@@ -511,9 +512,9 @@ void setStrides(const Tensor& t, i64& b, i64& h, i64& s) {
 // `rows` positions; elements past the tensor's edges read as zeros. TMA needs a 16-byte aligned
 // base and strides that are multiples of 16 bytes; the stride of a dimension of size 1 is never
 // used, so a valid stand-in replaces it.
-Status encodeTensorMap(const DriverApi& driver, TensorMap& map, const char* name, const TensorArg& t,
-                       const KernelMetadata& m, int64_t dim, int64_t batch, int64_t heads,
-                       int64_t len, unsigned rows) {
+Status encodeTensorMap(const DriverApi& driver, TensorMap& map, const std::string& where,
+                       const TensorArg& t, const KernelMetadata& m, int64_t dim, int64_t batch,
+                       int64_t heads, int64_t len, unsigned rows) {
   const int64_t e = 2;  // bf16 and fp16
   int64_t strides[3] = {t.stride_s, t.stride_h, t.stride_b};
   const int64_t sizes[3] = {len, heads, batch};
@@ -522,7 +523,6 @@ Status encodeTensorMap(const DriverApi& driver, TensorMap& map, const char* name
     if (sizes[i] == 1) strides[i] = fallback;
     fallback = strides[i] * sizes[i];
   }
-  const std::string where = "ForwardArgs." + std::string(name);
   if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
     return Status::error(where + ".data: the sm_90a kernel reads through TMA, which needs a 16-byte "
                          "aligned address");
@@ -584,14 +584,14 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
   void* params[] = {&p};
   if (tiles.forwardKernel == "sm90") {
     withMaps.base = p;
-    Status status = encodeTensorMap(*driver, withMaps.tma_q, "q", args.q, m, m.headDim, args.batch,
-                                    m.headsQ, args.q_len, 64);
+    Status status = encodeTensorMap(*driver, withMaps.tma_q, "ForwardArgs.q", args.q, m, m.headDim,
+                                    args.batch, m.headsQ, args.q_len, 64);
     if (status)
-      status = encodeTensorMap(*driver, withMaps.tma_k, "k", args.k, m, m.headDim, args.batch,
-                               m.headsKV, args.kv_len, unsigned(tiles.blockKV));
+      status = encodeTensorMap(*driver, withMaps.tma_k, "ForwardArgs.k", args.k, m, m.headDim,
+                               args.batch, m.headsKV, args.kv_len, unsigned(tiles.blockKV));
     if (status)
-      status = encodeTensorMap(*driver, withMaps.tma_v, "v", args.v, m, m.headDimV, args.batch,
-                               m.headsKV, args.kv_len, unsigned(tiles.blockKV));
+      status = encodeTensorMap(*driver, withMaps.tma_v, "ForwardArgs.v", args.v, m, m.headDimV,
+                               args.batch, m.headsKV, args.kv_len, unsigned(tiles.blockKV));
     if (!status) return status;
     params[0] = &withMaps;
   }
@@ -705,22 +705,43 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
   setStrides(args.dv, p.dv_stride_b, p.dv_stride_h, p.dv_stride_s);
   setSharedFields(p, m, args);
 
+  // The sm_90a dK/dV kernel reads Q, K, V and dO through tensor maps (boxes of 64 q rows and of
+  // the block's kv rows).
+  BwdParamsTma withMaps;
   void* params[] = {&p};
+  void* kvParams[] = {&p};
+  if (b.kvKernel == "sm90") {
+    withMaps.base = p;
+    Status status = encodeTensorMap(*driver, withMaps.tma_q, "BackwardArgs.q", args.q, m, m.headDim,
+                                    args.batch, m.headsQ, args.q_len, 64);
+    if (status)
+      status = encodeTensorMap(*driver, withMaps.tma_do, "BackwardArgs.d_o", args.d_o, m,
+                               m.headDimV, args.batch, m.headsQ, args.q_len, 64);
+    if (status)
+      status = encodeTensorMap(*driver, withMaps.tma_k, "BackwardArgs.k", args.k, m, m.headDim,
+                               args.batch, m.headsKV, args.kv_len, unsigned(b.kvBlockKV));
+    if (status)
+      status = encodeTensorMap(*driver, withMaps.tma_v, "BackwardArgs.v", args.v, m, m.headDimV,
+                               args.batch, m.headsKV, args.kv_len, unsigned(b.kvBlockKV));
+    if (!status) return status;
+    kvParams[0] = &withMaps;
+  }
   auto blocks = [](int64_t n, int per) { return unsigned((n + per - 1) / per); };
   auto launch = [&](int which, unsigned gridX, unsigned heads, int threads, long long smem) {
     std::string what = "cuLaunchKernel(" + b.entryStem + Impl::kBackwardSuffixes[which] + ")";
     return driver->check(driver->cuLaunchKernel(loaded->backward[which], gridX, heads,
                                                 unsigned(args.batch), unsigned(threads), 1, 1,
                                                 unsigned(smem), static_cast<cu::Stream>(stream),
-                                                params, nullptr),
+                                                which == 1 || which == 2 ? kvParams : params,
+                                                nullptr),
                          what.c_str(), &error);
   };
   unsigned rowBlocks = blocks(args.q_len, b.preprocessRows);
-  bool ok = launch(0, rowBlocks, unsigned(m.headsQ), b.kvThreads, 0);
+  bool ok = launch(0, rowBlocks, unsigned(m.headsQ), b.preprocessThreads, 0);
   if (ok && !args.deterministic)
     ok = launch(1, blocks(args.kv_len, b.kvBlockKV), unsigned(m.headsKV), b.kvThreads,
                 b.kvSmemBytes) &&
-         launch(3, rowBlocks, unsigned(m.headsQ), b.kvThreads, 0);
+         launch(3, rowBlocks, unsigned(m.headsQ), b.preprocessThreads, 0);
   else if (ok)
     ok = launch(2, blocks(args.kv_len, b.kvBlockKV), unsigned(m.headsKV), b.kvThreads,
                 b.kvSmemBytes) &&

@@ -24,7 +24,8 @@ std::string KernelMetadata::serialize() const {
        << "\nbwd_q_threads " << backward->qThreads << "\nbwd_kv_block_kv " << backward->kvBlockKV
        << "\nbwd_q_block_q " << backward->qBlockQ << "\nbwd_preprocess_rows "
        << backward->preprocessRows << "\nbwd_kv_smem_bytes " << backward->kvSmemBytes
-       << "\nbwd_q_smem_bytes " << backward->qSmemBytes << "\n";
+       << "\nbwd_q_smem_bytes " << backward->qSmemBytes << "\nbwd_kv_kernel " << backward->kvKernel
+       << "\nbwd_preprocess_threads " << backward->preprocessThreads << "\n";
   for (const InputInfo& input : inputs)
     os << "input " << input.name << " " << input.type << " " << input.dims << "\n";
   return os.str();
@@ -75,6 +76,8 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
       else if (key == "bwd_preprocess_rows") ok = integer(b.preprocessRows);
       else if (key == "bwd_kv_smem_bytes") ok = integer(b.kvSmemBytes);
       else if (key == "bwd_q_smem_bytes") ok = integer(b.qSmemBytes);
+      else if (key == "bwd_kv_kernel") ok = value == "sm80" || value == "sm90", b.kvKernel = value;
+      else if (key == "bwd_preprocess_threads") ok = integer(b.preprocessThreads);
       else return fail("unknown key '" + key + "'");
       if (!ok) return fail("bad value in '" + line + "'");
       ++seenBackward;
@@ -112,9 +115,10 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
       m.headDimV <= 0 || m.headsQ <= 0 || m.headsKV <= 0 || !(m.scale > 0))
     return fail("missing or non-positive fields");
   if (seenBackward != 0) {
-    if (seenBackward != 8)
-      return fail("expected 8 backward fields, got " + std::to_string(seenBackward));
+    if (seenBackward != 10)
+      return fail("expected 10 backward fields, got " + std::to_string(seenBackward));
     if (b.entryStem.empty() || b.kvThreads <= 0 || b.qThreads <= 0 || b.kvBlockKV <= 0 ||
+        b.preprocessThreads <= 0 ||
         b.qBlockQ <= 0 || b.preprocessRows <= 0 || b.kvSmemBytes < 0 || b.qSmemBytes < 0)
       return fail("missing or non-positive backward fields");
     m.backward = b;

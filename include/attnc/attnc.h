@@ -91,12 +91,15 @@ struct BackwardArgs {
 };
 
 // How to launch the backward kernels (entries <entryStem>_preprocess, _kv, _kv_nodq, _convert_dq,
-// _q; all take attnc::BwdParams).
+// _q; all take attnc::BwdParams, except _kv and _kv_nodq when kvKernel is "sm90": those take
+// attnc::BwdParamsTma, templates/attnc/sm90/backward.h).
 struct BackwardMetadata {
   std::string entryStem;  // <name>_bwd
   int kvThreads = 0, qThreads = 0;
   int kvBlockKV = 0, qBlockQ = 0, preprocessRows = 0;
   long long kvSmemBytes = 0, qSmemBytes = 0;  // dynamic shared memory of _kv/_kv_nodq and _q
+  std::string kvKernel = "sm80";  // the dK/dV kernel's template and launch ABI: "sm80" | "sm90"
+  int preprocessThreads = 0;      // block size of _preprocess and _convert_dq
 };
 
 // A declared input as the kernel sees it.

@@ -163,7 +163,7 @@ TEST(Kernel, ValidationNamesTheArgument) {
 
 KernelMetadata backwardMetadata() {
   KernelMetadata m = documentMetadata();
-  m.backward = BackwardMetadata{"document_bwd", 256, 256, 128, 64, 64, 98304, 81920};
+  m.backward = BackwardMetadata{"document_bwd", 256, 256, 128, 64, 64, 98304, 81920, "sm80", 256};
   return m;
 }
 

@@ -174,7 +174,11 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
      << op.getKvBounds() << "'.\n";
   const bool hopper = op.getKernel() == "sm90";
   os << (hopper ? "#include \"attnc/sm90/forward.h\"\n" : "#include \"attnc/sm80/forward.h\"\n");
-  if (backward) os << "#include \"attnc/sm80/backward.h\"\n";
+  const bool hopperBackward =
+      backward && backward.getTilesAttr().getAs<StringAttr>("kv_kernel") &&
+      backward.getTilesAttr().getAs<StringAttr>("kv_kernel").getValue() == "sm90";
+  if (backward)
+    os << (hopperBackward ? "#include \"attnc/sm90/backward.h\"\n" : "#include \"attnc/sm80/backward.h\"\n");
   os << "\nnamespace {\nnamespace ex = attnc::expr;\n\n";
   os << "struct Variant {\n";
   os << "  static constexpr bool kHasMask = " << (op.getMask().empty() ? "false" : "true") << ";\n";
@@ -246,6 +250,17 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
     info.qBlockQ = int(tile("q_block_q"));
     info.kvSmemBytes = tile("kv_smem_bytes");
     info.qSmemBytes = tile("q_smem_bytes");
+    info.preprocessThreads = info.kvThreads;
+    if (hopperBackward) {
+      os << llvm::formatv("using BwdHopperConfig = attnc::sm90::BwdConfig<{0}, {1}, {2}, 2, {3}>;\n",
+                          element, op.getHeadDim(), op.getHeadDimV(), tile("hopper_stages"));
+      os << "static_assert(BwdHopperConfig::kSmemBytes == " << tile("hopper_smem_bytes")
+         << ", \"attn-derive-backward and the sm_90a backward template disagree on shared memory\");\n";
+      info.kvKernel = "sm90";
+      info.kvThreads = 128 * 3;
+      info.kvBlockKV = 128;
+      info.kvSmemBytes = tile("hopper_smem_bytes");
+    }
     result.backward = info;
   }
   os << "}  // namespace\n\n";
@@ -269,8 +284,16 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
       os << "  attnc::sm80::" << call << "(p, " << (usesSmem ? "smem" : "nullptr") << ");\n}\n";
     };
     entry("_preprocess", "BwdKVConfig", "backwardPreprocess<BwdKVConfig, Variant>", false);
-    entry("_kv", "BwdKVConfig", "backwardKV<BwdKVConfig, Variant, true>", true);
-    entry("_kv_nodq", "BwdKVConfig", "backwardKV<BwdKVConfig, Variant, false>", true);
+    if (result.backward->kvKernel == "sm90") {
+      for (auto [suffix, writeDQ] : {std::pair{"_kv", "true"}, std::pair{"_kv_nodq", "false"}})
+        os << "\nextern \"C\" __global__ void __launch_bounds__(BwdHopperConfig::kThreads, 1) "
+           << stem << suffix << "(const __grid_constant__ attnc::BwdParamsTma p) {\n"
+           << "  extern __shared__ __align__(1024) unsigned char smem[];\n"
+           << "  attnc::sm90::backwardKV<BwdHopperConfig, Variant, " << writeDQ << ">(p, smem);\n}\n";
+    } else {
+      entry("_kv", "BwdKVConfig", "backwardKV<BwdKVConfig, Variant, true>", true);
+      entry("_kv_nodq", "BwdKVConfig", "backwardKV<BwdKVConfig, Variant, false>", true);
+    }
     entry("_convert_dq", "BwdKVConfig", "backwardConvertDQ<BwdKVConfig, Variant>", false);
     entry("_q", "BwdQConfig", "backwardQ<BwdQConfig, Variant>", true);
   }

@@ -18,6 +18,8 @@ struct BackwardSource {
   int kvThreads = 0, qThreads = 0;
   int kvBlockKV = 0, qBlockQ = 0, preprocessRows = 64;
   long long kvSmemBytes = 0, qSmemBytes = 0;
+  std::string kvKernel = "sm80";  // "sm90": the dK/dV entries take attnc::BwdParamsTma
+  int preprocessThreads = 0;
 };
 
 struct KernelSource {

@@ -4,6 +4,7 @@
 #include "dialects/Attn/Transforms/ScoreGradient.h"
 #include "dialects/Attn/Transforms/TileRule.h"
 
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 
@@ -43,6 +44,15 @@ struct AttnDeriveBackward final : mlir::attn::impl::AttnDeriveBackwardBase<AttnD
       TileProblem problem{forward.getHeadDim(), forward.getHeadDimV(),
                           int64_t(forward.getElementType().getIntOrFloatBitWidth() / 8), 0, 0,
                           extra};
+      // The sm_90a dK/dV kernel's epilogue, calibrated with ptxas (CUDA 13.0) on the examples at
+      // hd128, whose accumulators leave no register to spare: dropout and up to 8 mask operations
+      // fit; each further mask operation costs 4 registers and each tanh in the score 16 (its value
+      // and its derivative's stay live); a mask reading declared inputs is out (producer warp).
+      int64_t maskLoads = 0, tanhs = 0;
+      if (!forward.getMask().empty()) forward.getMask().walk([&](LoadOp) { ++maskLoads; });
+      forward.getScore().walk([&](math::TanhOp) { ++tanhs; });
+      problem.hopperBackwardExtra =
+          maskLoads ? -1 : (maskOps > 8 ? 4 * (maskOps - 8) : 0) + 16 * tanhs;
       TileTarget target{forward.getTarget().str(), smemPerBlock, smemPerBlock, regsPerThread};
       FailureOr<BackwardTileChoice> tiles = deriveBackwardTiles(problem, target);
       if (failed(tiles)) {
@@ -59,6 +69,9 @@ struct AttnDeriveBackward final : mlir::attn::impl::AttnDeriveBackwardBase<AttnD
                         i64("kv_smem_bytes", tiles->kvSmemBytes), i64("q_block_q", tiles->qBlockQ),
                         i64("q_block_kv", tiles->qBlockKV), i64("q_warps", tiles->qWarps),
                         i64("q_stages", tiles->qStages), i64("q_smem_bytes", tiles->qSmemBytes),
+                        b.getNamedAttr("kv_kernel", b.getStringAttr(tiles->kvKernel)),
+                        i64("hopper_stages", tiles->hopperStages),
+                        i64("hopper_smem_bytes", tiles->hopperSmemBytes),
                         b.getNamedAttr("derivation",
                                        b.getStrArrayAttr(SmallVector<StringRef>(
                                            tiles->derivation.begin(), tiles->derivation.end())))}));

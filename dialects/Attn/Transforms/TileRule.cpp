@@ -5,6 +5,7 @@
 // backward kernels' tiles.
 #include "dialects/Attn/Transforms/TileRule.h"
 
+#include "attnc/sm90/bwd_config.h"
 #include "attnc/sm90/config.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -316,6 +317,58 @@ int64_t backwardKVRegisters(int64_t blockQ, int64_t blockKV, int64_t d, int64_t 
 
 }  // namespace
 
+namespace {
+
+// The sm_90a dK/dV kernel (templates/attnc/sm90/bwd_config.h, whose resource functions this rule
+// calls): two consumer warpgroups of 64 kv rows stream q tiles of 64 rows; the other backward
+// kernels stay the sm80 ones. Chosen when its registers fit, else the sm80 dK/dV kernel serves.
+constexpr int64_t kHopperBwdConsumers = 2;
+constexpr int64_t kHopperBwdMaxStages = 4;
+// Registers beyond bwdConsumerRegisters(): addresses, loop state, the LSE and delta reads. hd128
+// (208 modelled) compiles with 240 and neither spills nor serializes its wgmma; with 232 ptxas
+// serializes them (CUDA 13.0).
+constexpr int64_t kHopperBwdReserveRegisters = 32;
+
+void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& target,
+                               BackwardTileChoice& choice) {
+  auto note = [&](std::string line) { choice.derivation.push_back(std::move(line)); };
+  const int64_t d = problem.headDim, dv = problem.headDimV;
+  const int64_t consumers = kHopperBwdConsumers;
+  const int64_t available = (65536 / 128 - attnc::sm90::kBwdProducerRegisters) / consumers / 8 * 8;
+  const int64_t model = attnc::sm90::bwdConsumerRegisters(int(d), int(dv));
+  if (problem.hopperBackwardExtra < 0) {
+    note("sm_90a dK/dV kernel: the mask reads declared inputs, which its producer warp cannot "
+         "classify within 24 registers: the sm80 dK/dV kernel below serves");
+    return;
+  }
+  const int64_t needed = model + kHopperBwdReserveRegisters + problem.hopperBackwardExtra;
+  auto smem = [&](int64_t stages) {
+    return int64_t(attnc::sm90::bwdSmemBytes(int(d), int(dv), int(consumers), int(stages)));
+  };
+  if (needed > available || smem(2) > target.smemPerBlock) {
+    note(llvm::formatv("sm_90a dK/dV kernel: registers {0} (dK, dV, S^T, dP^T, dS^T) + {1} reserve "
+                       "+ {2} epilogue = {3} > {4} per consumer thread, or shared memory {5} B > "
+                       "{6} B: the sm80 dK/dV kernel below serves",
+                       model, kHopperBwdReserveRegisters, problem.hopperBackwardExtra, needed,
+                       available, smem(2), target.smemPerBlock));
+    return;
+  }
+  int64_t stages = 2;
+  while (stages < kHopperBwdMaxStages && smem(stages + 1) <= target.smemPerBlock) ++stages;
+  choice.kvKernel = "sm90";
+  choice.hopperStages = stages;
+  choice.hopperSmemBytes = smem(stages);
+  note(llvm::formatv("sm_90a dK/dV kernel: {0} consumer warpgroups x 64 kv rows = {1} kept K/V rows, "
+                     "q tiles of {2} rows (wgmma M); registers {3} (dK, dV, S^T, dP^T, dS^T) + {4} "
+                     "reserve + {5} epilogue = {6} <= {7} per consumer thread; {8} Q/dO stages, {9} B "
+                     "<= {10} B shared",
+                     consumers, 64 * consumers, attnc::sm90::kBwdBlockQ, model,
+                     kHopperBwdReserveRegisters, problem.hopperBackwardExtra, needed, available, stages,
+                     choice.hopperSmemBytes, target.smemPerBlock));
+}
+
+}  // namespace
+
 FailureOr<BackwardTileChoice> mlir::attn::deriveBackwardTiles(const TileProblem& problem,
                                                               const TileTarget& target) {
   BackwardTileChoice choice;
@@ -391,6 +444,7 @@ FailureOr<BackwardTileChoice> mlir::attn::deriveBackwardTiles(const TileProblem&
   note(llvm::formatv("backward Q kernel (deterministic dQ): {0} kept Q/dO rows, {1} streamed K/V "
                      "rows, {2} warps, {3} B shared", qBlockQ, qBlockKV, qWarps, qSmem));
   if (qSmem > target.smemPerBlock) return failure();
+  if (target.arch == "sm_90a" && e == 2) deriveHopperBackwardTiles(problem, target, choice);
   choice.kvBlockQ = kv.blockQ, choice.kvBlockKV = kv.blockKV, choice.kvWarps = kKVWarps;
   choice.kvStages = kv.stages, choice.kvSmemBytes = kv.smem;
   choice.qBlockQ = qBlockQ, choice.qBlockKV = qBlockKV, choice.qWarps = qWarps, choice.qStages = qStages;

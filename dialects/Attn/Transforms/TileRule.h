@@ -27,6 +27,10 @@ struct TileProblem {
   // reserves kHopperRegistersPerScoreOp registers for each: the hook runs on every element of S
   // while S, P and O are all live.
   int64_t scoreOps = 0;
+  // The sm_90a backward dK/dV kernel: registers its recomputed epilogue needs beyond the
+  // accumulators (see attn-derive-backward), or -1 when it cannot run there at all (a mask that
+  // reads declared inputs: its producer warp classifies tiles with 24 registers).
+  int64_t hopperBackwardExtra = 0;
 };
 
 struct TileChoice {
@@ -50,9 +54,14 @@ FailureOr<TileChoice> deriveHopperTiles(const TileProblem& problem, const TileTa
 // The backward kernels' tiles (templates/attnc/sm80/bwd_config.h): backwardKV keeps a K/V tile of
 // kvBlockKV rows and streams Q/dO tiles of kvBlockQ rows; backwardQ (deterministic dQ) keeps a
 // Q/dO tile of qBlockQ rows and streams K/V tiles of qBlockKV rows.
+// On sm_90a the dK/dV kernel is the wgmma one (kvKernel "sm90", templates/attnc/sm90/backward.h)
+// when its registers fit: 2 consumer warpgroups x 64 kv rows, q tiles of 64, hopperStages Q/dO
+// stages in hopperSmemBytes; the kv* tiles then serve the delta and dQ-conversion kernels only.
 struct BackwardTileChoice {
   int64_t kvBlockQ, kvBlockKV, kvWarps, kvStages, kvSmemBytes;
   int64_t qBlockQ, qBlockKV, qWarps, qStages, qSmemBytes;
+  std::string kvKernel = "sm80";
+  int64_t hopperStages = 0, hopperSmemBytes = 0;
   std::vector<std::string> derivation;
 };
 

@@ -122,3 +122,15 @@ struct FwdParamsTma {
 };
 
 }  // namespace attnc
+
+namespace attnc {
+
+// The sm_90a backward dK/dV kernel's parameters: BwdParams plus the tensor maps its TMA copies read
+// through (4-D as for FwdParamsTma): Q and dO in boxes of 64 rows, K and V in boxes of the block's
+// kv rows.
+struct BwdParamsTma {
+  BwdParams base;
+  TensorMap tma_q, tma_k, tma_v, tma_do;
+};
+
+}  // namespace attnc

@@ -71,6 +71,36 @@ ATTNC_DEVICE u32 loadShared32(u32 addr) {
   return v;
 }
 
+// Bulk (non-tensor) reduction of `bytes` (a multiple of 16, both addresses 16-byte aligned) of fp32
+// from shared memory into global memory: dst[i] += src[i], performed by the TMA unit. Completes
+// as a bulk group (commit, then wait for the group's reads of shared memory or its completion).
+ATTNC_DEVICE void bulkReduceAddF32(float* dst, u32 src, u32 bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(
+                   reinterpret_cast<u64>(dst)),
+               "r"(src), "r"(bytes)
+               : "memory");
+}
+ATTNC_DEVICE void bulkCommit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Waits until at most Pending bulk groups still read their shared-memory source.
+template <int Pending>
+ATTNC_DEVICE void bulkWaitRead() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(Pending) : "memory");
+}
+// Waits until at most Pending bulk groups are incomplete (their global writes done).
+template <int Pending>
+ATTNC_DEVICE void bulkWait() {
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(Pending) : "memory");
+}
+
+ATTNC_DEVICE float loadSharedF32(u32 addr) { return __builtin_bit_cast(float, loadShared32(addr)); }
+
+ATTNC_DEVICE void storeSharedF32x2(u32 addr, float a, float b) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+ATTNC_DEVICE void loadSharedF32x2(u32 addr, float& a, float& b) {
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(a), "=f"(b) : "r"(addr) : "memory");
+}
+
 // bar.sync on hardware barrier `id` (1..15; 0 is __syncthreads) among `threads` threads.
 ATTNC_DEVICE void namedBarrierSync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");

@@ -1,0 +1,424 @@
+// The sm_90a backward dK/dV kernel: the sm80 backwardKV (sm80/backward.h) with Hopper's
+// asynchronous units. One block keeps BlockKV = 64 x Consumers keys of one (batch, kv head) and
+// visits every live q tile of every query head of its GQA group, with 1 + Consumers warpgroups:
+//
+//  - the producer warpgroup gives its registers back; its first warp walks the (head, q tile)
+//    pairs (all 32 lanes classify, sm80 QTileStream) and publishes each in a stage's schedule
+//    slot, lane 0 copies K and V once and then Q and dO of each pair with TMA, and the 32 lanes
+//    write the pair's LSE (log2 domain) and delta rows; all of it completes on the stage's "full"
+//    mbarrier;
+//  - each consumer warpgroup owns 64 kv rows, in the transposed frame of the sm80 kernel:
+//      S^T  = K Q^T            wgmma, both from shared memory
+//      dP^T = V dO^T           wgmma, both from shared memory
+//      P^T, dS^T               recomputed on the accumulators (score hook, mask, dropout)
+//      dV  += P^T dO           wgmma, P^T from registers, dO from shared memory (MN-major)
+//      dK  += dS^T Q           wgmma, dS^T from registers, Q from shared memory (MN-major)
+//      dQ  = dS K              wgmma, dS^T of both consumers staged in shared memory and read
+//                              transposed, K MN-major; each consumer takes half the head dim
+//    the consumers write their dQ columns into a shared fp32 tile, which one TMA bulk reduction
+//    per q tile adds to dq_accum (no per-element atomics).
+//
+// The probabilities are recomputed exactly as in sm80/backward.h. Rows past q_len read Q = dO = 0
+// (TMA zero fill) and LSE = +inf, so their P is 0; rows past kv_len are masked and never stored.
+//
+// Shared memory (bwd_config.h): [K][V][Q_0 dO_0][Q_1 dO_1]...[dS^T per consumer][dQ fp32]
+// [stats per stage][mbarriers, slots].
+#pragma once
+
+#include "attnc/common/expr.h"
+#include "attnc/common/kv_tiles.h"
+#include "attnc/common/params.h"
+#include "attnc/common/philox.h"
+#include "attnc/common/types.h"
+#include "attnc/sm80/backward.h"
+#include "attnc/sm80/copy.h"
+#include "attnc/sm80/mma.h"
+#include "attnc/sm90/async.h"
+#include "attnc/sm90/bwd_config.h"
+#include "attnc/sm90/forward.h"
+#include "attnc/sm90/wgmma.h"
+
+namespace attnc {
+namespace sm90 {
+
+template <class Config>
+struct BackwardSmem {
+  u32 base;  // 1024-byte aligned
+
+  ATTNC_DEVICE explicit BackwardSmem(unsigned char* raw)
+      : base((sm80::smemAddress(raw) + 1023u) & ~1023u) {}
+
+  ATTNC_DEVICE u32 k() const { return base; }
+  ATTNC_DEVICE u32 v() const { return base + u32(Config::kKBytes); }
+  ATTNC_DEVICE u32 q(int stage) const {
+    return base + u32(Config::kKBytes + Config::kVBytes + stage * Config::kStageBytes);
+  }
+  ATTNC_DEVICE u32 dO(int stage) const { return q(stage) + u32(Config::kQBytes); }
+  ATTNC_DEVICE u32 dsT(int group) const { return q(Config::kStages) + u32(group * Config::kDsBytes); }
+  ATTNC_DEVICE u32 dq() const { return dsT(Config::kConsumers); }
+  // A q tile's log2-domain LSE (kBlockQ floats), then its delta (kBlockQ floats).
+  ATTNC_DEVICE u32 stats(int stage) const {
+    return dq() + u32(Config::kDqBytes + stage * Config::kStatsBytes);
+  }
+  ATTNC_DEVICE u32 barrier(int i) const { return stats(Config::kStages) + u32(8 * i); }
+  ATTNC_DEVICE u32 kvFull() const { return barrier(0); }
+  ATTNC_DEVICE u32 full(int stage) const { return barrier(1 + stage); }
+  ATTNC_DEVICE u32 empty(int stage) const { return barrier(1 + Config::kStages + stage); }
+
+  // Each stage's schedule slot: query head (-1: the stream has ended), q tile, class.
+  ATTNC_DEVICE u32 slot(int stage) const {
+    return barrier(1 + 2 * Config::kStages) + u32(16 * stage);
+  }
+  ATTNC_DEVICE void publish(int stage, int head, int tile, expr::Tri cls) const {
+    sm80::storeShared32(slot(stage), u32(head));
+    sm80::storeShared32(slot(stage) + 4, u32(tile));
+    sm80::storeShared32(slot(stage) + 8, u32(cls));
+  }
+  ATTNC_DEVICE int scheduledHead(int stage) const { return int(loadShared32(slot(stage))); }
+  ATTNC_DEVICE int scheduledTile(int stage) const { return int(loadShared32(slot(stage) + 4)); }
+  ATTNC_DEVICE expr::Tri scheduledClass(int stage) const {
+    return expr::Tri(loadShared32(slot(stage) + 8));
+  }
+};
+
+// Named barriers of the consumers (0 is __syncthreads): the dQ tile is free (the previous bulk
+// reduction has read it), holds both consumers' columns (consumer 0 arrives, consumer 1 waits), and
+// both dS^T tiles are written.
+constexpr int kDqFree = 1, kDqFull = 2, kDsWritten = 3;
+
+// The producer warp: K and V once, then for every (query head, q tile) pair of the stream Q, dO
+// (TMA, lane 0), and the LSE and delta rows (all lanes), through the stages. A slot holding head
+// -1 (its barrier completed by plain arrivals) ends the stream.
+template <class Config, class Variant>
+ATTNC_DEVICE void produceBackward(const BwdParamsTma& pt, const BackwardSmem<Config>& smem,
+                                  int kv0, int kvLast, int b, int hKv) {
+  const BwdParams& p = pt.base;
+  const int lane = threadIdx.x & 31;
+  const bool leader = lane == 0;
+  const int groupSize = p.heads_q / p.heads_kv;
+  const int hEnd = (hKv + 1) * groupSize;
+  const sm80::bwd::QTileStream<Config, Variant> stream{p, b, kv0, kvLast, hEnd};
+  sm80::bwd::QItem item = stream.start(hKv * groupSize);
+  if (leader && item.h < hEnd) {
+    prefetchTensorMap(&pt.tma_q);
+    prefetchTensorMap(&pt.tma_do);
+    tmaLoadTile<Config::kKChunks, Config::kBlockKV>(smem.k(), &pt.tma_k, smem.kvFull(),
+                                                    Config::kKBytes, kv0, hKv, b);
+    tmaLoadTile<Config::kVChunks, Config::kBlockKV>(smem.v(), &pt.tma_v, smem.kvFull(),
+                                                    Config::kVBytes, kv0, hKv, b);
+  }
+  constexpr int kChunkBytes = Config::kBlockQ * kSwizzleRowBytes;  // one box of Q or dO
+  for (int iteration = 0;; ++iteration) {
+    const int stage = iteration % Config::kStages;
+    const u32 phase = u32(iteration / Config::kStages) & 1u;
+    const bool live = item.h < hEnd;
+    const int q0 = item.tile * Config::kBlockQ;
+    mbarrierWait(smem.empty(stage), phase ^ 1u);
+    if (leader) {
+      smem.publish(stage, live ? item.h : -1, item.tile, item.cls);
+      if (live) {
+        mbarrierArriveExpectTx(smem.full(stage), Config::kQBytes + Config::kDoBytes);
+#pragma unroll
+        for (int c = 0; c < Config::kKChunks; ++c)
+          tmaLoad4d(smem.q(stage) + u32(c * kChunkBytes), &pt.tma_q, smem.full(stage),
+                    c * kChunkElements, q0, item.h, b);
+#pragma unroll
+        for (int c = 0; c < Config::kVChunks; ++c)
+          tmaLoad4d(smem.dO(stage) + u32(c * kChunkBytes), &pt.tma_do, smem.full(stage),
+                    c * kChunkElements, q0, item.h, b);
+      } else {
+        mbarrierArrive(smem.full(stage));
+      }
+    }
+    if (live) {
+      const i64 rowBase = (i64(b) * p.heads_q + item.h) * p.q_len;
+      const u32 stats = smem.stats(stage);
+#pragma unroll
+      for (int r = lane; r < Config::kBlockQ; r += 32) {
+        const int q = q0 + r;
+        const bool inside = q < p.q_len;
+        const float lse2 = inside ? sm80::bwd::lseLog2(p.lse[rowBase + q]) : kInfinity;
+        const float delta = inside ? p.delta[rowBase + q] : 0.0f;
+        sm80::storeShared32(stats + u32(4 * r), __builtin_bit_cast(u32, lse2));
+        sm80::storeShared32(stats + u32(4 * (Config::kBlockQ + r)), __builtin_bit_cast(u32, delta));
+      }
+    }
+    mbarrierArrive(smem.full(stage));  // every lane: its LSE and delta rows are written
+    if (!live) return;
+    item = stream.next(item);
+  }
+}
+
+// dK, dV of one block's keys and, with WriteDQ, their share of dQ (unscaled, into dq_accum).
+// Grid (ceil(kv_len / BlockKV), heads_kv, batch), block kThreads, dynamic smem kSmemBytes.
+template <class Config, class Variant, bool WriteDQ>
+ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
+  using Element = typename Config::Element;
+  using Tri = expr::Tri;
+  constexpr int kN = Config::kNTiles;
+  constexpr int kBlockQ = Config::kBlockQ;
+  constexpr int kStages = Config::kStages;
+  constexpr int kDkN = 8 * Config::kDkTiles;  // wgmma N of dK and dQ (head dim padded to 16)
+  constexpr int kDvN = 8 * Config::kDvTiles;
+  const BwdParams& p = pt.base;
+
+  const int b = blockIdx.z, hKv = blockIdx.y, kv0 = blockIdx.x * Config::kBlockKV;
+  if (kv0 >= p.kv_len) return;
+  const int kvLast = minOf(kv0 + Config::kBlockKV, p.kv_len) - 1;
+  const int warpGroup = threadIdx.x / 128;
+  const int groupThread = threadIdx.x % 128;
+  const BackwardSmem<Config> smem(smemRaw);
+
+  if (threadIdx.x == 0) {
+    mbarrierInit(smem.kvFull(), 2);  // the K and the V copy each announce their bytes
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      mbarrierInit(smem.full(s), 1 + 32);  // lane 0's copies + every producer lane's stats
+      mbarrierInit(smem.empty(s), 128 * Config::kConsumers);
+    }
+    fenceBarrierInit();
+  }
+  sm80::blockSync();
+
+  if (warpGroup == 0) {
+    setMaxRegistersDec<Config::kProducerRegisters>();
+    if (groupThread < 32) produceBackward<Config, Variant>(pt, smem, kv0, kvLast, b, hKv);
+    return;
+  }
+  setMaxRegistersInc<Config::kConsumerRegisters>();
+
+  // This warpgroup's 64 kv rows, and this lane's first accumulator row (wgmma.h).
+  const int group = warpGroup - 1;
+  const int lane = groupThread & 31, warp = groupThread >> 5;
+  const int groupKv = kv0 + 64 * group;
+  const bool groupHasRows = groupKv < p.kv_len;
+  const int groupLast = minOf(groupKv + 63, p.kv_len - 1);
+  const int kvRow = groupKv + 16 * warp + (lane >> 2);
+  const int tileRow = 16 * warp + (lane >> 2);  // the same row inside the warpgroup's 64
+  const int colInQuad = 2 * (lane & 3);
+  const u32 kTile = smem.k() + u32(64 * group * kSwizzleRowBytes);
+  const u32 vTile = smem.v() + u32(64 * group * kSwizzleRowBytes);
+  const u32 dsTile = smem.dsT(group);
+
+  float dk[1][Config::kDkTiles][4];
+  float dv[1][Config::kDvTiles][4];
+#pragma unroll
+  for (int n = 0; n < Config::kDkTiles; ++n)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) dk[0][n][c] = 0.0f;
+#pragma unroll
+  for (int n = 0; n < Config::kDvTiles; ++n)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) dv[0][n][c] = 0.0f;
+  const float log2Scale = Variant::kHasScore ? kLog2e : p.scale * kLog2e;
+  const u32 dropThreshold = Variant::kHasDropout ? dropoutThreshold(p.dropout_p) : 0u;
+  const float dropScale = Variant::kHasDropout ? 1.0f / (1.0f - p.dropout_p) : 1.0f;
+  constexpr int kBitWords = ceilDiv(kN * 4, 32);
+
+  for (int iteration = 0;; ++iteration) {
+    const int stage = iteration % kStages;
+    const u32 phase = u32(iteration / kStages) & 1u;
+    mbarrierWait(smem.full(stage), phase);
+    const int h = smem.scheduledHead(stage);
+    if (h < 0) break;
+    if (iteration == 0) mbarrierWait(smem.kvFull(), 0);
+    const int q0 = smem.scheduledTile(stage) * kBlockQ;
+    const Tri tileClass = smem.scheduledClass(stage);
+    const u32 qTile = smem.q(stage), doTile = smem.dO(stage), stats = smem.stats(stage);
+    const u32 batchHead = u32(b * p.heads_q + h);
+
+    // S^T = K Q^T and dP^T = V dO^T, two groups.
+    float s[1][kN][4], dp[1][kN][4];
+    wgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < Config::kQKSteps; ++kk)
+      WgmmaSS<Element, kBlockQ>::template run<0, 0>(
+          flat(s), kMajorDescriptor(kTile, Config::kBlockKV, kk),
+          kMajorDescriptor(qTile, kBlockQ, kk), kk > 0);
+    wgmmaCommit();
+#pragma unroll
+    for (int kk = 0; kk < Config::kVSteps; ++kk)
+      WgmmaSS<Element, kBlockQ>::template run<0, 0>(
+          flat(dp), kMajorDescriptor(vTile, Config::kBlockKV, kk),
+          kMajorDescriptor(doTile, kBlockQ, kk), kk > 0);
+    wgmmaCommit();
+
+    // The warpgroup's part of the tile may be empty or full for its 64 rows alone.
+    Tri groupClass = groupHasRows ? tileClass : Tri::False;
+    if constexpr (Variant::kHasMask) {
+      if (groupClass == Tri::Unknown) {
+        const QTiles<Variant, kBlockQ, BwdParams> tiles(p, b, h, groupKv, groupLast);
+        groupClass = tiles.classify(q0, minOf(q0 + kBlockQ, p.q_len) - 1, groupKv, groupLast);
+      }
+    }
+    const bool checkBounds = q0 + kBlockQ > p.q_len || groupKv + 64 > p.kv_len;
+
+    // P^T (dropped and rescaled: the A operand of dV += P^T dO); s keeps P * score'(s) for dS.
+    wgmmaWait<1>();
+    fenceRegisters(flat(s));
+    float pd[1][kN][4];
+    u32 keepBits[kBitWords];
+#pragma unroll
+    for (int i = 0; i < kBitWords; ++i) keepBits[i] = 0u;
+#pragma unroll
+    for (int ni = 0; ni < kN; ++ni)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int qLocal = 8 * ni + colInQuad + j;
+        const int q = q0 + qLocal;
+        const float lse2 = loadSharedF32(stats + u32(4 * qLocal));
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int kv = kvRow + 8 * r;
+          float& x = s[0][ni][2 * r + j];
+          float grad = 1.0f;
+          if constexpr (Variant::kHasScore) {
+            const int qc = minOf(q, p.q_len - 1), kc = minOf(kv, p.kv_len - 1);
+            const float scaled = x * p.scale;
+            x = Variant::score(p, scaled, b, h, qc, kc);
+            grad = Variant::score_grad(p, scaled, b, h, qc, kc);
+          }
+          bool keep = groupClass != Tri::False;
+          if (checkBounds) keep = keep && q < p.q_len && kv < p.kv_len;
+          if constexpr (Variant::kHasMask) {
+            if (groupClass == Tri::Unknown && keep) keep = Variant::mask(p, b, h, q, kv);
+          }
+          const float prob = keep ? exp2Approx(x * log2Scale - lse2) : 0.0f;
+          float dropped = prob;
+          if constexpr (Variant::kHasDropout) {
+            const int e = (ni * 2 + r) * 2 + j;
+            const bool kept = keep && sm80::bwd::dropoutKeep(p, batchHead, dropThreshold, q, kv);
+            if (kept) keepBits[e / 32] |= 1u << (e % 32);
+            dropped = kept ? prob * dropScale : 0.0f;
+          }
+          pd[0][ni][2 * r + j] = dropped;
+          x = prob * grad;
+        }
+      }
+    u32 pA[1][Config::kPSteps][4];
+    sm80::warp::packP<Element>(pA, pd);
+    wgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < Config::kPSteps; ++kk)
+      WgmmaRS<Element, kDvN>::template run<1>(flat(dv), pA[0][kk],
+                                              mnMajorDescriptor(doTile, kBlockQ, kk), 1);
+    wgmmaCommit();
+
+    // dS^T = P score' (dP^T dropped and rescaled - delta): the A operand of dK += dS^T Q.
+    wgmmaWait<1>();  // dP^T is done; dV's GEMM may still run
+    fenceRegisters(flat(dp));
+#pragma unroll
+    for (int ni = 0; ni < kN; ++ni)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int qLocal = 8 * ni + colInQuad + j;
+        const float delta = loadSharedF32(stats + u32(4 * (kBlockQ + qLocal)));
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float d = dp[0][ni][2 * r + j];
+          if constexpr (Variant::kHasDropout) {
+            const int e = (ni * 2 + r) * 2 + j;
+            d = (keepBits[e / 32] >> (e % 32)) & 1u ? d * dropScale : 0.0f;
+          }
+          dp[0][ni][2 * r + j] = s[0][ni][2 * r + j] * (d - delta);
+        }
+      }
+    u32 dsA[1][Config::kPSteps][4];
+    sm80::warp::packP<Element>(dsA, dp);
+    wgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < Config::kPSteps; ++kk)
+      WgmmaRS<Element, kDkN>::template run<1>(flat(dk), dsA[0][kk],
+                                              mnMajorDescriptor(qTile, kBlockQ, kk), 1);
+    wgmmaCommit();
+
+    float dq[1][Config::kDqTiles][4];
+    if constexpr (WriteDQ) {
+      // dS^T into this warpgroup's tile (128-byte swizzle: 16-byte chunk c of row r at c ^ (r % 8));
+      // the two tiles are adjacent, so together they are dS^T over all the block's keys. Then
+      // dQ = dS K for this warpgroup's kDqN head-dim columns, A read transposed from the tiles.
+      // (From the packed A fragments: word i of step kk holds n8 tile 2 kk + i / 2, row half i % 2.)
+#pragma unroll
+      for (int kk = 0; kk < Config::kPSteps; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int row = tileRow + 8 * (i & 1), ni = 2 * kk + (i >> 1);
+          sm80::storeShared32(
+              dsTile + u32(row * kSwizzleRowBytes + ((ni ^ (row & 7)) * 16) + 4 * (lane & 3)),
+              dsA[0][kk][i]);
+        }
+      fenceProxyAsync();
+      namedBarrierSync(kDsWritten, 128 * Config::kConsumers);
+      const int dqCol0 = group * Config::kDqN;
+      const u32 kColumns = smem.k() + u32((dqCol0 / kChunkElements) * Config::kBlockKV * kSwizzleRowBytes +
+                                          (dqCol0 % kChunkElements) * 2);
+#pragma unroll
+      for (int kk = 0; kk < Config::kDqSteps; ++kk)
+        WgmmaSS<Element, Config::kDqN>::template run<1, 1>(
+            flat(dq), mnMajorDescriptor(smem.dsT(0), 64, kk),
+            mnMajorDescriptor(kColumns, Config::kBlockKV, kk), kk > 0);
+      wgmmaCommit();
+    }
+    wgmmaWait<0>();
+    fenceRegisters(flat(dk));
+    fenceRegisters(flat(dv));
+    mbarrierArrive(smem.empty(stage));  // Q, dO and the stats of this stage are read
+
+    if constexpr (WriteDQ) {
+      fenceRegisters(flat(dq));
+      // The dQ tile: rows of head_dim floats, as dq_accum's rows; each consumer writes its
+      // columns, then consumer 1's first thread hands the tile to the TMA unit. The tile is free
+      // once the previous q tile's reduction has read it.
+      const u32 dqTile = smem.dq();
+      const int dqCol0 = group * Config::kDqN;
+      const bool issuer = group == 1 && groupThread == 0;
+      if (issuer) bulkWaitRead<0>();
+      namedBarrierSync(kDqFree, 128 * Config::kConsumers);
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int n = 0; n < Config::kDqTiles; ++n) {
+          const int col = dqCol0 + 8 * n + colInQuad;
+          if (col < Config::kHeadDim)
+            storeSharedF32x2(dqTile + u32(((tileRow + 8 * r) * Config::kHeadDim + col) * 4),
+                             dq[0][n][2 * r], dq[0][n][2 * r + 1]);
+        }
+      fenceProxyAsync();
+      if (group == 0) {
+        namedBarrierArrive(kDqFull, 128 * Config::kConsumers);
+      } else {
+        namedBarrierSync(kDqFull, 128 * Config::kConsumers);
+        if (issuer) {
+          const int rows = minOf(kBlockQ, p.q_len - q0);
+          float* dst = p.dq_accum + ((i64(b) * p.heads_q + h) * p.q_len + q0) * Config::kHeadDim;
+          bulkReduceAddF32(dst, dqTile, u32(rows * Config::kHeadDim * 4));
+          bulkCommit();
+        }
+      }
+    }
+  }
+  if (WriteDQ && group == 1 && groupThread == 0) bulkWait<0>();
+
+  // dK (times the softmax scale) and dV: this lane's rows, pairs of columns.
+  if (!groupHasRows) return;
+  Element* dkG = static_cast<Element*>(p.dk) + b * p.dk_stride_b + hKv * p.dk_stride_h;
+  Element* dvG = static_cast<Element*>(p.dv) + b * p.dv_stride_b + hKv * p.dv_stride_h;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int kv = kvRow + 8 * r;
+    if (kv >= p.kv_len) continue;
+#pragma unroll
+    for (int n = 0; n < Config::kDkTiles; ++n)
+      if (8 * n + colInQuad < Config::kHeadDim)
+        *reinterpret_cast<u32*>(dkG + kv * p.dk_stride_s + 8 * n + colInQuad) =
+            Convert<Element>::pack2(dk[0][n][2 * r] * p.scale, dk[0][n][2 * r + 1] * p.scale);
+#pragma unroll
+    for (int n = 0; n < Config::kDvTiles; ++n)
+      if (8 * n + colInQuad < Config::kHeadDimV)
+        *reinterpret_cast<u32*>(dvG + kv * p.dv_stride_s + 8 * n + colInQuad) =
+            Convert<Element>::pack2(dv[0][n][2 * r], dv[0][n][2 * r + 1]);
+  }
+}
+
+}  // namespace sm90
+}  // namespace attnc

@@ -1,0 +1,95 @@
+// Compile-time shape of the sm_90a backward dK/dV kernel (backward.h): one producer warpgroup that
+// issues the TMA copies and `Consumers` warpgroups of 64 kv rows each that run the five wgmma
+// GEMMs. The other backward kernels (delta, dQ conversion, deterministic dQ) are the sm80 ones.
+// attn-derive-backward derives the same numbers (TileRule.cpp calls bwdSmemBytes()) and the
+// generated code static_asserts that they agree.
+#pragma once
+
+#include "attnc/common/types.h"
+#include "attnc/sm90/config.h"
+
+namespace attnc {
+namespace sm90 {
+
+constexpr int kBwdProducerRegisters = 24;
+
+// Queries per streamed tile: wgmma's M for dQ = dS K, and the N of S^T = K Q^T and dP^T = V dO^T.
+constexpr int kBwdBlockQ = 64;
+
+// Shared memory: 1024 bytes of alignment slack; the block's K and V (kept for the whole loop); per
+// stage a Q and a dO tile (128-byte-swizzled boxes 64 elements wide) and their LSE and delta rows;
+// one dS^T tile per consumer (64 x 64); the fp32 dQ tile (64 x head_dim, the layout of dq_accum's
+// rows); per stage two mbarriers and a schedule slot, plus K/V's mbarrier.
+ATTNC_HD constexpr int bwdSmemBytes(int headDim, int headDimV, int consumers, int stages) {
+  return 1024 + 64 * consumers * (ceilDiv(headDim, 64) + ceilDiv(headDimV, 64)) * 128 +
+         stages * kBwdBlockQ * (ceilDiv(headDim, 64) + ceilDiv(headDimV, 64)) * 128 +
+         consumers * 64 * kBwdBlockQ * 2 + kBwdBlockQ * headDim * 4 + stages * kBwdBlockQ * 8 +
+         8 * (1 + 2 * stages) + 16 * stages;
+}
+
+// Registers a consumer thread keeps, as modelled: the dK and dV accumulators (64 rows x head dim
+// over 128 threads), then the larger of the dS step (S^T and dP^T accumulators, 64 x 64 each, and
+// the packed dS^T) and the dQ step (its 64 x half the head dim / 128 accumulators and the packed
+// dS^T that dK's GEMM still reads).
+ATTNC_HD constexpr int bwdConsumerRegisters(int headDim, int headDimV) {
+  return (roundUp(headDim, 16) + roundUp(headDimV, 16)) / 2 +
+         maxOf(kBwdBlockQ + kBwdBlockQ / 4, roundUp(headDim, 32) / 4 + kBwdBlockQ / 4);
+}
+
+// Element: attnc::bf16 or attnc::half. HeadDim, HeadDimV: multiples of 8 in [8, 256] whose
+// accumulators fit (the tile rule checks bwdConsumerRegisters). Stages: Q/dO tiles in flight.
+template <class Element_, int HeadDim, int HeadDimV, int Consumers, int Stages>
+struct BwdConfig {
+  using Element = Element_;
+  static constexpr int kHeadDim = HeadDim;
+  static constexpr int kHeadDimV = HeadDimV;
+  static constexpr int kConsumers = Consumers;
+  static constexpr int kBlockQ = kBwdBlockQ;
+  static constexpr int kBlockKV = 64 * Consumers;  // wgmma's M is 64 rows per warpgroup
+  static constexpr int kStages = Stages;
+  static constexpr int kThreads = 128 * (Consumers + 1);
+
+  static constexpr int kQKSteps = roundUp(HeadDim, 16) / 16;   // k16 steps of S^T = K Q^T
+  static constexpr int kVSteps = roundUp(HeadDimV, 16) / 16;   // k16 steps of dP^T = V dO^T
+  static constexpr int kPSteps = kBlockQ / 16;                 // k16 steps of dV, dK
+  static constexpr int kDqSteps = kBlockKV / 16;               // k16 steps of dQ = dS K
+  // dQ's head-dim columns per consumer (wgmma N, a multiple of 16; columns past head_dim read the
+  // K tile's zero fill and are not stored).
+  static constexpr int kDqN = roundUp(HeadDim, 16 * Consumers) / Consumers;
+  static constexpr int kDqTiles = kDqN / 8;
+  static constexpr int kNTiles = kBlockQ / 8;                  // n8 column groups of S^T
+  static constexpr int kDkTiles = roundUp(HeadDim, 16) / 8;    // n8 column groups of dK, dQ
+  static constexpr int kDvTiles = roundUp(HeadDimV, 16) / 8;   // n8 column groups of dV
+
+  static constexpr int kKChunks = ceilDiv(HeadDim, 64);
+  static constexpr int kVChunks = ceilDiv(HeadDimV, 64);
+  static constexpr int kKBytes = kBlockKV * kKChunks * 128;
+  static constexpr int kVBytes = kBlockKV * kVChunks * 128;
+  static constexpr int kQBytes = kBlockQ * kKChunks * 128;
+  static constexpr int kDoBytes = kBlockQ * kVChunks * 128;
+  static constexpr int kStageBytes = kQBytes + kDoBytes;
+  static constexpr int kDsBytes = 64 * kBlockQ * 2;          // one consumer's dS^T, 64 x 64
+  static constexpr int kDqBytes = kBlockQ * HeadDim * 4;     // fp32, rows of head_dim floats
+  static constexpr int kStatsBytes = kBlockQ * 8;            // log2 LSE and delta of a q tile
+  static constexpr int kBarrierBytes = 8 * (1 + 2 * Stages) + 16 * Stages;
+  static constexpr int kAlignSlack = 1024;
+  static constexpr int kSmemBytes = kAlignSlack + kKBytes + kVBytes + Stages * kStageBytes +
+                                    Consumers * kDsBytes + kDqBytes + Stages * kStatsBytes +
+                                    kBarrierBytes;
+  static_assert(kSmemBytes == bwdSmemBytes(HeadDim, HeadDimV, Consumers, Stages),
+                "the layout above and bwdSmemBytes() disagree");
+
+  // The producer keeps 24 registers (setmaxnreg's least), so the consumers get 240: with 232 ptxas
+  // serializes the wgmma of hd128 (CUDA 13.0, "insufficient register resources").
+  static constexpr int kProducerRegisters = kBwdProducerRegisters;
+  static constexpr int kConsumerRegisters = (65536 / 128 - kBwdProducerRegisters) / Consumers / 8 * 8;
+
+  static_assert(HeadDim % 8 == 0 && HeadDim >= 8 && HeadDim <= 256, "head_dim: multiple of 8 in 8..256");
+  static_assert(HeadDimV % 8 == 0 && HeadDimV >= 8 && HeadDimV <= 256,
+                "head_dim_v: multiple of 8 in 8..256");
+  static_assert(Consumers == 2, "two consumer warpgroups: one dQ tile is summed from both");
+  static_assert(Stages >= 2, "one Q/dO tile loading while another is read");
+};
+
+}  // namespace sm90
+}  // namespace attnc
