@@ -33,7 +33,9 @@ ATTNC_HD constexpr int bwdSmemBytes(int headDim, int headDimV, int consumers, in
 // dS^T that dK's GEMM still reads).
 ATTNC_HD constexpr int bwdConsumerRegisters(int headDim, int headDimV) {
   return (roundUp(headDim, 16) + roundUp(headDimV, 16)) / 2 +
-         maxOf(kBwdBlockQ + kBwdBlockQ / 4, roundUp(headDim, 32) / 4 + kBwdBlockQ / 4);
+         maxOf(kBwdBlockQ + kBwdBlockQ / 4,
+               (roundUp(headDim, 16) <= 64 ? roundUp(headDim, 32) / 2 : roundUp(headDim, 128) / 2) / 2 +
+                   kBwdBlockQ / 4);
 }
 
 // Element: attnc::bf16 or attnc::half. HeadDim, HeadDimV: multiples of 8 in [8, 256] whose
@@ -54,8 +56,13 @@ struct BwdConfig {
   static constexpr int kPSteps = kBlockQ / 16;                 // k16 steps of dV, dK
   static constexpr int kDqSteps = kBlockKV / 16;               // k16 steps of dQ = dS K
   // dQ's head-dim columns per consumer (wgmma N, a multiple of 16; columns past head_dim read the
-  // K tile's zero fill and are not stored).
-  static constexpr int kDqN = roundUp(HeadDim, 16 * Consumers) / Consumers;
+  // K tile's zero fill and are not stored). An MN-major operand must not cross a 64-column chunk
+  // of the K tile except at its start (the hardware steps to the next chunk only from a chunk
+  // start: measured, hd72 and hd96 were wrong with 48 columns each), so above 64 columns each
+  // consumer takes whole chunks.
+  static constexpr int kDqN = roundUp(HeadDim, 16) <= 64
+                                  ? roundUp(HeadDim, 16 * Consumers) / Consumers
+                                  : roundUp(roundUp(HeadDim, 16 * Consumers) / Consumers, 64);
   static constexpr int kDqTiles = kDqN / 8;
   static constexpr int kNTiles = kBlockQ / 8;                  // n8 column groups of S^T
   static constexpr int kDkTiles = roundUp(HeadDim, 16) / 8;    // n8 column groups of dK, dQ
@@ -87,6 +94,7 @@ struct BwdConfig {
   static_assert(HeadDim % 8 == 0 && HeadDim >= 8 && HeadDim <= 256, "head_dim: multiple of 8 in 8..256");
   static_assert(HeadDimV % 8 == 0 && HeadDimV >= 8 && HeadDimV <= 256,
                 "head_dim_v: multiple of 8 in 8..256");
+  static_assert(kDqN * Consumers <= 64 * kKChunks, "dQ's columns stay inside the K tile");
   static_assert(Consumers == 2, "two consumer warpgroups: one dQ tile is summed from both");
   static_assert(Stages >= 2, "one Q/dO tile loading while another is read");
 };
