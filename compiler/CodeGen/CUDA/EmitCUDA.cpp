@@ -283,8 +283,12 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
       if (usesSmem) os << "  extern __shared__ __align__(128) unsigned char smem[];\n";
       os << "  attnc::sm80::" << call << "(p, " << (usesSmem ? "smem" : "nullptr") << ");\n}\n";
     };
-    entry("_preprocess", "BwdKVConfig", "backwardPreprocess<BwdKVConfig, Variant>", false);
-    if (result.backward->kvKernel == "sm90") {
+    // The sm_90a dK/dV kernel keeps dq_accum in its own layout, which zeroing and conversion follow.
+    const bool tiledDq = result.backward->kvKernel == "sm90";
+    const char* layout = tiledDq ? ", attnc::sm90::TiledDqLayout<BwdHopperConfig>" : "";
+    entry("_preprocess", "BwdKVConfig",
+          (llvm::Twine("backwardPreprocess<BwdKVConfig, Variant") + layout + ">").str(), false);
+    if (tiledDq) {
       for (auto [suffix, writeDQ] : {std::pair{"_kv", "true"}, std::pair{"_kv_nodq", "false"}})
         os << "\nextern \"C\" __global__ void __launch_bounds__(BwdHopperConfig::kThreads, 1) "
            << stem << suffix << "(const __grid_constant__ attnc::BwdParamsTma p) {\n"
@@ -294,7 +298,8 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
       entry("_kv", "BwdKVConfig", "backwardKV<BwdKVConfig, Variant, true>", true);
       entry("_kv_nodq", "BwdKVConfig", "backwardKV<BwdKVConfig, Variant, false>", true);
     }
-    entry("_convert_dq", "BwdKVConfig", "backwardConvertDQ<BwdKVConfig, Variant>", false);
+    entry("_convert_dq", "BwdKVConfig",
+          (llvm::Twine("backwardConvertDQ<BwdKVConfig, Variant") + layout + ">").str(), false);
     entry("_q", "BwdQConfig", "backwardQ<BwdQConfig, Variant>", true);
   }
   result.code = std::move(code);

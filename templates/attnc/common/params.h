@@ -64,9 +64,10 @@ struct BwdParams {
   void* dq;         // [batch, heads_q,  q_len,  head_dim]
   void* dk;         // [batch, heads_kv, kv_len, head_dim]
   void* dv;         // [batch, heads_kv, kv_len, head_dim_v]
-  // Workspaces (fp32, 16-byte aligned). dq_accum: dqAccumElements(...) floats, layout
-  // [batch][heads_q][q_len][head_dim] contiguous, holding dS K *without* the softmax scale (the
-  // convert kernel applies it); zeroed by backwardPreprocess. Unused (may be null) in deterministic
+  // Workspaces (fp32, 16-byte aligned). dq_accum: dqAccumElements(...) floats holding dS K
+  // *without* the softmax scale (the convert kernel applies it), in the dK/dV kernel's layout:
+  // [batch][heads_q][q_len][head_dim] for the sm80 one, q tiles of 64 rows in column blocks for the
+  // sm_90a one (sm90/bwd_config.h, TiledDqLayout); zeroed by backwardPreprocess. Unused (may be null) in deterministic
   // mode. delta: [batch][heads_q][q_len] contiguous, rowsum(dO * O), written by backwardPreprocess.
   float* dq_accum;
   float* delta;
@@ -94,9 +95,11 @@ struct BwdParams {
   InputRef inputs[kMaxInputs];
 };
 
-// Floats of BwdParams::dq_accum (layout [batch][heads_q][q_len][head_dim], no padding).
+// Floats of BwdParams::dq_accum: enough for either dK/dV kernel's layout. The sm_90a one keeps
+// whole q tiles of 64 rows and pads the head dim to its consumers' column blocks (32 or 64 wide).
 ATTNC_HD constexpr i64 dqAccumElements(int batch, int heads_q, int q_len, int head_dim) {
-  return i64(batch) * heads_q * q_len * head_dim;
+  return i64(batch) * heads_q * ((q_len + 63) / 64 * 64) *
+         (head_dim <= 64 ? (head_dim + 31) / 32 * 32 : (head_dim + 63) / 64 * 64);
 }
 // Floats of BwdParams::delta.
 ATTNC_HD constexpr i64 deltaElements(int batch, int heads_q, int q_len) {

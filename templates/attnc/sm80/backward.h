@@ -121,12 +121,31 @@ ATTNC_DEVICE void storeTile(Element* gmem, i64 rowStride, u32 tile, int rows, in
 
 }  // namespace bwd
 
+// dq_accum as the sm80 dK/dV kernel writes it: rows of head_dim floats, [batch][heads_q][q_len].
+// The preprocess and convert kernels see dq_accum through such a layout class (the sm_90a dK/dV
+// kernel has its own, sm90/bwd_config.h): block() is the region of the rows [q0, q0 + rows) of one
+// (batch, head), blockFloats() its size, chunk() the 8 consecutive floats of one row's columns
+// 8 c .. 8 c + 7.
+template <int HeadDim>
+struct RowMajorDqLayout {
+  static constexpr int kBlockRows = 0;  // block() takes any first row (a layout of whole tiles: their rows)
+  ATTNC_DEVICE static float* block(const BwdParams& p, int b, int h, int q0) {
+    return p.dq_accum + ((i64(b) * p.heads_q + h) * p.q_len + q0) * HeadDim;
+  }
+  ATTNC_DEVICE static int blockFloats(int rows) { return rows * HeadDim; }
+  ATTNC_DEVICE static const float* chunk(const float* block, int row, int c) {
+    return block + row * HeadDim + 8 * c;
+  }
+};
+
 // delta[b, h, q] = sum_d dO[q, d] O[q, d] in fp32, and dq_accum rows zeroed (when not null).
 // Grid (ceil(q_len / kPreprocessRows), heads_q, batch), block kThreads, no shared memory.
-template <class Config, class Variant>
+template <class Config, class Variant, class DqLayout = RowMajorDqLayout<Config::kHeadDim>>
 ATTNC_DEVICE void backwardPreprocess(const BwdParams& p, unsigned char*) {
   using Element = typename Config::Element;
   constexpr int kRows = Config::kPreprocessRows;
+  static_assert(DqLayout::kBlockRows == 0 || DqLayout::kBlockRows == kRows,
+                "preprocess/convert blocks are the dq_accum layout's tiles");
   constexpr int kChunks = Config::kHeadDimV / 8;  // 16-byte chunks per row
   constexpr int kLanes = kChunks > 16 ? 32 : kChunks > 8 ? 16 : kChunks > 4 ? 8 : kChunks > 2 ? 4 : kChunks > 1 ? 2 : 1;
   constexpr int kRowsPerWarp = 32 / kLanes;
@@ -165,28 +184,29 @@ ATTNC_DEVICE void backwardPreprocess(const BwdParams& p, unsigned char*) {
   }
 
   if (p.dq_accum != nullptr) {
-    constexpr int kVecs = Config::kHeadDim / 4;  // float4s per row
-    float* dqRows = p.dq_accum + (rowBase + q0) * Config::kHeadDim;
-    const int rows = minOf(kRows, p.q_len - q0);
-    for (int idx = tid; idx < rows * kVecs; idx += Config::kThreads)
-      storeGlobal128(dqRows + 4 * idx, u32x4{0u, 0u, 0u, 0u});
+    float* dqBlock = DqLayout::block(p, b, h, q0);
+    const int vecs = DqLayout::blockFloats(minOf(kRows, p.q_len - q0)) / 4;  // float4s
+    for (int idx = tid; idx < vecs; idx += Config::kThreads)
+      storeGlobal128(dqBlock + 4 * idx, u32x4{0u, 0u, 0u, 0u});
   }
 }
 
 // dq[b, h, q, :] = Element(scale * dq_accum[b, h, q, :]).
 // Grid (ceil(q_len / kPreprocessRows), heads_q, batch), block kThreads, no shared memory.
-template <class Config, class Variant>
+template <class Config, class Variant, class DqLayout = RowMajorDqLayout<Config::kHeadDim>>
 ATTNC_DEVICE void backwardConvertDQ(const BwdParams& p, unsigned char*) {
   using Element = typename Config::Element;
   constexpr int kRows = Config::kPreprocessRows;
+  static_assert(DqLayout::kBlockRows == 0 || DqLayout::kBlockRows == kRows,
+                "preprocess/convert blocks are the dq_accum layout's tiles");
   constexpr int kChunks = Config::kHeadDim / 8;
   const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kRows;
   const int rows = minOf(kRows, p.q_len - q0);
-  const float* src = p.dq_accum + ((i64(b) * p.heads_q + h) * p.q_len + q0) * Config::kHeadDim;
+  const float* src = DqLayout::block(p, b, h, q0);
   Element* dst = static_cast<Element*>(p.dq) + b * p.dq_stride_b + h * p.dq_stride_h + q0 * p.dq_stride_s;
   for (int idx = threadIdx.x; idx < rows * kChunks; idx += Config::kThreads) {
     const int row = idx / kChunks, chunk = idx % kChunks;
-    const float* s = src + row * Config::kHeadDim + 8 * chunk;
+    const float* s = DqLayout::chunk(src, row, chunk);
     const u32x4 a = loadGlobal128(s), c = loadGlobal128(s + 4);
     const auto f = [&](u32 w) { return __builtin_bit_cast(float, w) * p.scale; };
     const u32x4 out{Convert<Element>::pack2(f(a.x), f(a.y)), Convert<Element>::pack2(f(a.z), f(a.w)),

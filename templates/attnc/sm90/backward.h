@@ -54,20 +54,29 @@ struct BackwardSmem {
     return base + u32(Config::kKBytes + Config::kVBytes + stage * Config::kStageBytes);
   }
   ATTNC_DEVICE u32 dO(int stage) const { return q(stage) + u32(Config::kQBytes); }
-  ATTNC_DEVICE u32 dsT(int group) const { return q(Config::kStages) + u32(group * Config::kDsBytes); }
-  ATTNC_DEVICE u32 dq() const { return dsT(Config::kConsumers); }
+  // dS^T buffer `buffer` of consumer `group`: the consumers' tiles of one buffer are adjacent, so
+  // they form dS^T over all the block's keys.
+  ATTNC_DEVICE u32 dsT(int buffer, int group) const {
+    return q(Config::kStages) + u32((buffer * Config::kConsumers + group) * Config::kDsBytes);
+  }
+  ATTNC_DEVICE u32 dq(int group) const {
+    return dsT(2, 0) + u32(group * Config::kDqTileBytes);
+  }
   // A q tile's log2-domain LSE (kBlockQ floats), then its delta (kBlockQ floats).
   ATTNC_DEVICE u32 stats(int stage) const {
-    return dq() + u32(Config::kDqBytes + stage * Config::kStatsBytes);
+    return dq(Config::kConsumers) + u32(stage * Config::kStatsBytes);
   }
   ATTNC_DEVICE u32 barrier(int i) const { return stats(Config::kStages) + u32(8 * i); }
   ATTNC_DEVICE u32 kvFull() const { return barrier(0); }
   ATTNC_DEVICE u32 full(int stage) const { return barrier(1 + stage); }
   ATTNC_DEVICE u32 empty(int stage) const { return barrier(1 + Config::kStages + stage); }
+  // dS^T buffer written by every consumer / read by every consumer's dQ GEMM.
+  ATTNC_DEVICE u32 dsFull(int buffer) const { return barrier(1 + 2 * Config::kStages + buffer); }
+  ATTNC_DEVICE u32 dsEmpty(int buffer) const { return barrier(3 + 2 * Config::kStages + buffer); }
 
   // Each stage's schedule slot: query head (-1: the stream has ended), q tile, class.
   ATTNC_DEVICE u32 slot(int stage) const {
-    return barrier(1 + 2 * Config::kStages) + u32(16 * stage);
+    return barrier(5 + 2 * Config::kStages) + u32(16 * stage);
   }
   ATTNC_DEVICE void publish(int stage, int head, int tile, expr::Tri cls) const {
     sm80::storeShared32(slot(stage), u32(head));
@@ -81,10 +90,9 @@ struct BackwardSmem {
   }
 };
 
-// Named barriers of the consumers (0 is __syncthreads): the dQ tile is free (the previous bulk
-// reduction has read it), holds both consumers' columns (consumer 0 arrives, consumer 1 waits), and
-// both dS^T tiles are written.
-constexpr int kDqFree = 1, kDqFull = 2, kDsWritten = 3;
+// Each consumer's named barrier (1 + consumer; 0 is __syncthreads): its dQ tile is free, or
+// written.
+constexpr int kDqBarrier = 1;
 
 // The producer warp: K and V once, then for every (query head, q tile) pair of the stream Q, dO
 // (TMA, lane 0), and the LSE and delta rows (all lanes), through the stages. A slot holding head
@@ -176,6 +184,11 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
       mbarrierInit(smem.full(s), 1 + 32);  // lane 0's copies + every producer lane's stats
       mbarrierInit(smem.empty(s), 128 * Config::kConsumers);
     }
+#pragma unroll
+    for (int buffer = 0; buffer < 2; ++buffer) {
+      mbarrierInit(smem.dsFull(buffer), 128 * Config::kConsumers);
+      mbarrierInit(smem.dsEmpty(buffer), 128 * Config::kConsumers);
+    }
     fenceBarrierInit();
   }
   sm80::blockSync();
@@ -198,7 +211,6 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   const int colInQuad = 2 * (lane & 3);
   const u32 kTile = smem.k() + u32(64 * group * kSwizzleRowBytes);
   const u32 vTile = smem.v() + u32(64 * group * kSwizzleRowBytes);
-  const u32 dsTile = smem.dsT(group);
 
   float dk[1][Config::kDkTiles][4];
   float dv[1][Config::kDvTiles][4];
@@ -215,7 +227,48 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   const float dropScale = Variant::kHasDropout ? 1.0f / (1.0f - p.dropout_p) : 1.0f;
   constexpr int kBitWords = ceilDiv(kN * 4, 32);
 
-  for (int iteration = 0;; ++iteration) {
+  // dQ = dS K for this consumer's kDqN head-dim columns over all the block's keys: A is dS^T of
+  // both consumers (one buffer), read transposed; B the K tile's columns, MN-major.
+  float dq[1][Config::kDqTiles][4];
+  const int dqCol0 = group * Config::kDqN;
+  const u32 kColumns = smem.k() + u32((dqCol0 / kChunkElements) * Config::kBlockKV * kSwizzleRowBytes +
+                                      (dqCol0 % kChunkElements) * 2);
+  const auto issueDQ = [&](int buffer) {
+    wgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < Config::kDqSteps; ++kk)
+      WgmmaSS<Element, Config::kDqN>::template run<1, 1>(
+          flat(dq), mnMajorDescriptor(smem.dsT(buffer, 0), 64, kk),
+          mnMajorDescriptor(kColumns, Config::kBlockKV, kk), kk > 0);
+    wgmmaCommit();
+  };
+  // This consumer's dQ columns of one q tile into its shared tile (TiledDqLayout), then one TMA
+  // bulk reduction into dq_accum; the tile is free again once the previous reduction has read it.
+  using DqLayout = TiledDqLayout<Config>;
+  const auto reduceDQ = [&](int head, int tileQ0) {
+    const u32 dqTile = smem.dq(group);
+    if (groupThread == 0) bulkWaitRead<0>();
+    namedBarrierSync(kDqBarrier + group, 128);
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int n = 0; n < Config::kDqTiles; ++n)
+        storeSharedF32x2(dqTile + u32(4 * DqLayout::swizzled(tileRow + 8 * r, 8 * n + colInQuad)),
+                         dq[0][n][2 * r], dq[0][n][2 * r + 1]);
+    fenceProxyAsync();
+    namedBarrierSync(kDqBarrier + group, 128);
+    if (groupThread == 0) {
+      const int rows = minOf(kBlockQ, p.q_len - tileQ0);
+      float* dst = p.dq_accum + DqLayout::tileOffset(p.q_len, p.heads_q, b, head, tileQ0) +
+                   group * 64 * Config::kDqN;
+      bulkReduceAddF32(dst, dqTile, u32(rows * Config::kDqN * 4));
+      bulkCommit();
+    }
+  };
+  int previousHead = -1, previousQ0 = 0;  // the q tile whose dQ is still to be done
+
+  int iteration = 0;
+  for (;; ++iteration) {
     const int stage = iteration % kStages;
     const u32 phase = u32(iteration / kStages) & 1u;
     mbarrierWait(smem.full(stage), phase);
@@ -325,19 +378,13 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
       }
     u32 dsA[1][Config::kPSteps][4];
     sm80::warp::packP<Element>(dsA, dp);
-    wgmmaFence();
-#pragma unroll
-    for (int kk = 0; kk < Config::kPSteps; ++kk)
-      WgmmaRS<Element, kDkN>::template run<1>(flat(dk), dsA[0][kk],
-                                              mnMajorDescriptor(qTile, kBlockQ, kk), 1);
-    wgmmaCommit();
-
-    float dq[1][Config::kDqTiles][4];
     if constexpr (WriteDQ) {
-      // dS^T into this warpgroup's tile (128-byte swizzle: 16-byte chunk c of row r at c ^ (r % 8));
-      // the two tiles are adjacent, so together they are dS^T over all the block's keys. Then
-      // dQ = dS K for this warpgroup's kDqN head-dim columns, A read transposed from the tiles.
-      // (From the packed A fragments: word i of step kk holds n8 tile 2 kk + i / 2, row half i % 2.)
+      // dS^T into this consumer's tile of buffer iteration % 2 (128-byte swizzle: 16-byte chunk c
+      // of row r at c ^ (r % 8)), once every consumer's dQ GEMM of two tiles ago is done with it.
+      // Word i of the packed step kk holds n8 tile 2 kk + i / 2, row half i % 2.
+      const int buffer = iteration & 1;
+      mbarrierWait(smem.dsEmpty(buffer), (u32(iteration >> 1) & 1u) ^ 1u);
+      const u32 dsTile = smem.dsT(buffer, group);
 #pragma unroll
       for (int kk = 0; kk < Config::kPSteps; ++kk)
 #pragma unroll
@@ -348,56 +395,49 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
               dsA[0][kk][i]);
         }
       fenceProxyAsync();
-      namedBarrierSync(kDsWritten, 128 * Config::kConsumers);
-      const int dqCol0 = group * Config::kDqN;
-      const u32 kColumns = smem.k() + u32((dqCol0 / kChunkElements) * Config::kBlockKV * kSwizzleRowBytes +
-                                          (dqCol0 % kChunkElements) * 2);
+      mbarrierArrive(smem.dsFull(buffer));
+    }
+    wgmmaFence();
 #pragma unroll
-      for (int kk = 0; kk < Config::kDqSteps; ++kk)
-        WgmmaSS<Element, Config::kDqN>::template run<1, 1>(
-            flat(dq), mnMajorDescriptor(smem.dsT(0), 64, kk),
-            mnMajorDescriptor(kColumns, Config::kBlockKV, kk), kk > 0);
-      wgmmaCommit();
+    for (int kk = 0; kk < Config::kPSteps; ++kk)
+      WgmmaRS<Element, kDkN>::template run<1>(flat(dk), dsA[0][kk],
+                                              mnMajorDescriptor(qTile, kBlockQ, kk), 1);
+    wgmmaCommit();
+
+    if constexpr (WriteDQ) {
+      // dQ of the previous q tile (issued a tile late so that the consumers need not wait for each
+      // other's dS^T: each runs up to a tile ahead of the other), while dK's GEMM runs. The first
+      // iteration multiplies whatever buffer 1 holds and drops the result (no wgmma is issued
+      // under a condition: ptxas would serialize them all).
+      if (iteration > 0)
+        mbarrierWait(smem.dsFull((iteration - 1) & 1), u32((iteration - 1) >> 1) & 1u);
+      issueDQ((iteration - 1) & 1);
     }
     wgmmaWait<0>();
     fenceRegisters(flat(dk));
     fenceRegisters(flat(dv));
     mbarrierArrive(smem.empty(stage));  // Q, dO and the stats of this stage are read
-
     if constexpr (WriteDQ) {
       fenceRegisters(flat(dq));
-      // The dQ tile: rows of head_dim floats, as dq_accum's rows; each consumer writes its
-      // columns, then consumer 1's first thread hands the tile to the TMA unit. The tile is free
-      // once the previous q tile's reduction has read it.
-      const u32 dqTile = smem.dq();
-      const int dqCol0 = group * Config::kDqN;
-      const bool issuer = group == 1 && groupThread == 0;
-      if (issuer) bulkWaitRead<0>();
-      namedBarrierSync(kDqFree, 128 * Config::kConsumers);
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int n = 0; n < Config::kDqTiles; ++n) {
-          const int col = dqCol0 + 8 * n + colInQuad;
-          if (col < Config::kHeadDim)
-            storeSharedF32x2(dqTile + u32(((tileRow + 8 * r) * Config::kHeadDim + col) * 4),
-                             dq[0][n][2 * r], dq[0][n][2 * r + 1]);
-        }
-      fenceProxyAsync();
-      if (group == 0) {
-        namedBarrierArrive(kDqFull, 128 * Config::kConsumers);
-      } else {
-        namedBarrierSync(kDqFull, 128 * Config::kConsumers);
-        if (issuer) {
-          const int rows = minOf(kBlockQ, p.q_len - q0);
-          float* dst = p.dq_accum + ((i64(b) * p.heads_q + h) * p.q_len + q0) * Config::kHeadDim;
-          bulkReduceAddF32(dst, dqTile, u32(rows * Config::kHeadDim * 4));
-          bulkCommit();
-        }
+      if (iteration > 0) {
+        mbarrierArrive(smem.dsEmpty((iteration - 1) & 1));
+        reduceDQ(previousHead, previousQ0);
       }
+      previousHead = h;
+      previousQ0 = q0;
     }
   }
-  if (WriteDQ && group == 1 && groupThread == 0) bulkWait<0>();
+  if constexpr (WriteDQ) {
+    // The last q tile's dQ (none when the block had no q tile: then K was never loaded and the
+    // product is dropped).
+    const int last = iteration - 1;
+    if (previousHead >= 0) mbarrierWait(smem.dsFull(last & 1), u32(last >> 1) & 1u);
+    issueDQ(last & 1);
+    wgmmaWait<0>();
+    fenceRegisters(flat(dq));
+    if (previousHead >= 0) reduceDQ(previousHead, previousQ0);
+    if (groupThread == 0) bulkWait<0>();
+  }
 
   // dK (times the softmax scale) and dV: this lane's rows, pairs of columns.
   if (!groupHasRows) return;

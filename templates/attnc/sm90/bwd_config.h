@@ -5,6 +5,7 @@
 // generated code static_asserts that they agree.
 #pragma once
 
+#include "attnc/common/params.h"
 #include "attnc/common/types.h"
 #include "attnc/sm90/config.h"
 
@@ -16,15 +17,25 @@ constexpr int kBwdProducerRegisters = 24;
 // Queries per streamed tile: wgmma's M for dQ = dS K, and the N of S^T = K Q^T and dP^T = V dO^T.
 constexpr int kBwdBlockQ = 64;
 
+// dQ's head-dim columns per consumer (wgmma N, a multiple of 16; columns past head_dim read the
+// K tile's zero fill and are not stored). An MN-major operand must not cross a 64-column chunk of
+// the K tile except at its start (the hardware steps to the next chunk only from a chunk start:
+// measured, hd72 and hd96 were wrong with 48 columns each), so above 64 columns each consumer takes
+// whole chunks.
+ATTNC_HD constexpr int dqColumns(int headDim, int consumers) {
+  return roundUp(headDim, 16) <= 64 ? roundUp(headDim, 16 * consumers) / consumers
+                                    : roundUp(roundUp(headDim, 16 * consumers) / consumers, 64);
+}
+
 // Shared memory: 1024 bytes of alignment slack; the block's K and V (kept for the whole loop); per
 // stage a Q and a dO tile (128-byte-swizzled boxes 64 elements wide) and their LSE and delta rows;
-// one dS^T tile per consumer (64 x 64); the fp32 dQ tile (64 x head_dim, the layout of dq_accum's
-// rows); per stage two mbarriers and a schedule slot, plus K/V's mbarrier.
+// two buffers of dS^T, one 64 x 64 tile per consumer each; one fp32 dQ tile (64 x dqColumns) per
+// consumer; per stage two mbarriers and a schedule slot, K/V's mbarrier and two per dS^T buffer.
 ATTNC_HD constexpr int bwdSmemBytes(int headDim, int headDimV, int consumers, int stages) {
   return 1024 + 64 * consumers * (ceilDiv(headDim, 64) + ceilDiv(headDimV, 64)) * 128 +
          stages * kBwdBlockQ * (ceilDiv(headDim, 64) + ceilDiv(headDimV, 64)) * 128 +
-         consumers * 64 * kBwdBlockQ * 2 + kBwdBlockQ * headDim * 4 + stages * kBwdBlockQ * 8 +
-         8 * (1 + 2 * stages) + 16 * stages;
+         2 * consumers * 64 * kBwdBlockQ * 2 + consumers * 64 * dqColumns(headDim, consumers) * 4 +
+         stages * kBwdBlockQ * 8 + 8 * (1 + 2 * stages + 4) + 16 * stages;
 }
 
 // Registers a consumer thread keeps, as modelled: the dK and dV accumulators (64 rows x head dim
@@ -34,8 +45,7 @@ ATTNC_HD constexpr int bwdSmemBytes(int headDim, int headDimV, int consumers, in
 ATTNC_HD constexpr int bwdConsumerRegisters(int headDim, int headDimV) {
   return (roundUp(headDim, 16) + roundUp(headDimV, 16)) / 2 +
          maxOf(kBwdBlockQ + kBwdBlockQ / 4,
-               (roundUp(headDim, 16) <= 64 ? roundUp(headDim, 32) / 2 : roundUp(headDim, 128) / 2) / 2 +
-                   kBwdBlockQ / 4);
+               dqColumns(headDim, 2) / 2 + kBwdBlockQ / 4);
 }
 
 // Element: attnc::bf16 or attnc::half. HeadDim, HeadDimV: multiples of 8 in [8, 256] whose
@@ -55,14 +65,7 @@ struct BwdConfig {
   static constexpr int kVSteps = roundUp(HeadDimV, 16) / 16;   // k16 steps of dP^T = V dO^T
   static constexpr int kPSteps = kBlockQ / 16;                 // k16 steps of dV, dK
   static constexpr int kDqSteps = kBlockKV / 16;               // k16 steps of dQ = dS K
-  // dQ's head-dim columns per consumer (wgmma N, a multiple of 16; columns past head_dim read the
-  // K tile's zero fill and are not stored). An MN-major operand must not cross a 64-column chunk
-  // of the K tile except at its start (the hardware steps to the next chunk only from a chunk
-  // start: measured, hd72 and hd96 were wrong with 48 columns each), so above 64 columns each
-  // consumer takes whole chunks.
-  static constexpr int kDqN = roundUp(HeadDim, 16) <= 64
-                                  ? roundUp(HeadDim, 16 * Consumers) / Consumers
-                                  : roundUp(roundUp(HeadDim, 16 * Consumers) / Consumers, 64);
+  static constexpr int kDqN = dqColumns(HeadDim, Consumers);  // dQ columns per consumer
   static constexpr int kDqTiles = kDqN / 8;
   static constexpr int kNTiles = kBlockQ / 8;                  // n8 column groups of S^T
   static constexpr int kDkTiles = roundUp(HeadDim, 16) / 8;    // n8 column groups of dK, dQ
@@ -76,13 +79,13 @@ struct BwdConfig {
   static constexpr int kDoBytes = kBlockQ * kVChunks * 128;
   static constexpr int kStageBytes = kQBytes + kDoBytes;
   static constexpr int kDsBytes = 64 * kBlockQ * 2;          // one consumer's dS^T, 64 x 64
-  static constexpr int kDqBytes = kBlockQ * HeadDim * 4;     // fp32, rows of head_dim floats
+  static constexpr int kDqTileBytes = 64 * kDqN * 4;         // one consumer's dQ columns, fp32
   static constexpr int kStatsBytes = kBlockQ * 8;            // log2 LSE and delta of a q tile
-  static constexpr int kBarrierBytes = 8 * (1 + 2 * Stages) + 16 * Stages;
+  static constexpr int kBarrierBytes = 8 * (1 + 2 * Stages + 4) + 16 * Stages;
   static constexpr int kAlignSlack = 1024;
   static constexpr int kSmemBytes = kAlignSlack + kKBytes + kVBytes + Stages * kStageBytes +
-                                    Consumers * kDsBytes + kDqBytes + Stages * kStatsBytes +
-                                    kBarrierBytes;
+                                    2 * Consumers * kDsBytes + Consumers * kDqTileBytes +
+                                    Stages * kStatsBytes + kBarrierBytes;
   static_assert(kSmemBytes == bwdSmemBytes(HeadDim, HeadDimV, Consumers, Stages),
                 "the layout above and bwdSmemBytes() disagree");
 
@@ -97,6 +100,35 @@ struct BwdConfig {
   static_assert(kDqN * Consumers <= 64 * kKChunks, "dQ's columns stay inside the K tile");
   static_assert(Consumers == 2, "two consumer warpgroups: one dQ tile is summed from both");
   static_assert(Stages >= 2, "one Q/dO tile loading while another is read");
+};
+
+// dq_accum as the sm_90a dK/dV kernel writes it (sm80/backward.h, RowMajorDqLayout, has the
+// interface): per (batch, head) the q tiles of 64 rows one after another; a tile is one block of
+// 64 rows x kDqN floats per consumer (its dQ columns), each written by one TMA bulk reduction from
+// the consumer's shared tile. Inside a row the 8-float groups are XOR-swizzled by the row (group
+// n at n ^ (row % groups)) so the consumers' shared-memory writes do not conflict on banks.
+template <class Config>
+struct TiledDqLayout {
+  static constexpr int kBlockRows = 64;  // block() is one q tile
+  static constexpr int kTileFloats = Config::kConsumers * 64 * Config::kDqN;
+  static constexpr int kGroups = Config::kDqN / 8;  // 2, 4 or 8
+  static_assert((kGroups & (kGroups - 1)) == 0, "the swizzle needs a power of two of 8-float groups");
+
+  ATTNC_HD static i64 tileOffset(int qLen, int headsQ, int b, int h, int q0) {
+    return ((i64(b) * headsQ + h) * ceilDiv(qLen, 64) + q0 / 64) * kTileFloats;
+  }
+  // Float index of (row, column c of the consumer's kDqN) inside the consumer's 64 x kDqN block.
+  ATTNC_HD static int swizzled(int row, int c) {
+    return row * Config::kDqN + (((c / 8) ^ (row % kGroups)) * 8) + c % 8;
+  }
+  ATTNC_DEVICE static float* block(const BwdParams& p, int b, int h, int q0) {
+    return p.dq_accum + tileOffset(p.q_len, p.heads_q, b, h, q0);
+  }
+  ATTNC_DEVICE static int blockFloats(int) { return kTileFloats; }
+  ATTNC_DEVICE static const float* chunk(const float* block, int row, int c) {
+    const int col = 8 * c;
+    return block + (col / Config::kDqN) * 64 * Config::kDqN + swizzled(row, col % Config::kDqN);
+  }
 };
 
 }  // namespace sm90
