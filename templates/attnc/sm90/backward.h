@@ -90,6 +90,12 @@ struct BackwardSmem {
   }
 };
 
+// A compile-time flag passed to a generic lambda (NVRTC has no <type_traits>).
+template <bool Value>
+struct Flag {
+  static constexpr bool value = Value;
+};
+
 // Each consumer's named barrier (1 + consumer; 0 is __syncthreads): its dQ tile is free, or
 // written.
 constexpr int kDqBarrier = 1;
@@ -304,50 +310,57 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
         groupClass = tiles.classify(q0, minOf(q0 + kBlockQ, p.q_len) - 1, groupKv, groupLast);
       }
     }
-    const bool checkBounds = q0 + kBlockQ > p.q_len || groupKv + 64 > p.kv_len;
 
     // P^T (dropped and rescaled: the A operand of dV += P^T dO); s keeps P * score'(s) for dS.
+    // Branch-free per element: a dropped element's exponent becomes -inf (2^-inf = 0). Rows past
+    // q_len need nothing (their LSE is +inf); keys past kv_len are masked per row. The mask hook
+    // runs only on tiles it cuts (a warp-uniform choice between two copies of the loop).
     wgmmaWait<1>();
     fenceRegisters(flat(s));
     float pd[1][kN][4];
     u32 keepBits[kBitWords];
 #pragma unroll
     for (int i = 0; i < kBitWords; ++i) keepBits[i] = 0u;
+    const bool rowKept[2] = {groupClass != Tri::False && kvRow < p.kv_len,
+                             groupClass != Tri::False && kvRow + 8 < p.kv_len};
+    const auto probabilities = [&](auto masked) {
 #pragma unroll
-    for (int ni = 0; ni < kN; ++ni)
+      for (int ni = 0; ni < kN; ++ni)
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int qLocal = 8 * ni + colInQuad + j;
-        const int q = q0 + qLocal;
-        const float lse2 = loadSharedF32(stats + u32(4 * qLocal));
+        for (int j = 0; j < 2; ++j) {
+          const int qLocal = 8 * ni + colInQuad + j;
+          const int q = q0 + qLocal;
+          const float lse2 = loadSharedF32(stats + u32(4 * qLocal));
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int kv = kvRow + 8 * r;
-          float& x = s[0][ni][2 * r + j];
-          float grad = 1.0f;
-          if constexpr (Variant::kHasScore) {
-            const int qc = minOf(q, p.q_len - 1), kc = minOf(kv, p.kv_len - 1);
-            const float scaled = x * p.scale;
-            x = Variant::score(p, scaled, b, h, qc, kc);
-            grad = Variant::score_grad(p, scaled, b, h, qc, kc);
+          for (int r = 0; r < 2; ++r) {
+            const int kv = kvRow + 8 * r;
+            float& x = s[0][ni][2 * r + j];
+            float grad = 1.0f;
+            if constexpr (Variant::kHasScore) {
+              const int qc = minOf(q, p.q_len - 1), kc = minOf(kv, p.kv_len - 1);
+              const float scaled = x * p.scale;
+              x = Variant::score(p, scaled, b, h, qc, kc);
+              grad = Variant::score_grad(p, scaled, b, h, qc, kc);
+            }
+            bool keep = rowKept[r];
+            if constexpr (decltype(masked)::value) keep = keep & bool(Variant::mask(p, b, h, q, kv));
+            const float prob = exp2Approx(keep ? x * log2Scale - lse2 : -kInfinity);
+            float dropped = prob;
+            if constexpr (Variant::kHasDropout) {
+              const int e = (ni * 2 + r) * 2 + j;
+              const bool kept = keep & sm80::bwd::dropoutKeep(p, batchHead, dropThreshold, q, kv);
+              keepBits[e / 32] |= u32(kept) << (e % 32);
+              dropped = kept ? prob * dropScale : 0.0f;
+            }
+            pd[0][ni][2 * r + j] = dropped;
+            x = prob * grad;
           }
-          bool keep = groupClass != Tri::False;
-          if (checkBounds) keep = keep && q < p.q_len && kv < p.kv_len;
-          if constexpr (Variant::kHasMask) {
-            if (groupClass == Tri::Unknown && keep) keep = Variant::mask(p, b, h, q, kv);
-          }
-          const float prob = keep ? exp2Approx(x * log2Scale - lse2) : 0.0f;
-          float dropped = prob;
-          if constexpr (Variant::kHasDropout) {
-            const int e = (ni * 2 + r) * 2 + j;
-            const bool kept = keep && sm80::bwd::dropoutKeep(p, batchHead, dropThreshold, q, kv);
-            if (kept) keepBits[e / 32] |= 1u << (e % 32);
-            dropped = kept ? prob * dropScale : 0.0f;
-          }
-          pd[0][ni][2 * r + j] = dropped;
-          x = prob * grad;
         }
-      }
+    };
+    if (Variant::kHasMask && groupClass == Tri::Unknown)
+      probabilities(Flag<Variant::kHasMask>());
+    else
+      probabilities(Flag<false>());
     u32 pA[1][Config::kPSteps][4];
     sm80::warp::packP<Element>(pA, pd);
     wgmmaFence();
