@@ -121,7 +121,9 @@ template <class Params>
 ATTNC_HD InputExtents input_extents(const Params& p) {
   return InputExtents{p.batch, p.heads_q, p.q_len > p.kv_len ? p.q_len : p.kv_len};
 }
-ATTNC_HD int clamp_index(int i, int extent) { return i < 0 ? 0 : (i >= extent ? extent - 1 : i); }
+// As max(0, min(i, extent - 1)) (extents are at least 1), so that the compiler folds the index 0
+// of a dimension an input lacks to 0 whatever the extent: its loads then keep no row state.
+ATTNC_HD int clamp_index(int i, int extent) { return max(0, min(i, extent - 1)); }
 ATTNC_HD i64 input_offset(const InputRef& in, int b, int h, int pos, InputExtents e) {
   return clamp_index(b, e.batch) * in.stride_b + clamp_index(h, e.heads) * in.stride_h +
          clamp_index(pos, e.positions) * in.stride_pos;
@@ -454,23 +456,26 @@ ATTNC_HD bool scan_hull(const InputRef& in, IntI b, IntI h, IntI pos, InputExten
     return false;
   const ScanShare share = scan_share(box);
   const int heads = box.h.hi - box.h.lo + 1, rows = (box.b.hi - box.b.lo + 1) * heads;
-  // Element i of a row is at pos.lo + i in the head, pos.lo + i + skip after it.
-  const int skip = row.tailStart - row.head - box.pos.lo;
   // Rolled: this runs once per tile, and unrolling only costs compile time and code size. Boxes
   // of more than one row are rare (tile walks fix b and h); each row is shared by the warp.
 #pragma unroll 1
   for (int r = 0; r < rows; ++r) {
     const int bi = box.b.lo + r / heads, hi_ = box.h.lo + r % heads;
     const T* rowData = static_cast<const T*>(in.ptr) + (bi * in.stride_b + hi_ * in.stride_h);
+    // The elements: [pos.lo, pos.lo + head), then [tailStart, pos.hi], each a plain strided run.
+#pragma unroll 1
+    for (int part = 0; part < 2; ++part) {
+      const int end = part == 0 ? box.pos.lo + row.head : box.pos.hi + 1;
+#pragma unroll 1
+      for (int pi = (part == 0 ? box.pos.lo : row.tailStart) + share.first; pi < end; pi += share.step) {
+        const T v = rowData[pi * in.stride_pos];
+        nan = nan || is_nan_value(v);
+        lo = min(lo, v);
+        hi = max(hi, v);
+      }
+    }
     const SummaryEntry* rowSummaries =
         static_cast<const SummaryEntry*>(in.summary) + row.layout.index(bi, hi_, row.firstBlock);
-#pragma unroll 1
-    for (int i = share.first; i < row.elements; i += share.step) {
-      const T v = rowData[(box.pos.lo + i + (i < row.head ? 0 : skip)) * in.stride_pos];
-      nan = nan || is_nan_value(v);
-      lo = min(lo, v);
-      hi = max(hi, v);
-    }
 #pragma unroll 1
     for (int i = share.first; i < row.blocks; i += share.step) {
       const SummaryEntry s = rowSummaries[i];
