@@ -30,6 +30,8 @@ KernelMetadata kernelMetadata(const Spec& spec, const CompiledKernel& kernel, co
     for (InputDim dim : input.dims) info.dims += (info.dims.empty() ? "" : ",") + toString(dim).str();
     m.inputs.push_back(info);
   }
+  m.summaryEntry = kernel.summaryEntry;
+  for (int slot : kernel.summarySlots) m.inputs.at(size_t(slot)).summarized = true;
   m.attncVersion = version();
   if (kernel.backward) {
     const BackwardSource& b = *kernel.backward;
@@ -95,7 +97,8 @@ std::string emitLauncherHeader(const std::string& specPath, const std::vector<La
        << llvm::formatv("  m.scale = {0:e9}f;\n  m.dropout = {1:e9}f;\n", m.scale, m.dropout);
     for (const InputInfo& input : m.inputs)
       os << "  m.inputs.push_back({" << quoted(input.name) << ", " << quoted(input.type) << ", "
-         << quoted(input.dims) << "});\n";
+         << quoted(input.dims) << ", " << (input.summarized ? "true" : "false") << "});\n";
+    if (!m.summaryEntry.empty()) os << "  m.summaryEntry = " << quoted(m.summaryEntry) << ";\n";
     if (const auto& b = m.backward)
       os << "  m.backward = attnc::BackwardMetadata{" << quoted(b->entryStem) << ", "
          << b->kvThreads << ", " << b->qThreads << ", " << b->kvBlockKV << ", " << b->qBlockQ

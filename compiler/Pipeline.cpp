@@ -163,6 +163,8 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
   kernel.cuda = source->code;
   kernel.entry = source->entry;
   kernel.backward = source->backward;
+  kernel.summaryEntry = source->summaryEntry;
+  kernel.summarySlots = source->summarySlots;
   if (stage == Stage::CUDA) return kernel;
 
   std::string error;

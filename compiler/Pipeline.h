@@ -56,6 +56,9 @@ struct CompiledKernel {
   std::optional<BackwardSource> backward;
   std::vector<std::string> backwardDerivation;  // attn-derive-backward's tile steps
   std::map<std::string, ResourceUsage> backwardResources;
+  // The block-summary entry and the input slots it summarizes (KernelSource::summaryEntry).
+  std::string summaryEntry;
+  std::vector<int> summarySlots;
   std::string nvrtcLog;
   double nvrtcSeconds = 0;
 };

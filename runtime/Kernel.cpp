@@ -1,8 +1,10 @@
 // attnc::Kernel: argument validation, per-context module loading and the launch of one forward
 // kernel through the dlopen-ed driver. The launch ABI is attnc::FwdParams (templates/attnc/common/
 // params.h): grid (ceil(q_len / block_q), heads_q, batch), block `threads`, dynamic shared memory
-// `smemBytes` (opted into above 48 KiB). The backward (attnc::BwdParams, or BwdParamsTma for
-// the sm_90a dK/dV entries):
+// `smemBytes` (opted into above 48 KiB). A kernel whose mask reads declared inputs along positions
+// first runs its summary entry (KernelMetadata::summaryEntry, attnc::SummaryParams) on the same
+// stream: grid summaryBlocks(entries), block kSummaryThreads, into a buffer per (context, stream).
+// The backward (attnc::BwdParams, or BwdParamsTma for the sm_90a dK/dV entries):
 //   <stem>_preprocess, <stem>_convert_dq: grid (ceil(q_len / preprocessRows), heads_q, batch),
 //     block preprocessThreads, no dynamic shared memory;
 //   <stem>_kv, <stem>_kv_nodq: grid (ceil(kv_len / kvBlockKV), heads_kv, batch), block kvThreads,
@@ -14,6 +16,7 @@
 
 #include "attnc/common/params.h"
 #include "runtime/Driver.h"
+#include "runtime/Summaries.h"
 
 #include <climits>
 #include <cstdint>
@@ -32,6 +35,7 @@ struct Kernel::Impl {
   struct Loaded {
     cu::Module module = nullptr;
     cu::Function function = nullptr;
+    cu::Function summary = nullptr;  // the image's summary entry, if it has one
     const Image* image = nullptr;  // the form loaded into this context
     std::string error;  // why this context cannot run the kernel (kept: the answer will not change)
     // The backward entries (kBackwardSuffixes order), resolved on the first backward launch.
@@ -46,6 +50,11 @@ struct Kernel::Impl {
   // The backward workspace used when the caller passes none: one per context, grow-only.
   std::mutex workspaceMutex;
   std::map<cu::Context, DeviceBuffer> workspaces;
+  // Block-summary buffers, one per (context, stream), grow-only. Per stream because the summary
+  // entry writes them and the attention kernels read them later in the same stream: launches on
+  // other streams must not overwrite them in between.
+  std::mutex summaryMutex;
+  std::map<std::pair<cu::Context, cu::Stream>, DeviceBuffer> summaryBuffers;
 
   ~Impl() {
     // Errors are ignored: at process exit the driver may be gone before static kernels are.
@@ -149,9 +158,57 @@ struct Kernel::Impl {
                                                 int(image->metadata.smemBytes)),
                       "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", &why))
       return fail(why);
+    const std::string& summaryEntry = image->metadata.summaryEntry;
+    if (!summaryEntry.empty() &&
+        !driver.check(driver.cuModuleGetFunction(&entry.summary, entry.module, summaryEntry.c_str()),
+                      ("cuModuleGetFunction(" + summaryEntry + ")").c_str(), &why))
+      return fail(why);
     entry.function = fn;
     entry.image = image;
     return &entry;
+  }
+
+  // Launches the summary entry on `stream` for the summarized inputs of `inputs` (as the kernels
+  // will see them) and points their InputRef::summary at the result. The returned lock keeps the
+  // stream's buffer until the caller has enqueued the kernels that read it. Nothing to do (and
+  // no lock) when the loaded image summarizes no input.
+  Status summarize(const DriverApi& driver, cu::Context context, const Loaded& entry,
+                   InputRef* inputs, int batch, int q_len, int kv_len, cu::Stream stream,
+                   std::unique_lock<std::mutex>* lock) {
+    const KernelMetadata& m = entry.image->metadata;
+    SummaryPlan plan = planSummaries(m, inputs, batch, q_len, kv_len);
+    if (!entry.summary || plan.totalBytes == 0) return Status::success();
+    *lock = std::unique_lock<std::mutex>(summaryMutex);
+    DeviceBuffer& buffer = summaryBuffers[{context, stream}];
+    std::string error;
+    if (buffer.size() < plan.totalBytes) {
+      // Work already enqueued in this stream may still read the old buffer.
+      if (buffer.data() &&
+          !driver.check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize", &error))
+        return Status::error("kernel '" + m.name + "': growing the summary buffer: " + error);
+      buffer = DeviceBuffer();
+      Status status;
+      buffer = DeviceBuffer::allocate(plan.totalBytes, &status);
+      if (!status)
+        return Status::error("kernel '" + m.name + "': allocating " +
+                             std::to_string(plan.totalBytes) + " bytes of input summaries: " +
+                             status.message);
+    }
+    SummaryParams p{};
+    p.batch = batch;
+    p.heads_q = m.headsQ;
+    p.q_len = q_len;
+    p.kv_len = kv_len;
+    for (int i = 0; i < kMaxInputs; ++i) {
+      if (plan.used[i]) inputs[i].summary = static_cast<char*>(buffer.data()) + plan.offset[i];
+      p.inputs[i] = inputs[i];
+    }
+    void* params[] = {&p};
+    if (!driver.check(driver.cuLaunchKernel(entry.summary, summaryBlocks(plan.mostEntries), 1, 1,
+                                            kSummaryThreads, 1, 1, 0, stream, params, nullptr),
+                      ("cuLaunchKernel(" + m.summaryEntry + ")").c_str(), &error))
+      return Status::error("kernel '" + m.name + "': " + error);
+    return Status::success();
   }
 
   static constexpr const char* kBackwardSuffixes[5] = {"_preprocess", "_kv", "_kv_nodq",
@@ -287,6 +344,25 @@ WorkspaceLayout workspaceLayout(const KernelMetadata& m, int64_t batch, int64_t 
 }
 
 constexpr int64_t kMaxGridYZ = 65535;
+
+}  // namespace
+
+SummaryPlan planSummaries(const KernelMetadata& m, const InputRef* inputs, int batch, int q_len,
+                          int kv_len) {
+  SummaryPlan plan;
+  const int positions = q_len > kv_len ? q_len : kv_len;
+  for (size_t i = 0; i < m.inputs.size() && i < size_t(kMaxInputs); ++i) {
+    if (!m.inputs[i].summarized) continue;
+    const i64 entries = summaryLayout(inputs[i], batch, m.headsQ, positions).entries();
+    plan.used[i] = true;
+    plan.offset[i] = plan.totalBytes;
+    plan.totalBytes += align256(size_t(entries) * sizeof(SummaryEntry));
+    if (entries > plan.mostEntries) plan.mostEntries = entries;
+  }
+  return plan;
+}
+
+namespace {
 
 // The current context, or device 0's primary context made current (as the CUDA runtime does).
 cu::Context currentContext(const DriverApi& driver, std::string* error) {
@@ -497,9 +573,15 @@ void setSharedFields(Params& p, const KernelMetadata& m, const Args& args) {
   p.dropout_p = m.dropout;
   p.dropout_seed = args.dropout_seed;
   p.dropout_offset = args.dropout_offset;
-  for (size_t i = 0; i < args.inputs.size(); ++i)
-    p.inputs[i] = {args.inputs[i].data, args.inputs[i].stride_b, args.inputs[i].stride_h,
-                   args.inputs[i].stride_pos};
+  // Strides of dimensions an input does not have are never used for loads (its index there is
+  // 0) but would size its summaries (summaryLayout): they are 0 here whatever the caller passed.
+  for (size_t i = 0; i < args.inputs.size(); ++i) {
+    const InputArg& in = args.inputs[i];
+    const std::string dims = "," + m.inputs[i].dims + ",";
+    auto has = [&](const char* dim) { return dims.find(std::string(",") + dim + ",") != std::string::npos; };
+    p.inputs[i] = {in.data, has("b") ? in.stride_b : 0, has("h") ? in.stride_h : 0,
+                   has("pos") ? in.stride_pos : 0, nullptr};
+  }
 }
 
 template <class Tensor>
@@ -579,6 +661,11 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
   setStrides(args.v, p.v_stride_b, p.v_stride_h, p.v_stride_s);
   setStrides(args.o, p.o_stride_b, p.o_stride_h, p.o_stride_s);
   setSharedFields(p, m, args);
+  std::unique_lock<std::mutex> summaryLock;
+  if (Status status = impl_->summarize(*driver, context, *loaded, p.inputs, p.batch, p.q_len,
+                                       p.kv_len, static_cast<cu::Stream>(stream), &summaryLock);
+      !status)
+    return status;
 
   FwdParamsTma withMaps;
   void* params[] = {&p};
@@ -704,6 +791,11 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
   setStrides(args.dk, p.dk_stride_b, p.dk_stride_h, p.dk_stride_s);
   setStrides(args.dv, p.dv_stride_b, p.dv_stride_h, p.dv_stride_s);
   setSharedFields(p, m, args);
+  std::unique_lock<std::mutex> summaryLock;
+  if (Status status = impl_->summarize(*driver, context, *loaded, p.inputs, p.batch, p.q_len,
+                                       p.kv_len, static_cast<cu::Stream>(stream), &summaryLock);
+      !status)
+    return status;
 
   // The sm_90a dK/dV kernel reads Q, K, V and dO through tensor maps (boxes of 64 q rows and of
   // the block's kv rows).

@@ -1,5 +1,5 @@
-// KernelMetadata as text: one "key value" line per field and one "input name type dims" line per
-// declared input. The JIT cache stores it beside the cubin; parse() rejects anything unexpected so
+// KernelMetadata as text: one "key value" line per field and one "input name type dims [summarized]"
+// line per declared input. The JIT cache stores it beside the cubin; parse() rejects anything unexpected so
 // that a damaged cache entry is never launched with wrong shapes.
 #include "attnc/attnc.h"
 
@@ -26,8 +26,10 @@ std::string KernelMetadata::serialize() const {
        << backward->preprocessRows << "\nbwd_kv_smem_bytes " << backward->kvSmemBytes
        << "\nbwd_q_smem_bytes " << backward->qSmemBytes << "\nbwd_kv_kernel " << backward->kvKernel
        << "\nbwd_preprocess_threads " << backward->preprocessThreads << "\n";
+  if (!summaryEntry.empty()) os << "summary_entry " << summaryEntry << "\n";
   for (const InputInfo& input : inputs)
-    os << "input " << input.name << " " << input.type << " " << input.dims << "\n";
+    os << "input " << input.name << " " << input.type << " " << input.dims
+       << (input.summarized ? " summarized" : "") << "\n";
   return os.str();
 }
 
@@ -48,8 +50,11 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
     if (key.empty()) continue;
     if (key == "input") {
       InputInfo input{value, "", ""};
-      fields >> input.type >> input.dims;
-      if (input.name.empty() || (input.type != "i32" && input.type != "f32") || input.dims.empty())
+      std::string flag, extra;
+      fields >> input.type >> input.dims >> flag >> extra;
+      input.summarized = flag == "summarized";
+      if (input.name.empty() || (input.type != "i32" && input.type != "f32") || input.dims.empty() ||
+          !(flag.empty() || input.summarized) || !extra.empty())
         return fail("bad input line '" + line + "'");
       m.inputs.push_back(input);
       continue;
@@ -81,6 +86,11 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
       else return fail("unknown key '" + key + "'");
       if (!ok) return fail("bad value in '" + line + "'");
       ++seenBackward;
+      continue;
+    }
+    if (key == "summary_entry") {  // optional, like the bwd_ lines
+      m.summaryEntry = value;
+      if (value.empty()) return fail("bad value in '" + line + "'");
       continue;
     }
     if (key == "name") m.name = value;
@@ -123,6 +133,10 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
       return fail("missing or non-positive backward fields");
     m.backward = b;
   }
+  bool anySummarized = false;
+  for (const InputInfo& input : m.inputs) anySummarized = anySummarized || input.summarized;
+  if (anySummarized != !m.summaryEntry.empty())
+    return fail("a summary_entry line needs at least one summarized input, and the other way round");
   return m;
 }
 

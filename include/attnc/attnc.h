@@ -107,6 +107,8 @@ struct InputInfo {
   std::string name;
   std::string type;  // "i32" | "f32"
   std::string dims;  // what indexes it, comma-separated: "pos", "b,pos", "h"
+  // The launch writes its block summaries (KernelMetadata::summaryEntry) before the kernels run.
+  bool summarized = false;
 };
 
 // What a launcher needs to know about a compiled kernel besides its binary. Build-time headers
@@ -130,6 +132,9 @@ struct KernelMetadata {
   std::string attncVersion;
   std::optional<BackwardMetadata> backward;  // set when compiled with the backward kernels
   bool hasBackward() const { return backward.has_value(); }
+  // The entry that writes the block summaries of the `summarized` inputs (attnc::SummaryParams),
+  // launched first by forward() and backward(); empty when no input is summarized.
+  std::string summaryEntry;
 
   // A line-based "key value" text; parse() rejects anything it does not fully understand.
   std::string serialize() const;

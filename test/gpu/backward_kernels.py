@@ -19,7 +19,9 @@ cuda = ctypes.CDLL("libcuda.so.1"); torch.zeros(1, device=dev)
 def ck(r, w):
     if r: raise RuntimeError(f"{w}: {r}")
 class InputRef(ctypes.Structure):
-    _fields_ = [("ptr", ctypes.c_void_p), ("sb", ctypes.c_int64), ("sh", ctypes.c_int64), ("sp", ctypes.c_int64)]
+    # summary: block summaries of the input (params.h); left null here, so masks scan elements
+    _fields_ = [("ptr", ctypes.c_void_p), ("sb", ctypes.c_int64), ("sh", ctypes.c_int64), ("sp", ctypes.c_int64),
+                ("summary", ctypes.c_void_p)]
 class Fwd(ctypes.Structure):
     _fields_ = [(n, ctypes.c_void_p) for n in ("q","k","v","o","lse")] + \
       [(f"{t}{d}", ctypes.c_int64) for t in "qkvo" for d in ("b","h","s")] + \

@@ -79,6 +79,25 @@ def m_doc(causal):
     return f
 
 
+def gen_many_docs(B, npos, dev):
+    # Packed documents of 1-200 positions: many tiles to skip, documents cut at summary blocks.
+    ids = torch.cumsum((torch.rand(B, npos, device=dev) < 1 / 100).to(torch.int32), dim=-1)
+    return ids.to(torch.int32)
+
+
+def gen_weight(B, npos, dev):
+    # Mostly positive weights, runs of negative ones, and NaN (never kept: NaN > 0 is false).
+    w = torch.randn(B, npos, device=dev).abs() + 0.1
+    w[:, (torch.arange(npos, device=dev) // 300) % 4 == 1] *= -1
+    w[torch.rand(B, npos, device=dev) < 0.002] = float("nan")
+    return w
+
+
+def m_weight(c):  # "w[b, k] > 0.0 && q >= k" (bottom-right: q is aligned)
+    w = c.inputs["w"][c.b, c.pos(c.k)]
+    return (w > 0.0) & (c.k <= c.qp)
+
+
 def m_custom(c):  # "(q + k) % 3 != 0 && allow[b, k] == 1"
     return ((c.q + c.k) % 3 != 0) & (c.inputs["allow"][c.b, c.pos(c.k)] == 1)
 
@@ -140,6 +159,11 @@ for v in [
             inputs={"doc": ("i32", "pos", lambda B, H, n, d: gen_doc(B, H, n, d, "pos"))}),
     Variant("document_causal", "{document: doc, causal: true}", ref_mask=m_doc(True),
             inputs={"doc": ("i32", "b, pos", lambda B, H, n, d: gen_doc(B, H, n, d, "b,pos"))}),
+    # Block summaries (templates/attnc/common/summary.h): many documents, an f32 mask input with NaN.
+    Variant("document_many", "{document: doc, causal: true}", ref_mask=m_doc(True),
+            inputs={"doc": ("i32", "b, pos", lambda B, H, n, d: gen_many_docs(B, n, d))}),
+    Variant("weight_mask", '"w[b, k] > 0.0 && q + kv_len - q_len >= k"', ref_mask=m_weight,
+            inputs={"w": ("f32", "b, pos", lambda B, H, n, d: gen_weight(B, n, d))}),
     Variant("softcap", "causal", "{softcap: 2.5}", ref_mask=m_causal, ref_score=s_softcap(2.5)),
     Variant("alibi", "none", "alibi", ref_score=s_alibi(
         lambda c: torch.tensor(alibi_slopes_paper(c.h.numel()), dtype=torch.float64, device=c.h.device)),
@@ -181,6 +205,9 @@ def plan(subset):
     groups.append(("full", 64, "bf16", every_pair, 2))
     groups.append(("causal", 128, "bf16", every_pair, 1))
     mask_lens = [(1, 1), (17, 17), (128, 128), (129, 1000), (1000, 129), (1000, 1000), (4097, 4097)]
+    summary_lens = mask_lens + [(1000, 5000), (5000, 5000)]  # past 4096 positions: summaries only
+    groups.append(("document_many", 128, "bf16", summary_lens, 2))
+    groups.append(("weight_mask", 64, "bf16", summary_lens, 2))
     for name in ("causal_top_left", "window64", "prefix50", "document", "document_causal", "softcap",
                  "alibi", "alibi_slopes", "custom_mask", "custom_score"):
         groups.append((name, 128 if name in ("softcap", "document") else 64, "bf16", mask_lens, 2))

@@ -3,6 +3,7 @@
 // format (truncation and flipped bits are caught, the entry deleted).
 #include "attnc/attnc.h"
 #include "runtime/KernelCache.h"
+#include "runtime/Summaries.h"
 
 #include <gtest/gtest.h>
 
@@ -213,6 +214,57 @@ TEST(KernelMetadata, RoundTripsWithBackward) {
   // A partial backward is rejected.
   EXPECT_FALSE(KernelMetadata::parse(documentMetadata().serialize() + "bwd_kv_threads 256\n", &error));
   EXPECT_NE(error.find("expected 8 backward fields"), std::string::npos) << error;
+}
+
+// The summary entry and which inputs it summarizes survive the cache; half of it is rejected.
+TEST(KernelMetadata, RoundTripsWithSummaries) {
+  KernelMetadata m = documentMetadata();
+  m.summaryEntry = "document_summary";
+  m.inputs[0].summarized = true;
+  std::string error;
+  std::optional<KernelMetadata> back = KernelMetadata::parse(m.serialize(), &error);
+  ASSERT_TRUE(back) << error;
+  EXPECT_EQ(back->serialize(), m.serialize());
+  EXPECT_EQ(back->summaryEntry, "document_summary");
+  EXPECT_TRUE(back->inputs[0].summarized);
+  EXPECT_NE(m.serialize().find("input doc i32 pos summarized\n"), std::string::npos) << m.serialize();
+
+  KernelMetadata entryOnly = documentMetadata();
+  entryOnly.summaryEntry = "document_summary";
+  EXPECT_FALSE(KernelMetadata::parse(entryOnly.serialize(), &error));
+  EXPECT_NE(error.find("summary_entry"), std::string::npos) << error;
+  KernelMetadata flagOnly = documentMetadata();
+  flagOnly.inputs[0].summarized = true;
+  EXPECT_FALSE(KernelMetadata::parse(flagOnly.serialize(), &error));
+  EXPECT_FALSE(KernelMetadata::parse(documentMetadata().serialize() + "input x i32 pos maybe\n", &error));
+}
+
+// One 256-byte aligned region per summarized input, sized by the layout the kernels index with:
+// a broadcast (stride 0) batch keeps one row of entries; positions are max(q_len, kv_len).
+TEST(Kernel, SummaryPlanSizes) {
+  KernelMetadata m = documentMetadata();  // 16 heads
+  m.inputs = {{"doc", "i32", "b,pos", true}, {"slopes", "f32", "h", false}, {"w", "f32", "h,pos", true}};
+  m.summaryEntry = "document_summary";
+  InputRef inputs[kMaxInputs] = {};
+  inputs[0] = InputRef{nullptr, 1000, 0, 1, nullptr};
+  inputs[1] = InputRef{nullptr, 0, 1, 0, nullptr};
+  inputs[2] = InputRef{nullptr, 0, 1000, 1, nullptr};
+  SummaryPlan plan = planSummaries(m, inputs, 3, 100, 130);  // 130 positions: 3 blocks
+  auto up = [](size_t n) { return (n + 255) / 256 * 256; };
+  EXPECT_TRUE(plan.used[0]);
+  EXPECT_FALSE(plan.used[1]);
+  EXPECT_TRUE(plan.used[2]);
+  EXPECT_EQ(plan.offset[0], 0u);
+  EXPECT_EQ(plan.offset[2], up(3 * 3 * sizeof(SummaryEntry)));
+  EXPECT_EQ(plan.totalBytes, up(3 * 3 * sizeof(SummaryEntry)) + up(16 * 3 * sizeof(SummaryEntry)));
+  EXPECT_EQ(plan.mostEntries, 16 * 3);
+  inputs[0].stride_b = 0;  // one document layout for every batch
+  EXPECT_EQ(planSummaries(m, inputs, 3, 100, 130).offset[2], up(3 * sizeof(SummaryEntry)));
+  m.inputs[0].summarized = m.inputs[2].summarized = false;
+  EXPECT_EQ(planSummaries(m, inputs, 3, 100, 130).totalBytes, 0u);
+  EXPECT_EQ(summaryBlocks(0), 1u);
+  EXPECT_EQ(summaryBlocks(17), 3u);  // 8 warps per block
+  EXPECT_EQ(summaryBlocks(i64(1) << 40), 65535u);
 }
 
 TEST(Kernel, BackwardWorkspaceBytes) {

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <map>
 
 using namespace mlir;
 
@@ -156,6 +157,20 @@ private:
   unsigned counter = 0;
 };
 
+// The slots of the declared inputs that the mask region loads along positions, with their
+// element types: the ones whose interval loads a block summary speeds up (ascending, unique).
+std::vector<std::pair<int, bool>> summarizedInputs(attn::TiledForwardOp op) {
+  std::map<int, bool> slots;  // slot -> is f32
+  DictionaryAttr inputs = op.getInputs();
+  op.getMask().walk([&](attn::LoadOp load) {
+    auto decl = inputs.getAs<DictionaryAttr>(load.getInput());
+    for (Attribute dim : decl.getAs<ArrayAttr>("dims"))
+      if (cast<StringAttr>(dim).getValue() == "pos")
+        slots[int(decl.getAs<IntegerAttr>("slot").getInt())] = load.getType().isF32();
+  });
+  return {slots.begin(), slots.end()};
+}
+
 }  // namespace
 
 FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp backward) {
@@ -179,6 +194,8 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
       backward.getTilesAttr().getAs<StringAttr>("kv_kernel").getValue() == "sm90";
   if (backward)
     os << (hopperBackward ? "#include \"attnc/sm90/backward.h\"\n" : "#include \"attnc/sm80/backward.h\"\n");
+  const std::vector<std::pair<int, bool>> summarized = summarizedInputs(op);
+  if (!summarized.empty()) os << "#include \"attnc/common/summary.h\"\n";
   os << "\nnamespace {\nnamespace ex = attnc::expr;\n\n";
   os << "struct Variant {\n";
   os << "  static constexpr bool kHasMask = " << (op.getMask().empty() ? "false" : "true") << ";\n";
@@ -301,6 +318,18 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
     entry("_convert_dq", "BwdKVConfig",
           (llvm::Twine("backwardConvertDQ<BwdKVConfig, Variant") + layout + ">").str(), false);
     entry("_q", "BwdQConfig", "backwardQ<BwdQConfig, Variant>", true);
+  }
+  if (!summarized.empty()) {
+    result.summaryEntry = (op.getSymName() + "_summary").str();
+    os << "\n// Block summaries of the inputs the mask reads along positions, launched before the "
+          "kernels\n// above in the same stream (docs/templates.md).\n";
+    os << "extern \"C\" __global__ void __launch_bounds__(attnc::kSummaryThreads) "
+       << result.summaryEntry << "(const attnc::SummaryParams p) {\n";
+    for (auto [slot, isF32] : summarized) {
+      os << "  attnc::summarizeInput<" << (isF32 ? "float" : "int") << ">(p, " << slot << ");\n";
+      result.summarySlots.push_back(slot);
+    }
+    os << "}\n";
   }
   result.code = std::move(code);
   return result;

@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace attnc {
 
@@ -28,6 +29,11 @@ struct KernelSource {
   int threads = 0;        // block size
   long long smemBytes = 0;  // dynamic shared memory per block
   std::optional<BackwardSource> backward;  // when a tiled_backward op was given
+  // The block-summary entry (<name>_summary, docs/templates.md), when the mask reads declared
+  // inputs along positions; empty otherwise. Grid summaryBlocks(...), kSummaryThreads threads,
+  // attnc::SummaryParams; it summarizes the inputs in `summarySlots` (ascending).
+  std::string summaryEntry;
+  std::vector<int> summarySlots;
 };
 
 // Fails (with an error on the op) for an op in a region that has no device form. With

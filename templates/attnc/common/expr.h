@@ -121,7 +121,9 @@ template <class Params>
 ATTNC_HD InputExtents input_extents(const Params& p) {
   return InputExtents{p.batch, p.heads_q, p.q_len > p.kv_len ? p.q_len : p.kv_len};
 }
-ATTNC_HD int clamp_index(int i, int extent) { return i < 0 ? 0 : (i >= extent ? extent - 1 : i); }
+// As max(0, min(i, extent - 1)) (extents are at least 1), so that the compiler folds the index 0
+// of a dimension an input lacks to 0 whatever the extent: its loads then keep no row state.
+ATTNC_HD int clamp_index(int i, int extent) { return max(0, min(i, extent - 1)); }
 ATTNC_HD i64 input_offset(const InputRef& in, int b, int h, int pos, InputExtents e) {
   return clamp_index(b, e.batch) * in.stride_b + clamp_index(h, e.heads) * in.stride_h +
          clamp_index(pos, e.positions) * in.stride_pos;
@@ -340,26 +342,19 @@ ATTNC_HD bool mask_result(bool keep, int) { return keep; }
 ATTNC_HD Tri mask_result(Tri keep, IntI) { return keep; }
 ATTNC_HD Tri mask_result(bool keep, IntI) { return tri(keep); }
 
-// Loads over index intervals: the hull of the elements in range. A range too large to scan
-// cheaply is "anything" (sound, merely imprecise).
-constexpr i64 kMaxScannedElements = 4096;
+// Loads over index intervals: the hull of the elements in range. Where the input has block
+// summaries (params.h), a range's whole blocks are read from them and only the partial blocks at
+// its two ends element by element; without them every element is read. Either way the work is a
+// list of items (an element or a summary entry), and a range of more items than this is
+// "anything" (sound, merely imprecise): with summaries that is a range of about 250 000 positions.
+constexpr i64 kMaxScanItems = 4096;
 // Clamping is monotone, so the clamped interval holds every clamped scalar index.
 ATTNC_HD IntI clamp_index(IntI i, int extent) {
   return IntI(clamp_index(i.lo, extent), clamp_index(i.hi, extent));
 }
-ATTNC_HD bool scannable(IntI b, IntI h, IntI pos) {
-  return i64(b.hi - b.lo + 1) * (h.hi - h.lo + 1) * (pos.hi - pos.lo + 1) <= kMaxScannedElements;
-}
-// The elements of a (b, h, pos) box, numbered 0 .. count-1 with pos fastest.
+// A (b, h, pos) box of clamped indices.
 struct IndexBox {
   IntI b, h, pos;
-  ATTNC_HD int count() const { return (b.hi - b.lo + 1) * (h.hi - h.lo + 1) * (pos.hi - pos.lo + 1); }
-  ATTNC_HD void element(int i, int& bi, int& hi, int& pi) const {
-    int np = pos.hi - pos.lo + 1, nh = h.hi - h.lo + 1;
-    pi = pos.lo + i % np;
-    hi = h.lo + (i / np) % nh;
-    bi = b.lo + i / (np * nh);
-  }
 };
 
 // Who scans a box: one thread alone, or a whole warp that asks for the same box, each lane taking
@@ -410,40 +405,85 @@ ATTNC_DEVICE ScanShare scan_share(const IndexBox& box) {
 inline ScanShare scan_share(const IndexBox&) { return ScanShare(); }
 #endif
 
-ATTNC_HD IntI load_i32(const InputRef& in, IntI b, IntI h, IntI pos, InputExtents e) {
-  IndexBox box{clamp_index(b, e.batch), clamp_index(h, e.heads), clamp_index(pos, e.positions)};
-  if (!scannable(box.b, box.h, box.pos)) return IntI(kIntMin, kIntMax);
-  ScanShare share = scan_share(box);
-  int lo = kIntMax, hi = kIntMin, count = box.count();
-  // Rolled: this runs once per tile, and unrolling only costs compile time and code size.
-#pragma unroll 1
-  for (int i = share.first; i < count; i += share.step) {
-    int bi, hi_, pi;
-    box.element(i, bi, hi_, pi);
-    int v = load_i32(in, bi, hi_, pi, e);
-    lo = min(lo, v);
-    hi = max(hi, v);
+// How one row of a box ((b, h) fixed, pos.lo .. pos.hi) is scanned: `blocks` summary entries from
+// block `firstBlock`, and the elements around them one by one: `head` from pos.lo, then the rest
+// from `tailStart` to pos.hi. Without summaries (or no whole block in range) every element.
+struct RowPlan {
+  int head, elements, tailStart, firstBlock, blocks;
+  SummaryLayout layout;
+
+  ATTNC_HD RowPlan(const InputRef& in, IntI pos, InputExtents e) {
+    elements = head = pos.hi - pos.lo + 1;
+    tailStart = pos.hi + 1;
+    firstBlock = blocks = 0;
+    layout = SummaryLayout{1, 1, 0};
+    if (in.summary) {
+      layout = summaryLayout(in, e.batch, e.heads, e.positions);
+      // Whole blocks start at or after pos.lo and end at or before pos.hi; the last block of the
+      // extent is shorter than kSummaryBlock and whole when pos.hi is the extent's last position.
+      const int first = (pos.lo + kSummaryBlock - 1) / kSummaryBlock;
+      const int end = pos.hi + 1 == e.positions ? layout.blocks : (pos.hi + 1) / kSummaryBlock;
+      if (first < end) {
+        head = first * kSummaryBlock - pos.lo;
+        tailStart = min(end * kSummaryBlock, pos.hi + 1);
+        elements = head + (pos.hi + 1 - tailStart);
+        firstBlock = first;
+        blocks = end - first;
+      }
+    }
   }
-#if defined(__CUDA_ARCH__)
-  if (share.warp) lo = warp_min(lo), hi = warp_max(hi);
-#endif
-  return IntI(lo, hi);
-}
-ATTNC_HD FltI load_f32(const InputRef& in, IntI b, IntI h, IntI pos, InputExtents e) {
-  IndexBox box{clamp_index(b, e.batch), clamp_index(h, e.heads), clamp_index(pos, e.positions)};
-  if (!scannable(box.b, box.h, box.pos)) return anyFloat();
-  ScanShare share = scan_share(box);
-  float lo = kInf, hi = -kInf;
-  bool nan = false;
-  int count = box.count();
+  ATTNC_HD int items() const { return elements + blocks; }
+};
+
+// The element type's bounds of an empty hull, and its NaN test (ints have none).
+ATTNC_HD int empty_lo(int) { return kIntMax; }
+ATTNC_HD int empty_hi(int) { return kIntMin; }
+ATTNC_HD float empty_lo(float) { return kInf; }
+ATTNC_HD float empty_hi(float) { return -kInf; }
+ATTNC_HD bool is_nan_value(int) { return false; }
+ATTNC_HD bool is_nan_value(float x) { return isNan(x); }
+ATTNC_HD int bits_as(u32 bits, int) { return int(bits); }
+ATTNC_HD float bits_as(u32 bits, float) { return __builtin_bit_cast(float, bits); }
+
+// The hull [lo, hi] of an input over a box, with `nan` set where an element (or a summarized
+// block) holds a NaN. False when the box has more than kMaxScanItems items.
+template <class T>
+ATTNC_HD bool scan_hull(const InputRef& in, IntI b, IntI h, IntI pos, InputExtents e, T& lo, T& hi,
+                        bool& nan) {
+  const IndexBox box{clamp_index(b, e.batch), clamp_index(h, e.heads), clamp_index(pos, e.positions)};
+  const RowPlan row(in, box.pos, e);
+  if (i64(box.b.hi - box.b.lo + 1) * (box.h.hi - box.h.lo + 1) * row.items() > kMaxScanItems)
+    return false;
+  const ScanShare share = scan_share(box);
+  const int heads = box.h.hi - box.h.lo + 1, rows = (box.b.hi - box.b.lo + 1) * heads;
+  // Rolled: this runs once per tile, and unrolling only costs compile time and code size. Boxes
+  // of more than one row are rare (tile walks fix b and h); each row is shared by the warp.
 #pragma unroll 1
-  for (int i = share.first; i < count; i += share.step) {
-    int bi, hi_, pi;
-    box.element(i, bi, hi_, pi);
-    float v = load_f32(in, bi, hi_, pi, e);
-    nan = nan || isNan(v);
-    lo = fminf(lo, v);
-    hi = fmaxf(hi, v);
+  for (int r = 0; r < rows; ++r) {
+    const int bi = box.b.lo + r / heads, hi_ = box.h.lo + r % heads;
+    const T* rowData = static_cast<const T*>(in.ptr) + (bi * in.stride_b + hi_ * in.stride_h);
+    // The elements: [pos.lo, pos.lo + head), then [tailStart, pos.hi], each a plain strided run.
+#pragma unroll 1
+    for (int part = 0; part < 2; ++part) {
+      const int end = part == 0 ? box.pos.lo + row.head : box.pos.hi + 1;
+#pragma unroll 1
+      for (int pi = (part == 0 ? box.pos.lo : row.tailStart) + share.first; pi < end; pi += share.step) {
+        const T v = rowData[pi * in.stride_pos];
+        nan = nan || is_nan_value(v);
+        lo = min(lo, v);
+        hi = max(hi, v);
+      }
+    }
+    const SummaryEntry* rowSummaries =
+        static_cast<const SummaryEntry*>(in.summary) + row.layout.index(bi, hi_, row.firstBlock);
+#pragma unroll 1
+    for (int i = share.first; i < row.blocks; i += share.step) {
+      const SummaryEntry s = rowSummaries[i];
+      const T vlo = bits_as(s.lo, T()), vhi = bits_as(s.hi, T());
+      nan = nan || is_nan_value(vlo);  // a block with a NaN stores NaN in both words
+      lo = min(lo, vlo);
+      hi = max(hi, vhi);
+    }
   }
 #if defined(__CUDA_ARCH__)
   if (share.warp) {
@@ -451,7 +491,20 @@ ATTNC_HD FltI load_f32(const InputRef& in, IntI b, IntI h, IntI pos, InputExtent
     nan = warp_max(nan ? 1 : 0) != 0;
   }
 #endif
-  return nan ? anyFloat() : FltI(lo, hi);
+  return true;
+}
+
+ATTNC_HD IntI load_i32(const InputRef& in, IntI b, IntI h, IntI pos, InputExtents e) {
+  int lo = empty_lo(0), hi = empty_hi(0);
+  bool nan = false;
+  if (!scan_hull(in, b, h, pos, e, lo, hi, nan)) return IntI(kIntMin, kIntMax);
+  return IntI(lo, hi);
+}
+ATTNC_HD FltI load_f32(const InputRef& in, IntI b, IntI h, IntI pos, InputExtents e) {
+  float lo = empty_lo(0.0f), hi = empty_hi(0.0f);
+  bool nan = false;
+  if (!scan_hull(in, b, h, pos, e, lo, hi, nan) || nan) return anyFloat();
+  return FltI(lo, hi);
 }
 
 }  // namespace expr

@@ -11,11 +11,58 @@ constexpr int kMaxInputs = 8;
 
 // One declared input tensor: a base pointer and the element stride of each dimension it may be
 // indexed by (0 where the input has no such dimension). Element type is known to the Variant.
+// `summary`, when not null, holds the input's block summaries (below), written by the kernel's
+// `<name>_summary` entry earlier in the same launch; null means interval loads scan elements.
 struct InputRef {
   const void* ptr;
   i64 stride_b;
   i64 stride_h;
   i64 stride_pos;
+  const void* summary;
+};
+
+// Block summaries of a declared input: for every (batch, head) the input can tell apart and every
+// block of kSummaryBlock consecutive positions, the least and the greatest element. For f32 inputs
+// the two words are floats, and a block that holds a NaN stores NaN in both (the interval loads
+// then answer "anything"). A dimension whose stride is 0 reads one element for every index, so the
+// summaries keep one entry along it. Positions run over [0, positions) of the launch's input
+// extents (max(q_len, kv_len)); the last block may be shorter.
+constexpr int kSummaryBlock = 64;
+
+struct SummaryEntry {
+  u32 lo, hi;  // i32 or f32 bits, by the input's element type
+};
+
+struct SummaryLayout {
+  int batches, heads, blocks;  // entries along each dimension; entry (b, h, blk) is at
+                               // (b * heads + h) * blocks + blk
+  ATTNC_HD i64 entries() const { return i64(batches) * heads * blocks; }
+  ATTNC_HD i64 index(int b, int h, int block) const {
+    return (i64(batches > 1 ? b : 0) * heads + (heads > 1 ? h : 0)) * blocks + block;
+  }
+};
+ATTNC_HD SummaryLayout summaryLayout(const InputRef& in, int batch, int heads, int positions) {
+  return SummaryLayout{in.stride_b != 0 ? batch : 1, in.stride_h != 0 ? heads : 1,
+                       (positions + kSummaryBlock - 1) / kSummaryBlock};
+}
+
+// A `<name>_summary` entry runs blocks of kSummaryThreads threads, one warp per summary entry, in
+// a grid-stride loop: any grid size is correct; the runtime launches summaryBlocks(...) of them.
+constexpr int kSummaryThreads = 256;
+ATTNC_HD constexpr unsigned summaryBlocks(i64 mostEntries) {
+  constexpr int kWarps = kSummaryThreads / 32;
+  const i64 blocks = (mostEntries + kWarps - 1) / kWarps;
+  return blocks < 1 ? 1u : blocks > 65535 ? 65535u : unsigned(blocks);
+}
+
+// The parameters of a `<name>_summary` entry: the launch's inputs (with their summary pointers)
+// and the sizes that define their extents (the same names as in FwdParams and BwdParams).
+struct SummaryParams {
+  int batch;
+  int heads_q;
+  int q_len;
+  int kv_len;
+  InputRef inputs[kMaxInputs];
 };
 
 // Forward launch parameters. Strides are in elements; any layout whose last (head) dimension

@@ -1,0 +1,304 @@
+// Block summaries of declared inputs (templates/attnc/common/params.h, expr.h) on the host: the
+// interval loads that read whole blocks from the summaries give the exact hull of every range, as
+// the element-by-element scan does, and the tile walk (kv_tiles.h) of a document mask over them
+// agrees with a brute-force classification of every element.
+#include "attnc/common/kv_tiles.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace attnc {
+namespace {
+
+using expr::FltI;
+using expr::IntI;
+using expr::InputExtents;
+
+// What a `<name>_summary` entry writes (summary.h), computed plainly: min and max per block, NaN
+// in both words of a block that holds one.
+template <class T>
+std::vector<SummaryEntry> summarize(const InputRef& in, InputExtents e) {
+  const SummaryLayout layout = summaryLayout(in, e.batch, e.heads, e.positions);
+  std::vector<SummaryEntry> entries(size_t(layout.entries()));
+  for (int b = 0; b < layout.batches; ++b)
+    for (int h = 0; h < layout.heads; ++h)
+      for (int block = 0; block < layout.blocks; ++block) {
+        T lo = std::numeric_limits<T>::max(), hi = std::numeric_limits<T>::lowest();
+        bool nan = false;
+        for (int pos = block * kSummaryBlock;
+             pos < std::min(e.positions, (block + 1) * kSummaryBlock); ++pos) {
+          const T v = static_cast<const T*>(in.ptr)[expr::input_offset(in, b, h, pos, e)];
+          nan = nan || v != v;
+          lo = std::min(lo, v);
+          hi = std::max(hi, v);
+        }
+        SummaryEntry& s = entries[size_t(layout.index(b, h, block))];
+        s = nan ? SummaryEntry{0x7fffffffu, 0x7fffffffu}
+                : SummaryEntry{__builtin_bit_cast(u32, lo), __builtin_bit_cast(u32, hi)};
+      }
+  return entries;
+}
+
+// The exact hull over a box, clamped like the loads clamp.
+template <class T>
+void exactHull(const InputRef& in, IntI b, IntI h, IntI pos, InputExtents e, T& lo, T& hi,
+               bool& nan) {
+  lo = std::numeric_limits<T>::max(), hi = std::numeric_limits<T>::lowest(), nan = false;
+  for (int bi = b.lo; bi <= b.hi; ++bi)
+    for (int hi_ = h.lo; hi_ <= h.hi; ++hi_)
+      for (int pi = pos.lo; pi <= pos.hi; ++pi) {
+        const T v = static_cast<const T*>(in.ptr)[expr::input_offset(in, bi, hi_, pi, e)];
+        nan = nan || v != v;
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+      }
+}
+
+// A random [lo, hi] inside [-8, extent + 8), often at or next to block boundaries.
+IntI randomRange(std::mt19937& rng, int extent) {
+  auto point = [&]() {
+    switch (rng() % 4) {
+    case 0: return int(rng() % unsigned(extent + 16)) - 8;
+    case 1: return int(rng() % unsigned(extent / kSummaryBlock + 1)) * kSummaryBlock - 1 + int(rng() % 3);
+    case 2: return extent - 1 - int(rng() % 3);
+    default: return int(rng() % 3) - 1;
+    }
+  };
+  int a = point(), b = point();
+  if (rng() % 4 == 0) b = a + int(rng() % 8);  // inside one block, mostly
+  return IntI(std::min(a, b), std::max(a, b));
+}
+
+// An input of [batch, heads, positions] with random strides order (b, h or pos fastest) or a
+// stride-0 (broadcast) batch dimension.
+struct RandomInput {
+  std::vector<int> ints;
+  std::vector<float> floats;
+  InputRef ref{};
+  InputExtents extents{};
+};
+RandomInput randomInput(std::mt19937& rng, bool f32) {
+  RandomInput r;
+  r.extents = InputExtents{1 + int(rng() % 3), 1 + int(rng() % 3), 1 + int(rng() % 700)};
+  const InputExtents& e = r.extents;
+  const size_t n = size_t(e.batch) * e.heads * e.positions;
+  const bool broadcastB = rng() % 3 == 0;
+  r.ref.stride_pos = 1;
+  r.ref.stride_h = e.positions;
+  r.ref.stride_b = broadcastB ? 0 : i64(e.positions) * e.heads;
+  if (rng() % 2) {  // heads fastest
+    r.ref.stride_h = 1;
+    r.ref.stride_pos = e.heads;
+    r.ref.stride_b = broadcastB ? 0 : i64(e.positions) * e.heads;
+  }
+  const int spread = 1 + int(rng() % 1000);
+  if (f32) {
+    r.floats.resize(n);
+    const bool withNan = rng() % 2 == 0;
+    for (float& v : r.floats)
+      v = (withNan && rng() % 500 == 0) ? std::nanf("") : float(int(rng() % unsigned(2 * spread)) - spread) * 0.25f;
+    r.ref.ptr = r.floats.data();
+  } else {
+    r.ints.resize(n);
+    for (int& v : r.ints) v = int(rng() % unsigned(2 * spread)) - spread;
+    r.ref.ptr = r.ints.data();
+  }
+  return r;
+}
+
+TEST(InputSummary, I32HullIsExactOverRandomRanges) {
+  std::mt19937 rng(7);
+  for (int round = 0; round < 300; ++round) {
+    RandomInput input = randomInput(rng, false);
+    const InputExtents e = input.extents;
+    std::vector<SummaryEntry> summaries = summarize<int>(input.ref, e);
+    InputRef withSummary = input.ref;
+    withSummary.summary = summaries.data();
+    for (int query = 0; query < 60; ++query) {
+      IntI b = rng() % 3 ? IntI(int(rng() % unsigned(e.batch))) : randomRange(rng, e.batch);
+      IntI h = rng() % 3 ? IntI(int(rng() % unsigned(e.heads))) : randomRange(rng, e.heads);
+      IntI pos = randomRange(rng, e.positions);
+      int lo, hi;
+      bool nan;
+      exactHull(input.ref, expr::clamp_index(b, e.batch), expr::clamp_index(h, e.heads),
+                expr::clamp_index(pos, e.positions), e, lo, hi, nan);
+      IntI fromSummary = expr::load_i32(withSummary, b, h, pos, e);
+      IntI fromElements = expr::load_i32(input.ref, b, h, pos, e);
+      ASSERT_EQ(fromSummary.lo, lo) << "round " << round << " pos [" << pos.lo << ", " << pos.hi
+                                    << "] of " << e.positions;
+      ASSERT_EQ(fromSummary.hi, hi) << "round " << round << " pos [" << pos.lo << ", " << pos.hi
+                                    << "] of " << e.positions;
+      ASSERT_EQ(fromElements.lo, lo);
+      ASSERT_EQ(fromElements.hi, hi);
+    }
+  }
+}
+
+TEST(InputSummary, F32HullIsExactAndNanMakesAnything) {
+  std::mt19937 rng(11);
+  int nanRanges = 0;
+  for (int round = 0; round < 300; ++round) {
+    RandomInput input = randomInput(rng, true);
+    const InputExtents e = input.extents;
+    std::vector<SummaryEntry> summaries = summarize<float>(input.ref, e);
+    InputRef withSummary = input.ref;
+    withSummary.summary = summaries.data();
+    for (int query = 0; query < 60; ++query) {
+      IntI b = IntI(int(rng() % unsigned(e.batch)));
+      IntI h = rng() % 3 ? IntI(int(rng() % unsigned(e.heads))) : randomRange(rng, e.heads);
+      IntI pos = randomRange(rng, e.positions);
+      float lo, hi;
+      bool nan;
+      exactHull(input.ref, expr::clamp_index(b, e.batch), expr::clamp_index(h, e.heads),
+                expr::clamp_index(pos, e.positions), e, lo, hi, nan);
+      FltI got = expr::load_f32(withSummary, b, h, pos, e);
+      if (nan) {
+        ++nanRanges;
+        ASSERT_EQ(got.lo, -expr::kInf);
+        ASSERT_EQ(got.hi, expr::kInf);
+      } else {
+        ASSERT_EQ(got.lo, lo) << "round " << round << " pos [" << pos.lo << ", " << pos.hi << "]";
+        ASSERT_EQ(got.hi, hi) << "round " << round << " pos [" << pos.lo << ", " << pos.hi << "]";
+      }
+    }
+  }
+  EXPECT_GT(nanRanges, 100);  // the NaN path was exercised
+}
+
+// Ranges of whole blocks are cheap now: a long prefix is exact with summaries, "anything" without
+// (more than kMaxScanItems elements).
+TEST(InputSummary, LongRangesAreScannableWithSummaries) {
+  const int positions = 200000;
+  std::vector<int> doc(positions);
+  for (int i = 0; i < positions; ++i) doc[size_t(i)] = i / 1000;
+  InputRef in{doc.data(), 0, 0, 1, nullptr};
+  const InputExtents e{1, 1, positions};
+  std::vector<SummaryEntry> summaries = summarize<int>(in, e);
+  IntI without = expr::load_i32(in, IntI(0), IntI(0), IntI(5, positions - 3), e);
+  EXPECT_EQ(without.lo, expr::kIntMin);
+  EXPECT_EQ(without.hi, expr::kIntMax);
+  in.summary = summaries.data();
+  IntI with = expr::load_i32(in, IntI(0), IntI(0), IntI(5, positions - 3), e);
+  EXPECT_EQ(with.lo, 0);
+  EXPECT_EQ(with.hi, (positions - 3) / 1000);
+  // Past the limit even with summaries: sound, merely imprecise.
+  const int huge = int(expr::kMaxScanItems + 1) * kSummaryBlock;
+  std::vector<int> big(size_t(huge), 3);
+  InputRef bigIn{big.data(), 0, 0, 1, nullptr};
+  std::vector<SummaryEntry> bigSummaries = summarize<int>(bigIn, InputExtents{1, 1, huge});
+  bigIn.summary = bigSummaries.data();
+  IntI all = expr::load_i32(bigIn, IntI(0), IntI(0), IntI(0, huge - 1), InputExtents{1, 1, huge});
+  EXPECT_EQ(all.lo, expr::kIntMin);
+}
+
+// The document mask as CodeGen emits it for `mask: {document: doc, causal: true}`.
+struct DocumentVariant {
+  static constexpr bool kHasMask = true;
+  template <class P, class I>
+  static auto mask(const P& p, I, I, I q, I k) {
+    namespace ex = expr;
+    auto shift = ex::sub(p.kv_len, p.q_len);
+    auto aligned = ex::add(q, shift);
+    auto sameDoc = ex::cmp_eq(ex::load_i32(p.inputs[0], 0, 0, aligned, ex::input_extents(p)),
+                              ex::load_i32(p.inputs[0], 0, 0, k, ex::input_extents(p)));
+    return ex::mask_result(ex::land(sameDoc, ex::cmp_ge(aligned, k)), q);
+  }
+};
+
+// Random documents: packed (ids 0, 1, 2, ... in order, random lengths) or shuffled ids.
+std::vector<int> randomDocuments(std::mt19937& rng, int positions, bool packed) {
+  std::vector<int> doc(static_cast<size_t>(positions));
+  int id = 0, left = 0;
+  const int meanLength = 1 + int(rng() % 300);
+  for (int& d : doc) {
+    if (left == 0) {
+      left = 1 + int(rng() % unsigned(2 * meanLength));
+      id = packed ? id + 1 : int(rng() % 6);
+    }
+    d = id;
+    --left;
+  }
+  return doc;
+}
+
+TEST(InputSummary, DocumentTileWalkAgreesWithBruteForce) {
+  std::mt19937 rng(3);
+  constexpr int kBlock = 64;
+  using Tri = expr::Tri;
+  int liveTiles = 0, skippedTiles = 0;
+  for (int round = 0; round < 120; ++round) {
+    const bool packed = round % 3 != 0;
+    FwdParams p{};
+    p.batch = 1;
+    p.heads_q = p.heads_kv = 1;
+    p.kv_len = 1 + int(rng() % 1500);
+    p.q_len = rng() % 4 ? p.kv_len : 1 + int(rng() % unsigned(p.kv_len));
+    const InputExtents e = expr::input_extents(p);
+    std::vector<int> doc = randomDocuments(rng, e.positions, packed);
+    p.inputs[0] = InputRef{doc.data(), 0, 0, 1, nullptr};
+    std::vector<SummaryEntry> summaries = summarize<int>(p.inputs[0], e);
+    const int shift = p.kv_len - p.q_len;
+    auto keep = [&](int q, int k) {
+      const int aligned = q + shift;
+      return doc[size_t(expr::clamp_index(aligned, e.positions))] == doc[size_t(k)] && aligned >= k;
+    };
+    for (int q0 = 0; q0 < p.q_len; q0 += 1 + int(rng() % 200)) {
+      const int q1 = std::min(p.q_len - 1, q0 + int(rng() % 128));
+      // The truth per kv tile: empty, full or partial.
+      const int tiles = (p.kv_len + kBlock - 1) / kBlock;
+      std::vector<Tri> truth(static_cast<size_t>(tiles));
+      for (int t = 0; t < tiles; ++t) {
+        int kept = 0, total = 0;
+        for (int q = q0; q <= q1; ++q)
+          for (int k = t * kBlock; k < std::min(p.kv_len, (t + 1) * kBlock); ++k, ++total)
+            kept += keep(q, k);
+        truth[size_t(t)] = kept == 0 ? Tri::False : kept == total ? Tri::True : Tri::Unknown;
+      }
+      auto walk = [&](bool withSummaries) {
+        p.inputs[0].summary = withSummaries ? summaries.data() : nullptr;
+        const KvTiles<DocumentVariant, kBlock> walk(p, 0, 0, q0, q1);
+        std::vector<int> visited;
+        std::vector<Tri> classes;
+        const int last = walk.last();
+        Tri cls;
+        for (int t = walk.nextLive(walk.first(), last, cls); t <= last;
+             t = walk.nextLive(t + 1, last, cls)) {
+          visited.push_back(t);
+          classes.push_back(cls);
+        }
+        return std::make_pair(visited, classes);
+      };
+      auto [visited, classes] = walk(true);
+      // Sound: every live tile is visited, no visited tile is called full unless it is, and
+      // none is empty.
+      std::vector<int> live;
+      for (int t = 0; t < tiles; ++t)
+        if (truth[size_t(t)] != Tri::False) live.push_back(t);
+      for (int t : live)
+        ASSERT_TRUE(std::count(visited.begin(), visited.end(), t))
+            << "round " << round << ": live kv tile " << t << " of rows [" << q0 << ", " << q1
+            << "] skipped";
+      for (size_t i = 0; i < visited.size(); ++i) {
+        ASSERT_NE(classes[i], Tri::False);
+        if (classes[i] == Tri::True) ASSERT_EQ(truth[size_t(visited[i])], Tri::True);
+      }
+      // Packed documents with the causal mask are classified exactly: the walk visits the live
+      // tiles and nothing else (consecutive ids in order leave interval evaluation no slack).
+      if (packed) ASSERT_EQ(visited, live) << "round " << round << " rows [" << q0 << ", " << q1 << "]";
+      // Summaries change the cost, never the answer, while the element scan is within its limit.
+      if (e.positions <= expr::kMaxScanItems) ASSERT_EQ(walk(false).first, visited);
+      liveTiles += int(live.size());
+      skippedTiles += tiles - int(visited.size());
+    }
+  }
+  EXPECT_GT(liveTiles, 1000);
+  EXPECT_GT(skippedTiles, 1000);  // the walk did skip tiles
+}
+
+}  // namespace
+}  // namespace attnc
