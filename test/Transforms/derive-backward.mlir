@@ -1,5 +1,6 @@
 // RUN: attnc-opt %s -split-input-file --attn-derive-backward | FileCheck %s
 // RUN: attnc-opt %s -split-input-file --attn-derive-backward --canonicalize --cse | FileCheck %s --check-prefix=CLEAN
+// RUN: attnc-opt %s -split-input-file --attn-derive-backward=smem-per-block=232448 | FileCheck %s --check-prefix=HOPPER
 
 // Softcap: d/ds [30 tanh(s / 30)] = 30 (1 - tanh^2(s / 30)) / 30.
 // CHECK-LABEL: attn.tiled_forward @softcap
@@ -90,7 +91,7 @@ attn.tiled_forward @alibi attributes {dropout = 0.0, element_type = bf16, head_d
 // Backward tiles (166912 B shared, 255 registers): at head dim 128 the kept K/V tile is
 // FlashAttention's, 128 rows, with 64 streamed Q/dO rows (dK/dV 128 + fragments 128 registers).
 // CHECK-LABEL: attn.tiled_backward @tiles_hd128_bwd
-// CHECK-SAME: kv_block_kv = 128 : i64, kv_block_q = 64 : i64, kv_smem_bytes = 131584 : i64, kv_stages = 1 : i64, kv_warps = 8 : i64
+// CHECK-SAME: kv_block_kv = 128 : i64, kv_block_q = 64 : i64, kv_kernel = "sm80", kv_smem_bytes = 131584 : i64, kv_stages = 1 : i64, kv_warps = 8 : i64
 attn.tiled_forward @tiles_hd128 attributes {dropout = 0.0, element_type = bf16, head_dim = 128,
     head_dim_v = 128, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.088,
     kernel = "sm80", block_q = 128, block_kv = 64, warps = 4, stages = 2, smem_bytes = 65536,
@@ -103,7 +104,7 @@ attn.tiled_forward @tiles_hd128 attributes {dropout = 0.0, element_type = bf16, 
 // At head dim 256, 64 kept rows and 64 streamed rows would need 128 + 256 registers: the streamed
 // tile halves (one S^T slice per warp), the kept tile stays.
 // CHECK-LABEL: attn.tiled_backward @tiles_hd256_bwd
-// CHECK-SAME: kv_block_kv = 64 : i64, kv_block_q = 32 : i64, kv_smem_bytes = 114944 : i64, kv_stages = 1 : i64
+// CHECK-SAME: kv_block_kv = 64 : i64, kv_block_q = 32 : i64, kv_kernel = "sm80", kv_smem_bytes = 114944 : i64, kv_stages = 1 : i64
 attn.tiled_forward @tiles_hd256 attributes {dropout = 0.0, element_type = bf16, head_dim = 256,
     head_dim_v = 256, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.0625,
     kernel = "sm80", block_q = 128, block_kv = 64, warps = 8, stages = 2, smem_bytes = 131072,
@@ -121,5 +122,46 @@ attn.tiled_forward @tiles_hd256_dropout attributes {dropout = 0.1, element_type 
     head_dim = 256, head_dim_v = 256, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.0625,
     kernel = "sm80", block_q = 128, block_kv = 64, warps = 8, stages = 2, smem_bytes = 131072,
     classification = "none", kv_bounds = "all", target = "sm_80", derivation = []} mask {
+} score {
+}
+
+// -----
+
+// sm_90a, head dim 128: the wgmma dK/dV kernel (2 consumer warpgroups x 64 kv rows, q tiles of 64)
+// fits its 240 registers (208 modelled + 32 reserved) and 3 Q/dO stages fit the 227 KiB; the
+// sm80 tiles stay for the delta and dQ-conversion kernels.
+// HOPPER-LABEL: attn.tiled_backward @hopper_hd128_bwd
+// HOPPER-SAME: hopper_smem_bytes = 232072 : i64, hopper_stages = 3 : i64
+// HOPPER-SAME: kv_kernel = "sm90"
+attn.tiled_forward @hopper_hd128 attributes {dropout = 0.0, element_type = bf16, head_dim = 128,
+    head_dim_v = 128, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.088,
+    kernel = "sm90", block_q = 128, block_kv = 128, warps = 12, stages = 3, smem_bytes = 230528,
+    classification = "none", kv_bounds = "all", target = "sm_90a", derivation = []} mask {
+} score {
+}
+
+// -----
+
+// sm_90a with dropout at head dim 128: 16 more registers than the 240 (ptxas spilled 36 bytes), so
+// the sm80 dK/dV kernel serves.
+// HOPPER-LABEL: attn.tiled_backward @hopper_dropout_bwd
+// HOPPER-SAME: sm_90a dK/dV kernel: registers 208
+// HOPPER-SAME: kv_kernel = "sm80"
+attn.tiled_forward @hopper_dropout attributes {dropout = 0.1, element_type = bf16, head_dim = 128,
+    head_dim_v = 128, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.088,
+    kernel = "sm90", block_q = 128, block_kv = 128, warps = 12, stages = 3, smem_bytes = 230528,
+    classification = "none", kv_bounds = "all", target = "sm_90a", derivation = []} mask {
+} score {
+}
+
+// -----
+
+// sm_90a at head dim 256: dK and dV alone take 256 registers; the sm80 kernel serves.
+// HOPPER-LABEL: attn.tiled_backward @hopper_hd256_bwd
+// HOPPER-SAME: kv_kernel = "sm80"
+attn.tiled_forward @hopper_hd256 attributes {dropout = 0.0, element_type = bf16, head_dim = 256,
+    head_dim_v = 256, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.0625,
+    kernel = "sm90", block_q = 128, block_kv = 64, warps = 12, stages = 2, smem_bytes = 230528,
+    classification = "none", kv_bounds = "all", target = "sm_90a", derivation = []} mask {
 } score {
 }

@@ -1,11 +1,14 @@
 // deriveTiles for sm_90a over every head dim and epilogue size: the wgmma kernel's tiles are shapes
 // templates/attnc/sm90/config.h accepts, fit its shared memory and the rule's register model, or
 // the rule falls back to the sm_80-family kernel only where that model leaves no B_c at all.
+#include "attnc/sm90/bwd_config.h"
 #include "attnc/sm90/config.h"
 #include "attnc/target.h"
 #include "dialects/Attn/Transforms/TileRule.h"
 
 #include <gtest/gtest.h>
+
+#include <vector>
 
 using namespace mlir::attn;
 
@@ -33,13 +36,13 @@ TEST(HopperTileRule, EveryHeadDimGetsTheWgmmaKernelOrAReasonedFallback) {
           TileProblem problem{d, dv, 2, 0, 0, epilogue, scoreOps};
           mlir::FailureOr<TileChoice> choice = deriveTiles(problem, target);
           const int64_t budget =
-              attnc::sm90::consumerRegisters(2) - 56 - epilogue - 3 * scoreOps;
+              attnc::sm90::consumerRegisters(2) - 56 - epilogue - (8 * scoreOps + 2) / 3;
           if (mlir::failed(choice)) {
             // No kernel at all: only for wide d_v with the largest epilogues, where neither
             // template's registers hold O and S (the spec is then rejected, naming the head dim).
             EXPECT_GT(liveRegisters(dv, 16), budget);
             EXPECT_GE(dv, 200);
-            EXPECT_GE(epilogue + 3 * scoreOps, 40);
+            EXPECT_GE(epilogue + (8 * scoreOps + 2) / 3, 40);
             ++unfit;
             continue;
           }
@@ -98,3 +101,71 @@ static_assert(attnc::sm90::FwdConfig<attnc::bf16, 128, 128, 2, 128, 3>::kSmemByt
 static_assert(attnc::sm90::FwdConfig<attnc::bf16, 256, 256, 2, 64, 2>::kSmemBytes == 197720);
 
 }  // namespace
+
+// The backward on sm_90a: the wgmma dK/dV kernel exactly where its register model fits the 240
+// registers a consumer gets, with 2-4 stages inside the 227 KiB; its dq_accum layout is a
+// permutation of each tile's floats and inside dqAccumElements.
+TEST(HopperTileRule, BackwardTakesTheWgmmaKernelWhereItsRegistersFit) {
+  const TileTarget target = tileTarget("sm_90a");
+  int hopper = 0;
+  for (int64_t d = 16; d <= 256; d += 8) {
+    for (int64_t extra : {int64_t(0), int64_t(16), int64_t(-1)}) {
+      SCOPED_TRACE(testing::Message() << "d " << d << " extra " << extra);
+      TileProblem problem{d, d, 2, 0, 0, 0, 0};
+      problem.hopperBackwardExtra = extra;
+      mlir::FailureOr<BackwardTileChoice> choice = deriveBackwardTiles(problem, target);
+      ASSERT_TRUE(mlir::succeeded(choice));
+      const int64_t needed = attnc::sm90::bwdConsumerRegisters(int(d), int(d)) + 32 + extra;
+      const bool fits = extra >= 0 && needed <= 240 &&
+                        attnc::sm90::bwdSmemBytes(int(d), int(d), 2, 2) <= target.smemPerBlock;
+      EXPECT_EQ(choice->kvKernel, fits ? "sm90" : "sm80");
+      if (choice->kvKernel != "sm90") continue;
+      ++hopper;
+      EXPECT_GE(choice->hopperStages, 2);
+      EXPECT_LE(choice->hopperStages, 4);
+      EXPECT_EQ(choice->hopperSmemBytes,
+                attnc::sm90::bwdSmemBytes(int(d), int(d), 2, int(choice->hopperStages)));
+      EXPECT_LE(choice->hopperSmemBytes, target.smemPerBlock);
+      if (choice->hopperStages < 4)
+        EXPECT_GT(attnc::sm90::bwdSmemBytes(int(d), int(d), 2, int(choice->hopperStages) + 1),
+                  target.smemPerBlock);
+    }
+  }
+  EXPECT_GT(hopper, 10);  // hd 16..128 without an epilogue, at least
+  // hd128, the main case, fits with nothing to spare; hd136 does not.
+  TileProblem hd128{128, 128, 2, 0, 0, 0, 0};
+  EXPECT_EQ(deriveBackwardTiles(hd128, target)->kvKernel, "sm90");
+  TileProblem hd136{136, 136, 2, 0, 0, 0, 0};
+  EXPECT_EQ(deriveBackwardTiles(hd136, target)->kvKernel, "sm80");
+}
+
+template <int D>
+void checkTiledDqLayout() {
+  using Config = attnc::sm90::BwdConfig<attnc::bf16, D, D, 2, 2>;
+  using Layout = attnc::sm90::TiledDqLayout<Config>;
+  SCOPED_TRACE(testing::Message() << "head dim " << D);
+  // Every consumer column of every row lands on its own float of the 64 x kDqN block.
+  std::vector<int> seen(64 * Config::kDqN, 0);
+  for (int row = 0; row < 64; ++row)
+    for (int c = 0; c < Config::kDqN; ++c) {
+      const int at = Layout::swizzled(row, c);
+      ASSERT_GE(at, row * Config::kDqN);
+      ASSERT_LT(at, (row + 1) * Config::kDqN);  // a row's floats stay in the row (bulk copies)
+      ++seen[at];
+    }
+  for (int n : seen) EXPECT_EQ(n, 1);
+  // Both consumers' columns cover the head dim, and the last tile ends inside the workspace.
+  EXPECT_GE(2 * Config::kDqN, D);
+  for (int qLen : {1, 63, 64, 65, 1000}) {
+    const attnc::i64 last = Layout::tileOffset(qLen, 3, 1, 2, (qLen - 1) / 64 * 64) + Layout::kTileFloats;
+    EXPECT_LE(last, attnc::dqAccumElements(2, 3, qLen, D)) << "q_len " << qLen;
+  }
+}
+
+TEST(HopperTileRule, TiledDqLayoutIsAPermutationInsideTheWorkspace) {
+  checkTiledDqLayout<32>();
+  checkTiledDqLayout<64>();
+  checkTiledDqLayout<72>();
+  checkTiledDqLayout<96>();
+  checkTiledDqLayout<128>();
+}

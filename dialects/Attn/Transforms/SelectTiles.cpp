@@ -3,6 +3,8 @@
 #include "dialects/Attn/Transforms/Passes.h"
 #include "dialects/Attn/Transforms/TileRule.h"
 
+#include "llvm/ADT/SmallPtrSet.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/IR/Builders.h"
 
@@ -26,10 +28,23 @@ struct AttnSelectTiles final : mlir::attn::impl::AttnSelectTilesBase<AttnSelectT
     auto result = getOperation().walk([&](AttentionOp op) {
       int64_t loads = 0;
       op->walk([&](LoadOp) { ++loads; });
+      // The score's per-element operations: those that depend on the score, q or k (block
+      // arguments 0, 3, 4). The rest depend on the batch, head and lengths only, and the compiler
+      // computes them once per tile (ALiBi's slope, say).
       int64_t scoreOps = 0;
-      op.getScore().walk([&](Operation* inner) {
-        if (!isa<arith::ConstantOp, YieldOp>(inner)) ++scoreOps;
-      });
+      if (!op.getScore().empty()) {
+        Block& body = op.getScore().front();
+        llvm::SmallPtrSet<Value, 16> perElement;
+        for (unsigned i : {0u, 3u, 4u})
+          if (i < body.getNumArguments()) perElement.insert(body.getArgument(i));
+        for (Operation& inner : body) {
+          if (isa<arith::ConstantOp, YieldOp>(inner)) continue;
+          if (llvm::any_of(inner.getOperands(), [&](Value v) { return perElement.contains(v); })) {
+            ++scoreOps;
+            for (Value r : inner.getResults()) perElement.insert(r);
+          }
+        }
+      }
       TileProblem problem{op.getHeadDim(), op.getHeadDimV(),
                           int64_t(op.getElementType().getIntOrFloatBitWidth() / 8), blockQ,
                           blockKV,

@@ -23,9 +23,10 @@ struct TileProblem {
   // Registers the fused epilogue keeps live on top of the accumulators (dropout's Philox state,
   // values loaded from declared inputs); see epilogueRegisters().
   int64_t epilogueRegisters = 0;
-  // Operations in the score region (constants and the terminator not counted). The sm_90a rule
-  // reserves kHopperRegistersPerScoreOp registers for each: the hook runs on every element of S
-  // while S, P and O are all live.
+  // Operations in the score region that run per element: those depending on the score, q or k
+  // (constants and what depends only on the batch, head and lengths are computed once per tile).
+  // The sm_90a rule reserves 8 registers per 3 of them: the hook runs on every
+  // element of S while S, P and O are all live.
   int64_t scoreOps = 0;
   // The sm_90a backward dK/dV kernel: registers its recomputed epilogue needs beyond the
   // accumulators (see attn-derive-backward), or -1 when it cannot run there at all (a mask that
