@@ -138,8 +138,9 @@ def write_md(path, results, argv):
             f.write(f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}\n- GPU: {facts}\n")
             f.write(f"- command: `bash bench/run-backward.sh {command}`\n")
             f.write("- bf16, BHSD; the rows of docs/perf/H200.md; TFLOP/s = 2.5 x 4 B Hq N^2 D x unmasked "
-                    "fraction / median time (CUDA events); attnc in its default dQ mode (fp32 atomics), peers "
-                    "through torch.autograd.grad on SDPA (cuDNN, FA2) and torch.compile(flex_attention).\n\n")
+                    "fraction / median time (CUDA events); attnc in its default dQ mode (fp32 sums: TMA "
+                    "bulk reductions in the sm_90a dK/dV kernel, atomics in the sm80 one), peers through "
+                    "torch.autograd.grad on SDPA (cuDNN, FA2) and torch.compile(flex_attention).\n\n")
             f.write("\n".join(lines) + "\n")
             notes = [f"- {r['row']}: {n}: {msg}" for r in results for n, msg in r["note"].items()]
             if notes:

@@ -171,7 +171,7 @@ def main():
             f.write(f"- result: **{passed}/{cases} cases passed**\n\n")
             f.write("Bounds: relative Frobenius error of each of dQ, dK, dV against float64 autograd <= 1e-2 "
                     "(bf16) / 2e-3 (fp16), and <= 2 x SDPA's own backward error where SDPA has the variant; "
-                    "each case runs the default (fp32 atomic dQ) and the deterministic mode three times, "
+                    "each case runs the default (dQ summed in fp32 by atomics or bulk reductions, order not fixed) and the deterministic mode three times, "
                     "which must agree bit for bit; gradients are poisoned with NaN before each run.\n\n")
             f.write("| variant | cases | pass | worst rel err (dQ, dK, dV) | SDPA's worst |\n|---|---:|---:|---:|---:|\n")
             for key, (n, ok, worst, sd) in results.items():
