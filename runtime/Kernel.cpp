@@ -636,6 +636,23 @@ Status encodeTensorMap(const DriverApi& driver, TensorMap& map, const std::strin
   return Status::success();
 }
 
+// The tensor maps of Q (boxes of 64 rows), K and V (boxes of kvRows rows) that the sm_90a kernels
+// read through; `what` names the argument struct in errors.
+template <class Args>
+Status encodeQKVMaps(const DriverApi& driver, const std::string& what, const Args& args,
+                     const KernelMetadata& m, unsigned kvRows, TensorMap& q, TensorMap& k,
+                     TensorMap& v) {
+  Status status = encodeTensorMap(driver, q, what + ".q", args.q, m, m.headDim, args.batch,
+                                  m.headsQ, args.q_len, 64);
+  if (status)
+    status = encodeTensorMap(driver, k, what + ".k", args.k, m, m.headDim, args.batch, m.headsKV,
+                             args.kv_len, kvRows);
+  if (status)
+    status = encodeTensorMap(driver, v, what + ".v", args.v, m, m.headDimV, args.batch, m.headsKV,
+                             args.kv_len, kvRows);
+  return status;
+}
+
 }  // namespace
 
 Status Kernel::forward(const ForwardArgs& args, void* stream) const {
@@ -671,14 +688,8 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
   void* params[] = {&p};
   if (tiles.forwardKernel == "sm90") {
     withMaps.base = p;
-    Status status = encodeTensorMap(*driver, withMaps.tma_q, "ForwardArgs.q", args.q, m, m.headDim,
-                                    args.batch, m.headsQ, args.q_len, 64);
-    if (status)
-      status = encodeTensorMap(*driver, withMaps.tma_k, "ForwardArgs.k", args.k, m, m.headDim,
-                               args.batch, m.headsKV, args.kv_len, unsigned(tiles.blockKV));
-    if (status)
-      status = encodeTensorMap(*driver, withMaps.tma_v, "ForwardArgs.v", args.v, m, m.headDimV,
-                               args.batch, m.headsKV, args.kv_len, unsigned(tiles.blockKV));
+    Status status = encodeQKVMaps(*driver, "ForwardArgs", args, m, unsigned(tiles.blockKV),
+                                  withMaps.tma_q, withMaps.tma_k, withMaps.tma_v);
     if (!status) return status;
     params[0] = &withMaps;
   }
@@ -804,17 +815,11 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
   void* kvParams[] = {&p};
   if (b.kvKernel == "sm90") {
     withMaps.base = p;
-    Status status = encodeTensorMap(*driver, withMaps.tma_q, "BackwardArgs.q", args.q, m, m.headDim,
-                                    args.batch, m.headsQ, args.q_len, 64);
+    Status status = encodeQKVMaps(*driver, "BackwardArgs", args, m, unsigned(b.kvBlockKV),
+                                  withMaps.tma_q, withMaps.tma_k, withMaps.tma_v);
     if (status)
       status = encodeTensorMap(*driver, withMaps.tma_do, "BackwardArgs.d_o", args.d_o, m,
                                m.headDimV, args.batch, m.headsQ, args.q_len, 64);
-    if (status)
-      status = encodeTensorMap(*driver, withMaps.tma_k, "BackwardArgs.k", args.k, m, m.headDim,
-                               args.batch, m.headsKV, args.kv_len, unsigned(b.kvBlockKV));
-    if (status)
-      status = encodeTensorMap(*driver, withMaps.tma_v, "BackwardArgs.v", args.v, m, m.headDimV,
-                               args.batch, m.headsKV, args.kv_len, unsigned(b.kvBlockKV));
     if (!status) return status;
     kvParams[0] = &withMaps;
   }

@@ -44,6 +44,21 @@ ATTNC_DEVICE bool dropoutKeep(const BwdParams& p, u32 batchHead, u32 threshold, 
   return r >= threshold;
 }
 
+// The score hook recomputed on a raw score x = q.k (its indices clamped into the sequences, as
+// the forward sees them): x becomes score(x scale), and the result is d score / d (x scale), 1
+// without a hook.
+template <class Variant>
+ATTNC_DEVICE float scoreWithGrad(const BwdParams& p, float& x, int b, int h, int q, int k) {
+  if constexpr (Variant::kHasScore) {
+    const int qc = minOf(q, p.q_len - 1), kc = minOf(k, p.kv_len - 1);
+    const float scaled = x * p.scale;
+    x = Variant::score(p, scaled, b, h, qc, kc);
+    return Variant::score_grad(p, scaled, b, h, qc, kc);
+  } else {
+    return 1.0f;
+  }
+}
+
 template <class Element>
 ATTNC_DEVICE void unpack2(u32 w, float& lo, float& hi) {
   lo = Convert<Element>::toFloat(Element{u16(w & 0xffffu)});
@@ -367,13 +382,7 @@ ATTNC_DEVICE void backwardKV(const BwdParams& p, unsigned char* smem) {
               for (int j = 0; j < 2; ++j) {
                 float& x = s[mi][ni][2 * r + j];
                 const int q = q0 + qLocal + j;
-                float grad = 1.0f;
-                if constexpr (Variant::kHasScore) {
-                  const int qc = minOf(q, p.q_len - 1), kc = minOf(kv, p.kv_len - 1);
-                  const float scaled = x * p.scale;
-                  x = Variant::score(p, scaled, b, h, qc, kc);
-                  grad = Variant::score_grad(p, scaled, b, h, qc, kc);
-                }
+                const float grad = bwd::scoreWithGrad<Variant>(p, x, b, h, q, kv);
                 bool keep = true;
                 if (checkBounds) keep = q < p.q_len && kv < p.kv_len;
                 if constexpr (Variant::kHasMask) {
@@ -619,13 +628,7 @@ ATTNC_DEVICE void backwardQ(const BwdParams& p, unsigned char* smem) {
             for (int j = 0; j < 2; ++j) {
               float& x = s[mi][ni][2 * r + j];
               const int k = kCol + 8 * ni + j;
-              float grad = 1.0f;
-              if constexpr (Variant::kHasScore) {
-                const int qc = minOf(q, p.q_len - 1), kc = minOf(k, p.kv_len - 1);
-                const float scaled = x * p.scale;
-                x = Variant::score(p, scaled, b, h, qc, kc);
-                grad = Variant::score_grad(p, scaled, b, h, qc, kc);
-              }
+              const float grad = bwd::scoreWithGrad<Variant>(p, x, b, h, q, k);
               bool keep = true;
               if (checkBounds) keep = q < p.q_len && k < p.kv_len;
               if constexpr (Variant::kHasMask) {

@@ -96,6 +96,7 @@ struct Flag {
   static constexpr bool value = Value;
 };
 
+
 // Each consumer's named barrier (1 + consumer; 0 is __syncthreads): its dQ tile is free, or
 // written.
 constexpr int kDqBarrier = 1;
@@ -286,21 +287,12 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     const u32 qTile = smem.q(stage), doTile = smem.dO(stage), stats = smem.stats(stage);
     const u32 batchHead = u32(b * p.heads_q + h);
 
-    // S^T = K Q^T and dP^T = V dO^T, two groups.
+    // S^T = K Q^T and dP^T = V dO^T, two groups: this consumer's rows of K (V) against the q
+    // tile's rows of Q (dO), both K-major.
     float s[1][kN][4], dp[1][kN][4];
     wgmmaFence();
-#pragma unroll
-    for (int kk = 0; kk < Config::kQKSteps; ++kk)
-      WgmmaSS<Element, kBlockQ>::template run<0, 0>(
-          flat(s), kMajorDescriptor(kTile, Config::kBlockKV, kk),
-          kMajorDescriptor(qTile, kBlockQ, kk), kk > 0);
-    wgmmaCommit();
-#pragma unroll
-    for (int kk = 0; kk < Config::kVSteps; ++kk)
-      WgmmaSS<Element, kBlockQ>::template run<0, 0>(
-          flat(dp), kMajorDescriptor(vTile, Config::kBlockKV, kk),
-          kMajorDescriptor(doTile, kBlockQ, kk), kk > 0);
-    wgmmaCommit();
+    gemmKMajor<Element, kBlockQ, Config::kQKSteps>(flat(s), kTile, Config::kBlockKV, qTile, kBlockQ);
+    gemmKMajor<Element, kBlockQ, Config::kVSteps>(flat(dp), vTile, Config::kBlockKV, doTile, kBlockQ);
 
     // The warpgroup's part of the tile may be empty or full for its 64 rows alone.
     Tri groupClass = groupHasRows ? tileClass : Tri::False;
@@ -335,13 +327,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
           for (int r = 0; r < 2; ++r) {
             const int kv = kvRow + 8 * r;
             float& x = s[0][ni][2 * r + j];
-            float grad = 1.0f;
-            if constexpr (Variant::kHasScore) {
-              const int qc = minOf(q, p.q_len - 1), kc = minOf(kv, p.kv_len - 1);
-              const float scaled = x * p.scale;
-              x = Variant::score(p, scaled, b, h, qc, kc);
-              grad = Variant::score_grad(p, scaled, b, h, qc, kc);
-            }
+            const float grad = sm80::bwd::scoreWithGrad<Variant>(p, x, b, h, q, kv);
             bool keep = rowKept[r];
             if constexpr (decltype(masked)::value) keep = keep & bool(Variant::mask(p, b, h, q, kv));
             const float prob = exp2Approx(keep ? x * log2Scale - lse2 : -kInfinity);

@@ -222,12 +222,8 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   };
   const auto issueQK = [&]() {
     wgmmaFence();
-#pragma unroll
-    for (int kk = 0; kk < Config::kQKSteps; ++kk)
-      WgmmaSS<Element, Config::kBlockKV>::template run<0, 0>(
-          flat(s), kMajorDescriptor(qTile, 64, kk),
-          kMajorDescriptor(smem.k(stage), Config::kBlockKV, kk), kk > 0);
-    wgmmaCommit();
+    gemmKMajor<Element, Config::kBlockKV, Config::kQKSteps>(flat(s), qTile, 64, smem.k(stage),
+                                                             Config::kBlockKV);
   };
   const auto issuePV = [&](int vStage) {
 #pragma unroll

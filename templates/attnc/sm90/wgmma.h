@@ -51,6 +51,18 @@ ATTNC_DEVICE void wgmmaWait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(Pending) : "memory");
 }
 
+// acc (+)= A B^T over Steps k16 steps, one commit group: A (64 rows) and B (N rows) are K-major
+// tiles of 64-column chunks holding aRows and bRows rows each (kMajorDescriptor); the first step
+// overwrites acc.
+template <class Element, int N, int Steps>
+ATTNC_DEVICE void gemmKMajor(float (&acc)[N / 2], u32 aTile, int aRows, u32 bTile, int bRows) {
+#pragma unroll
+  for (int kk = 0; kk < Steps; ++kk)
+    WgmmaSS<Element, N>::template run<0, 0>(acc, kMajorDescriptor(aTile, aRows, kk),
+                                            kMajorDescriptor(bTile, bRows, kk), kk > 0);
+  wgmmaCommit();
+}
+
 // Pins accumulator registers at this point of the program: the compiler may not move their reads
 // or writes across it (it cannot see that wgmma writes them asynchronously).
 template <int N>
