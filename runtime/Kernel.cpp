@@ -584,6 +584,17 @@ void setSharedFields(Params& p, const KernelMetadata& m, const Args& args) {
   }
 }
 
+// setSharedFields, then the summaries of the declared inputs the mask reads (Impl::summarize: on
+// `stream`, the InputRefs pointed at them; *lock held until the kernels using them are enqueued).
+template <class Params, class Args>
+Status setSharedFields(Params& p, const KernelMetadata& m, const Args& args, Kernel::Impl& impl,
+                       const DriverApi& driver, cu::Context context,
+                       const Kernel::Impl::Loaded& loaded, cu::Stream stream,
+                       std::unique_lock<std::mutex>* lock) {
+  setSharedFields(p, m, args);
+  return impl.summarize(driver, context, loaded, p.inputs, p.batch, p.q_len, p.kv_len, stream, lock);
+}
+
 template <class Tensor>
 void setStrides(const Tensor& t, i64& b, i64& h, i64& s) {
   b = t.stride_b, h = t.stride_h, s = t.stride_s;
@@ -677,10 +688,9 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
   setStrides(args.k, p.k_stride_b, p.k_stride_h, p.k_stride_s);
   setStrides(args.v, p.v_stride_b, p.v_stride_h, p.v_stride_s);
   setStrides(args.o, p.o_stride_b, p.o_stride_h, p.o_stride_s);
-  setSharedFields(p, m, args);
   std::unique_lock<std::mutex> summaryLock;
-  if (Status status = impl_->summarize(*driver, context, *loaded, p.inputs, p.batch, p.q_len,
-                                       p.kv_len, static_cast<cu::Stream>(stream), &summaryLock);
+  if (Status status = setSharedFields(p, m, args, *impl_, *driver, context, *loaded,
+                                      static_cast<cu::Stream>(stream), &summaryLock);
       !status)
     return status;
 
@@ -801,10 +811,9 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
   setStrides(args.dq, p.dq_stride_b, p.dq_stride_h, p.dq_stride_s);
   setStrides(args.dk, p.dk_stride_b, p.dk_stride_h, p.dk_stride_s);
   setStrides(args.dv, p.dv_stride_b, p.dv_stride_h, p.dv_stride_s);
-  setSharedFields(p, m, args);
   std::unique_lock<std::mutex> summaryLock;
-  if (Status status = impl_->summarize(*driver, context, *loaded, p.inputs, p.batch, p.q_len,
-                                       p.kv_len, static_cast<cu::Stream>(stream), &summaryLock);
+  if (Status status = setSharedFields(p, m, args, *impl_, *driver, context, *loaded,
+                                      static_cast<cu::Stream>(stream), &summaryLock);
       !status)
     return status;
 
