@@ -13,16 +13,17 @@
 //      P^T, dS^T               recomputed on the accumulators (score hook, mask, dropout)
 //      dV  += P^T dO           wgmma, P^T from registers, dO from shared memory (MN-major)
 //      dK  += dS^T Q           wgmma, dS^T from registers, Q from shared memory (MN-major)
-//      dQ  = dS K              wgmma, dS^T of both consumers staged in shared memory and read
-//                              transposed, K MN-major; each consumer takes half the head dim
-//    the consumers write their dQ columns into a shared fp32 tile, which one TMA bulk reduction
-//    per q tile adds to dq_accum (no per-element atomics).
+//      dQ  = dS K              wgmma, dS^T of both consumers staged in shared memory (two
+//                              buffers) and read transposed, K MN-major; each consumer takes half
+//                              the head dim, one q tile late (see the loop)
+//    each consumer writes its dQ columns into its own shared fp32 tile, which one TMA bulk
+//    reduction per q tile adds to dq_accum (TiledDqLayout; no per-element atomics).
 //
 // The probabilities are recomputed exactly as in sm80/backward.h. Rows past q_len read Q = dO = 0
 // (TMA zero fill) and LSE = +inf, so their P is 0; rows past kv_len are masked and never stored.
 //
-// Shared memory (bwd_config.h): [K][V][Q_0 dO_0][Q_1 dO_1]...[dS^T per consumer][dQ fp32]
-// [stats per stage][mbarriers, slots].
+// Shared memory (bwd_config.h): [K][V][Q_0 dO_0][Q_1 dO_1]...[dS^T: 2 buffers x consumers]
+// [dQ fp32 per consumer][stats per stage][mbarriers, slots].
 #pragma once
 
 #include "attnc/common/expr.h"
