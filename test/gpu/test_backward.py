@@ -42,6 +42,9 @@ def plan(subset):
     # Head dim 256 with an epilogue: the backward KV kernel's 32-row kept tile (2 x 4 warps).
     groups.append(("document_causal", 256, "bf16", [(129, 1000), (1000, 1000)], 1))
     groups.append(("dropout0.1", 256, "bf16", [(300, 300)], 1))
+    # head_dim_v != head_dim (a (d, d_v) pair): V, O and dO are d_v wide.
+    groups.append(("causal", (128, 64), "bf16", [(17, 17), (127, 1000), (1000, 1000)], 2))
+    groups.append(("causal", (64, 128), "bf16", [(17, 17), (1000, 127), (1000, 1000)], 2))
     return groups
 
 
@@ -85,22 +88,24 @@ def sdpa_grads(var, q, k, v, do, scale, hq, hkv, ql, kl):
     return [t.grad.transpose(1, 2) for t in (qt, kt, vt)]
 
 
-def run_case(kern, var, hd, dtype, B, ql, kl, results, key):
+def run_case(kern, var, hd, hdv, dtype, B, ql, kl, results, key):
     info = kern.info
     hq, hkv, scale, p = info["heads_q"], info["heads_kv"], float(info["scale"]), float(info["dropout"])
     dt, dev = TORCH_DTYPE[dtype], torch.device("cuda")
-    q, do = (torch.randn(B, ql, hq, hd, device=dev, dtype=dt) for _ in range(2))
-    k, v = (torch.randn(B, kl, hkv, hd, device=dev, dtype=dt) for _ in range(2))
+    q = torch.randn(B, ql, hq, hd, device=dev, dtype=dt)
+    do = torch.randn(B, ql, hq, hdv, device=dev, dtype=dt)
+    k = torch.randn(B, kl, hkv, hd, device=dev, dtype=dt)
+    v = torch.randn(B, kl, hkv, hdv, device=dev, dtype=dt)
     npos = max(ql, kl)
     inputs = {n: gen(B, hq, npos, dev) for n, (_, _, gen) in var.inputs.items()}
     in_args = [(inputs[n], var.inputs[n][1]) for n in kern.input_names]
     seed, offset = 1234, 56
-    o = torch.full((B, ql, hq, hd), float("nan"), device=dev, dtype=dt)
+    o = torch.full((B, ql, hq, hdv), float("nan"), device=dev, dtype=dt)
     lse = torch.full((B, hq, ql), float("nan"), device=dev, dtype=torch.float32)
     kern.forward(q, k, v, o, lse, in_args, seed=seed, offset=offset)
     keep = philox_host.keep_mask(seed, offset, p, B, hq, ql, kl) if p > 0 else None
     refs = reference_grads(q, k, v, do, scale, var, B, hq, hkv, ql, kl, inputs, keep, p)
-    sdpa = sdpa_grads(var, q, k, v, do, scale, hq, hkv, ql, kl) if p == 0 else None
+    sdpa = sdpa_grads(var, q, k, v, do, scale, hq, hkv, ql, kl) if p == 0 and hd == hdv else None
     sdpa_err = [gradient_error(g, r) for g, r in zip(sdpa, refs)] if sdpa else None
     problems, worst, runs = [], 0.0, []
     for deterministic in (False, True, True, True):
@@ -148,12 +153,17 @@ def main():
     groups = [g for g in plan(args.subset) if not args.only or g[0] in args.only]
     if not groups:
         sys.exit(f"no variant matches --only {args.only}")
-    for name, hd, dtype, lens, B in groups:
+    for name, dims, dtype, lens, B in groups:
         var = V[name]
-        kern = lib.compile_text(var.spec(hd, dtype), backward=True)
-        key = f"{name} hd{hd} {dtype}" + (f" {var.hq}:{var.hkv}" if var.hq != var.hkv else "")
+        hd, hdv = dims if isinstance(dims, tuple) else (dims, dims)
+        spec = var.spec(hd, dtype)
+        if hdv != hd:
+            spec = spec.replace(f"_hd{hd}_", f"_hd{hd}v{hdv}_") + f"head_dim_v: {hdv}\n"
+        kern = lib.compile_text(spec, backward=True)
+        key = (f"{name} hd{hd}" + (f" dv{hdv}" if hdv != hd else "") + f" {dtype}"
+               + (f" {var.hq}:{var.hkv}" if var.hq != var.hkv else ""))
         for ql, kl in lens:
-            run_case(kern, var, hd, dtype, B, ql, kl, results, key)
+            run_case(kern, var, hd, hdv, dtype, B, ql, kl, results, key)
     cases = sum(r[0] for r in results.values())
     passed = sum(r[1] for r in results.values())
     elapsed = time.time() - start
