@@ -41,7 +41,7 @@ struct AttnDeriveBackward final : mlir::attn::impl::AttnDeriveBackwardBase<AttnD
       if (!forward.getMask().empty()) maskOps = int64_t(forward.getMask().front().getOperations().size());
       bool dropout = forward.getDropout().convertToDouble() > 0;
       int64_t extra = epilogueRegisters(dropout, loads) + (maskOps > 4 ? 4 * (maskOps - 4) : 0);
-      TileProblem problem{forward.getHeadDim(), forward.getHeadDimV(),
+      TileProblem problem{int64_t(forward.getHeadDim()), int64_t(forward.getHeadDimV()),
                           int64_t(forward.getElementType().getIntOrFloatBitWidth() / 8), 0, 0,
                           extra};
       // The sm_90a dK/dV kernel's epilogue, calibrated with ptxas (CUDA 13.0) on the examples at
