@@ -26,6 +26,28 @@
 
 namespace attnc {
 
+namespace {
+
+// Grows `buffer` to at least `bytes` (never shrinks). Work already enqueued may still use the old
+// buffer, so `wait(&error)` (synchronizing whatever uses it) runs before it is freed; on failure
+// *waitFailed says whether waiting (true) or allocating failed.
+template <class Wait>
+Status growBuffer(DeviceBuffer& buffer, size_t bytes, Wait wait, bool* waitFailed) {
+  *waitFailed = false;
+  if (buffer.size() >= bytes) return Status::success();
+  std::string error;
+  if (buffer.data() && !wait(&error)) {
+    *waitFailed = true;
+    return Status::error(error);
+  }
+  buffer = DeviceBuffer();
+  Status status;
+  buffer = DeviceBuffer::allocate(bytes, &status);
+  return status;
+}
+
+}  // namespace
+
 struct Kernel::Impl {
   struct Image {
     KernelMetadata metadata;
@@ -180,20 +202,20 @@ struct Kernel::Impl {
     if (!entry.summary || plan.totalBytes == 0) return Status::success();
     *lock = std::unique_lock<std::mutex>(summaryMutex);
     DeviceBuffer& buffer = summaryBuffers[{context, stream}];
+    bool waitFailed = false;
+    Status grown = growBuffer(
+        buffer, plan.totalBytes,
+        [&](std::string* error) {
+          return driver.check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize", error);
+        },
+        &waitFailed);
+    if (!grown)
+      return Status::error("kernel '" + m.name + "': " +
+                           (waitFailed ? "growing the summary buffer: "
+                                       : "allocating " + std::to_string(plan.totalBytes) +
+                                             " bytes of input summaries: ") +
+                           grown.message);
     std::string error;
-    if (buffer.size() < plan.totalBytes) {
-      // Work already enqueued in this stream may still read the old buffer.
-      if (buffer.data() &&
-          !driver.check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize", &error))
-        return Status::error("kernel '" + m.name + "': growing the summary buffer: " + error);
-      buffer = DeviceBuffer();
-      Status status;
-      buffer = DeviceBuffer::allocate(plan.totalBytes, &status);
-      if (!status)
-        return Status::error("kernel '" + m.name + "': allocating " +
-                             std::to_string(plan.totalBytes) + " bytes of input summaries: " +
-                             status.message);
-    }
     SummaryParams p{};
     p.batch = batch;
     p.heads_q = m.headsQ;
@@ -560,10 +582,25 @@ Status Kernel::validate(const ForwardArgs& args) const {
 
 namespace {
 
+template <class Tensor>
+void setStrides(const Tensor& t, i64& b, i64& h, i64& s) {
+  b = t.stride_b, h = t.stride_h, s = t.stride_s;
+}
+
 // The launch fields FwdParams and BwdParams share (the same names in both, so the mask and
-// score hooks read them alike): sizes, scale, dropout and the declared inputs.
+// score hooks read them alike): q, k, v, o and the LSE, sizes, scale, dropout and the declared
+// inputs.
 template <class Params, class Args>
 void setSharedFields(Params& p, const KernelMetadata& m, const Args& args) {
+  p.q = args.q.data;
+  p.k = args.k.data;
+  p.v = args.v.data;
+  p.o = args.o.data;
+  p.lse = args.lse;
+  setStrides(args.q, p.q_stride_b, p.q_stride_h, p.q_stride_s);
+  setStrides(args.k, p.k_stride_b, p.k_stride_h, p.k_stride_s);
+  setStrides(args.v, p.v_stride_b, p.v_stride_h, p.v_stride_s);
+  setStrides(args.o, p.o_stride_b, p.o_stride_h, p.o_stride_s);
   p.batch = int(args.batch);
   p.heads_q = m.headsQ;
   p.heads_kv = m.headsKV;
@@ -593,11 +630,6 @@ Status setSharedFields(Params& p, const KernelMetadata& m, const Args& args, Ker
                        std::unique_lock<std::mutex>* lock) {
   setSharedFields(p, m, args);
   return impl.summarize(driver, context, loaded, p.inputs, p.batch, p.q_len, p.kv_len, stream, lock);
-}
-
-template <class Tensor>
-void setStrides(const Tensor& t, i64& b, i64& h, i64& s) {
-  b = t.stride_b, h = t.stride_h, s = t.stride_s;
 }
 
 // The 4-D tensor map (head dim, sequence, head, batch) of one operand of the sm_90a forward kernel
@@ -679,15 +711,6 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
   const KernelMetadata& tiles = loaded->image->metadata;
 
   FwdParams p{};
-  p.q = args.q.data;
-  p.k = args.k.data;
-  p.v = args.v.data;
-  p.o = args.o.data;
-  p.lse = args.lse;
-  setStrides(args.q, p.q_stride_b, p.q_stride_h, p.q_stride_s);
-  setStrides(args.k, p.k_stride_b, p.k_stride_h, p.k_stride_s);
-  setStrides(args.v, p.v_stride_b, p.v_stride_h, p.v_stride_s);
-  setStrides(args.o, p.o_stride_b, p.o_stride_h, p.o_stride_s);
   std::unique_lock<std::mutex> summaryLock;
   if (Status status = setSharedFields(p, m, args, *impl_, *driver, context, *loaded,
                                       static_cast<cu::Stream>(stream), &summaryLock);
@@ -775,38 +798,28 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
   if (!workspace) {
     workspaceLock = std::unique_lock<std::mutex>(impl_->workspaceMutex);
     DeviceBuffer& buffer = impl_->workspaces[context];
-    if (buffer.size() < layout.total) {
-      // Work already enqueued may still use the old buffer: wait for it before freeing.
-      if (buffer.data() &&
-          !driver->check(driver->cuCtxSynchronize(), "cuCtxSynchronize", &error))
-        return Status::error("Kernel::backward: growing the workspace: " + error);
-      buffer = DeviceBuffer();
-      Status status;
-      buffer = DeviceBuffer::allocate(layout.total, &status);
-      if (!status)
-        return Status::error("Kernel::backward: allocating a " + std::to_string(layout.total) +
-                             "-byte workspace: " + status.message +
-                             " (or pass BackwardArgs::workspace)");
-    }
+    bool waitFailed = false;
+    Status grown = growBuffer(
+        buffer, layout.total,
+        [&](std::string* why) {
+          return driver->check(driver->cuCtxSynchronize(), "cuCtxSynchronize", why);
+        },
+        &waitFailed);
+    if (!grown)
+      return Status::error(waitFailed ? "Kernel::backward: growing the workspace: " + grown.message
+                                      : "Kernel::backward: allocating a " +
+                                            std::to_string(layout.total) + "-byte workspace: " +
+                                            grown.message + " (or pass BackwardArgs::workspace)");
     workspace = static_cast<char*>(buffer.data());
   }
 
   BwdParams p{};
-  p.q = args.q.data;
-  p.k = args.k.data;
-  p.v = args.v.data;
-  p.o = args.o.data;
   p.do_ = args.d_o.data;
-  p.lse = args.lse;
   p.dq = args.dq.data;
   p.dk = args.dk.data;
   p.dv = args.dv.data;
   p.dq_accum = args.deterministic ? nullptr : reinterpret_cast<float*>(workspace + layout.dqAccum);
   p.delta = reinterpret_cast<float*>(workspace + layout.delta);
-  setStrides(args.q, p.q_stride_b, p.q_stride_h, p.q_stride_s);
-  setStrides(args.k, p.k_stride_b, p.k_stride_h, p.k_stride_s);
-  setStrides(args.v, p.v_stride_b, p.v_stride_h, p.v_stride_s);
-  setStrides(args.o, p.o_stride_b, p.o_stride_h, p.o_stride_s);
   setStrides(args.d_o, p.do_stride_b, p.do_stride_h, p.do_stride_s);
   setStrides(args.dq, p.dq_stride_b, p.dq_stride_h, p.dq_stride_s);
   setStrides(args.dk, p.dk_stride_b, p.dk_stride_h, p.dk_stride_s);
