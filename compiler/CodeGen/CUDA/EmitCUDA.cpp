@@ -3,6 +3,8 @@
 // so the same text is the per-element mask (int) and the tile classifier (IntI intervals).
 #include "compiler/CodeGen/CUDA/EmitCUDA.h"
 
+#include "attnc/sm90/bwd_config.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringSwitch.h"
@@ -189,9 +191,8 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
      << op.getKvBounds() << "'.\n";
   const bool hopper = op.getKernel() == "sm90";
   os << (hopper ? "#include \"attnc/sm90/forward.h\"\n" : "#include \"attnc/sm80/forward.h\"\n");
-  const bool hopperBackward =
-      backward && backward.getTilesAttr().getAs<StringAttr>("kv_kernel") &&
-      backward.getTilesAttr().getAs<StringAttr>("kv_kernel").getValue() == "sm90";
+  StringAttr kvKernel = backward ? backward.getTilesAttr().getAs<StringAttr>("kv_kernel") : nullptr;
+  const bool hopperBackward = kvKernel && kvKernel.getValue() == "sm90";
   if (backward)
     os << (hopperBackward ? "#include \"attnc/sm90/backward.h\"\n" : "#include \"attnc/sm80/backward.h\"\n");
   const std::vector<std::pair<int, bool>> summarized = summarizedInputs(op);
@@ -269,13 +270,14 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
     info.qSmemBytes = tile("q_smem_bytes");
     info.preprocessThreads = info.kvThreads;
     if (hopperBackward) {
-      os << llvm::formatv("using BwdHopperConfig = attnc::sm90::BwdConfig<{0}, {1}, {2}, 2, {3}>;\n",
-                          element, op.getHeadDim(), op.getHeadDimV(), tile("hopper_stages"));
+      os << llvm::formatv("using BwdHopperConfig = attnc::sm90::BwdConfig<{0}, {1}, {2}, {3}, {4}>;\n",
+                          element, op.getHeadDim(), op.getHeadDimV(), attnc::sm90::kBwdConsumers,
+                          tile("hopper_stages"));
       os << "static_assert(BwdHopperConfig::kSmemBytes == " << tile("hopper_smem_bytes")
          << ", \"attn-derive-backward and the sm_90a backward template disagree on shared memory\");\n";
       info.kvKernel = "sm90";
-      info.kvThreads = 128 * 3;
-      info.kvBlockKV = 128;
+      info.kvThreads = 128 * (attnc::sm90::kBwdConsumers + 1);
+      info.kvBlockKV = 64 * attnc::sm90::kBwdConsumers;
       info.kvSmemBytes = tile("hopper_smem_bytes");
     }
     result.backward = info;
@@ -301,11 +303,10 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
       os << "  attnc::sm80::" << call << "(p, " << (usesSmem ? "smem" : "nullptr") << ");\n}\n";
     };
     // The sm_90a dK/dV kernel keeps dq_accum in its own layout, which zeroing and conversion follow.
-    const bool tiledDq = result.backward->kvKernel == "sm90";
-    const char* layout = tiledDq ? ", attnc::sm90::TiledDqLayout<BwdHopperConfig>" : "";
+    const char* layout = hopperBackward ? ", attnc::sm90::TiledDqLayout<BwdHopperConfig>" : "";
     entry("_preprocess", "BwdKVConfig",
           (llvm::Twine("backwardPreprocess<BwdKVConfig, Variant") + layout + ">").str(), false);
-    if (tiledDq) {
+    if (hopperBackward) {
       for (auto [suffix, writeDQ] : {std::pair{"_kv", "true"}, std::pair{"_kv_nodq", "false"}})
         os << "\nextern \"C\" __global__ void __launch_bounds__(BwdHopperConfig::kThreads, 1) "
            << stem << suffix << "(const __grid_constant__ attnc::BwdParamsTma p) {\n"

@@ -324,7 +324,7 @@ namespace {
 // The sm_90a dK/dV kernel (templates/attnc/sm90/bwd_config.h, whose resource functions this rule
 // calls): two consumer warpgroups of 64 kv rows stream q tiles of 64 rows; the other backward
 // kernels stay the sm80 ones. Chosen when its registers fit, else the sm80 dK/dV kernel serves.
-constexpr int64_t kHopperBwdConsumers = 2;
+constexpr int64_t kHopperBwdConsumers = attnc::sm90::kBwdConsumers;
 constexpr int64_t kHopperBwdMaxStages = 4;
 // Registers beyond bwdConsumerRegisters(): addresses, loop state, the LSE and delta reads. hd128
 // (208 modelled) compiles with 240 and neither spills nor serializes its wgmma; with 232 ptxas

@@ -14,6 +14,10 @@ namespace sm90 {
 
 constexpr int kBwdProducerRegisters = 24;
 
+// Consumer warpgroups of 64 kv rows each: the block keeps 64 x kBwdConsumers keys and runs
+// 128 x (kBwdConsumers + 1) threads.
+constexpr int kBwdConsumers = 2;
+
 // Queries per streamed tile: wgmma's M for dQ = dS K, and the N of S^T = K Q^T and dP^T = V dO^T.
 constexpr int kBwdBlockQ = 64;
 
@@ -98,7 +102,7 @@ struct BwdConfig {
   static_assert(HeadDimV % 8 == 0 && HeadDimV >= 8 && HeadDimV <= 256,
                 "head_dim_v: multiple of 8 in 8..256");
   static_assert(kDqN * Consumers <= 64 * kKChunks, "dQ's columns stay inside the K tile");
-  static_assert(Consumers == 2, "two consumer warpgroups: one dQ tile is summed from both");
+  static_assert(Consumers == kBwdConsumers, "two consumer warpgroups: dQ's columns are split between them");
   static_assert(Stages >= 2, "one Q/dO tile loading while another is read");
 };
 
