@@ -317,10 +317,6 @@ int64_t backwardKVRegisters(int64_t blockQ, int64_t blockKV, int64_t d, int64_t 
   return backwardKVAccumulators(blockKV, d, dv) + fragments;
 }
 
-}  // namespace
-
-namespace {
-
 // The sm_90a dK/dV kernel (templates/attnc/sm90/bwd_config.h, whose resource functions this rule
 // calls): two consumer warpgroups of 64 kv rows stream q tiles of 64 rows; the other backward
 // kernels stay the sm80 ones. Chosen when its registers fit, else the sm80 dK/dV kernel serves.
@@ -336,7 +332,8 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
   auto note = [&](std::string line) { choice.derivation.push_back(std::move(line)); };
   const int64_t d = problem.headDim, dv = problem.headDimV;
   const int64_t consumers = kHopperBwdConsumers;
-  const int64_t available = (65536 / 128 - attnc::sm90::kBwdProducerRegisters) / consumers / 8 * 8;
+  const int64_t available =
+      attnc::sm90::consumerRegisters(int(consumers), attnc::sm90::kBwdProducerRegisters);
   const int64_t model = attnc::sm90::bwdConsumerRegisters(int(d), int(dv));
   if (d != dv) {
     // The kernel handles d_v != d, but no GPU test has run it yet (the backward suite's cases all
@@ -346,8 +343,9 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
     return;
   }
   if (problem.hopperBackwardExtra < 0) {
-    note("sm_90a dK/dV kernel: the mask reads declared inputs, which its producer warp cannot "
-         "classify within 24 registers: the sm80 dK/dV kernel below serves");
+    note(llvm::formatv("sm_90a dK/dV kernel: the mask reads declared inputs, which its producer warp "
+                       "cannot classify within {0} registers: the sm80 dK/dV kernel below serves",
+                       attnc::sm90::kBwdProducerRegisters));
     return;
   }
   const int64_t needed = model + kHopperBwdReserveRegisters + problem.hopperBackwardExtra;

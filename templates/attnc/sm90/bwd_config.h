@@ -96,7 +96,7 @@ struct BwdConfig {
   // The producer keeps 24 registers (setmaxnreg's least), so the consumers get 240: with 232 ptxas
   // serializes the wgmma of hd128 (CUDA 13.0, "insufficient register resources").
   static constexpr int kProducerRegisters = kBwdProducerRegisters;
-  static constexpr int kConsumerRegisters = (65536 / 128 - kBwdProducerRegisters) / Consumers / 8 * 8;
+  static constexpr int kConsumerRegisters = consumerRegisters(Consumers, kBwdProducerRegisters);
 
   static_assert(HeadDim % 8 == 0 && HeadDim >= 8 && HeadDim <= 256, "head_dim: multiple of 8 in 8..256");
   static_assert(HeadDimV % 8 == 0 && HeadDimV >= 8 && HeadDimV <= 256,

@@ -14,10 +14,11 @@ namespace sm90 {
 //
 // setmaxnreg: the producer keeps kProducerRegisters a thread, the consumers share the rest of the
 // 64K register file (at most 240 each, setmaxnreg's limit). 24 producer registers spill the
-// classification of masks that read declared inputs (document).
+// classification of masks that read declared inputs (document). (The backward's producer keeps
+// fewer: bwd_config.h.)
 constexpr int kProducerRegisters = 40;
-ATTNC_HD constexpr int consumerRegisters(int consumers) {
-  return minOf(240, (65536 / 128 - kProducerRegisters) / consumers / 8 * 8);
+ATTNC_HD constexpr int consumerRegisters(int consumers, int producerRegisters = kProducerRegisters) {
+  return minOf(240, (65536 / 128 - producerRegisters) / consumers / 8 * 8);
 }
 // Shared memory: 1024 bytes of alignment slack, Q (64 rows per consumer), the K/V stages
 // (128-byte-swizzled boxes 64 elements wide) and, per stage, four mbarriers and a schedule slot,
