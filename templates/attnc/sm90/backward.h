@@ -33,6 +33,7 @@
 #include "attnc/common/types.h"
 #include "attnc/sm80/backward.h"
 #include "attnc/sm80/copy.h"
+#include "attnc/sm80/gemm.h"
 #include "attnc/sm80/mma.h"
 #include "attnc/sm90/async.h"
 #include "attnc/sm90/bwd_config.h"
@@ -46,8 +47,7 @@ template <class Config>
 struct BackwardSmem {
   u32 base;  // 1024-byte aligned
 
-  ATTNC_DEVICE explicit BackwardSmem(unsigned char* raw)
-      : base((sm80::smemAddress(raw) + 1023u) & ~1023u) {}
+  ATTNC_DEVICE explicit BackwardSmem(unsigned char* raw) : base(swizzleAlignedBase(raw)) {}
 
   ATTNC_DEVICE u32 k() const { return base; }
   ATTNC_DEVICE u32 v() const { return base + u32(Config::kKBytes); }
@@ -96,7 +96,6 @@ template <bool Value>
 struct Flag {
   static constexpr bool value = Value;
 };
-
 
 // Each consumer's named barrier (1 + consumer; 0 is __syncthreads): its dQ tile is free, or
 // written.
@@ -222,14 +221,8 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
 
   float dk[1][Config::kDkTiles][4];
   float dv[1][Config::kDvTiles][4];
-#pragma unroll
-  for (int n = 0; n < Config::kDkTiles; ++n)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) dk[0][n][c] = 0.0f;
-#pragma unroll
-  for (int n = 0; n < Config::kDvTiles; ++n)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) dv[0][n][c] = 0.0f;
+  sm80::warp::zero(dk);
+  sm80::warp::zero(dv);
   const float log2Scale = Variant::kHasScore ? kLog2e : p.scale * kLog2e;
   const u32 dropThreshold = Variant::kHasDropout ? dropoutThreshold(p.dropout_p) : 0u;
   const float dropScale = Variant::kHasDropout ? 1.0f / (1.0f - p.dropout_p) : 1.0f;

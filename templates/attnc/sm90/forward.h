@@ -29,6 +29,7 @@
 #include "attnc/common/types.h"
 #include "attnc/sm80/copy.h"
 #include "attnc/sm80/epilogue.h"
+#include "attnc/sm80/gemm.h"
 #include "attnc/sm80/mma.h"
 #include "attnc/sm80/softmax.h"
 #include "attnc/sm90/async.h"
@@ -38,12 +39,17 @@
 namespace attnc {
 namespace sm90 {
 
+// The first 1024-byte aligned address of the dynamic shared memory: 128-byte-swizzled TMA boxes
+// and wgmma operands start on swizzle atoms (wgmma.h).
+ATTNC_DEVICE u32 swizzleAlignedBase(unsigned char* raw) {
+  return (sm80::smemAddress(raw) + u32(kSwizzleAtomBytes - 1)) & ~u32(kSwizzleAtomBytes - 1);
+}
+
 template <class Config>
 struct ForwardSmem {
   u32 base;  // 1024-byte aligned
 
-  ATTNC_DEVICE explicit ForwardSmem(unsigned char* raw)
-      : base((sm80::smemAddress(raw) + 1023u) & ~1023u) {}
+  ATTNC_DEVICE explicit ForwardSmem(unsigned char* raw) : base(swizzleAlignedBase(raw)) {}
 
   ATTNC_DEVICE u32 q(int group) const { return base + u32(group * Config::kQGroupBytes); }
   ATTNC_DEVICE u32 k(int stage) const {
@@ -187,10 +193,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   const int qRow = groupRow + 16 * warp + (lane >> 2);
 
   float o[1][kNv][4];
-#pragma unroll
-  for (int nv = 0; nv < kNv; ++nv)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) o[0][nv][c] = 0.0f;
+  sm80::warp::zero(o);
   sm80::OnlineSoftmax<1> softmax;
   // Without a score hook the scale folds into the base-2 exponent: one FFMA per probability.
   const float log2Scale = Variant::kHasScore ? kLog2e : p.scale * kLog2e;
