@@ -97,6 +97,22 @@ struct Flag {
   static constexpr bool value = Value;
 };
 
+// Writes a warpgroup accumulator (times `factor`) to global rows: this lane's rows `row` and
+// `row + 8` below `rows`, its pairs of columns below Width.
+template <int Width, class Element, int Tiles>
+ATTNC_DEVICE void storeAccumulatorRows(Element* gmem, i64 stride, const float (&acc)[1][Tiles][4],
+                                       float factor, int row, int rows, int colInQuad) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row + 8 * r >= rows) continue;
+#pragma unroll
+    for (int n = 0; n < Tiles; ++n)
+      if (8 * n + colInQuad < Width)
+        *reinterpret_cast<u32*>(gmem + (row + 8 * r) * stride + 8 * n + colInQuad) =
+            Convert<Element>::pack2(acc[0][n][2 * r] * factor, acc[0][n][2 * r + 1] * factor);
+  }
+}
+
 // Each consumer's named barrier (1 + consumer; 0 is __syncthreads): its dQ tile is free, or
 // written.
 constexpr int kDqBarrier = 1;
@@ -344,11 +360,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     u32 pA[1][Config::kPSteps][4];
     sm80::warp::packP<Element>(pA, pd);
     wgmmaFence();
-#pragma unroll
-    for (int kk = 0; kk < Config::kPSteps; ++kk)
-      WgmmaRS<Element, kDvN>::template run<1>(flat(dv), pA[0][kk],
-                                              mnMajorDescriptor(doTile, kBlockQ, kk), 1);
-    wgmmaCommit();
+    gemmRegsMNMajor<Element, kDvN>(flat(dv), pA[0], doTile, kBlockQ);
 
     // dS^T = P score' (dP^T dropped and rescaled - delta): the A operand of dK += dS^T Q.
     wgmmaWait<1>();  // dP^T is done; dV's GEMM may still run
@@ -391,11 +403,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
       mbarrierArrive(smem.dsFull(buffer));
     }
     wgmmaFence();
-#pragma unroll
-    for (int kk = 0; kk < Config::kPSteps; ++kk)
-      WgmmaRS<Element, kDkN>::template run<1>(flat(dk), dsA[0][kk],
-                                              mnMajorDescriptor(qTile, kBlockQ, kk), 1);
-    wgmmaCommit();
+    gemmRegsMNMajor<Element, kDkN>(flat(dk), dsA[0], qTile, kBlockQ);
 
     if constexpr (WriteDQ) {
       // dQ of the previous q tile (issued a tile late so that the consumers need not wait for each
@@ -432,25 +440,14 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     if (groupThread == 0) bulkWait<0>();
   }
 
-  // dK (times the softmax scale) and dV: this lane's rows, pairs of columns.
+  // dK (times the softmax scale) and dV.
   if (!groupHasRows) return;
-  Element* dkG = static_cast<Element*>(p.dk) + b * p.dk_stride_b + hKv * p.dk_stride_h;
-  Element* dvG = static_cast<Element*>(p.dv) + b * p.dv_stride_b + hKv * p.dv_stride_h;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int kv = kvRow + 8 * r;
-    if (kv >= p.kv_len) continue;
-#pragma unroll
-    for (int n = 0; n < Config::kDkTiles; ++n)
-      if (8 * n + colInQuad < Config::kHeadDim)
-        *reinterpret_cast<u32*>(dkG + kv * p.dk_stride_s + 8 * n + colInQuad) =
-            Convert<Element>::pack2(dk[0][n][2 * r] * p.scale, dk[0][n][2 * r + 1] * p.scale);
-#pragma unroll
-    for (int n = 0; n < Config::kDvTiles; ++n)
-      if (8 * n + colInQuad < Config::kHeadDimV)
-        *reinterpret_cast<u32*>(dvG + kv * p.dv_stride_s + 8 * n + colInQuad) =
-            Convert<Element>::pack2(dv[0][n][2 * r], dv[0][n][2 * r + 1]);
-  }
+  storeAccumulatorRows<Config::kHeadDim>(
+      static_cast<Element*>(p.dk) + b * p.dk_stride_b + hKv * p.dk_stride_h, p.dk_stride_s, dk,
+      p.scale, kvRow, p.kv_len, colInQuad);
+  storeAccumulatorRows<Config::kHeadDimV>(
+      static_cast<Element*>(p.dv) + b * p.dv_stride_b + hKv * p.dv_stride_h, p.dv_stride_s, dv,
+      1.0f, kvRow, p.kv_len, colInQuad);
 }
 
 }  // namespace sm90

@@ -229,11 +229,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
                                                              Config::kBlockKV);
   };
   const auto issuePV = [&](int vStage) {
-#pragma unroll
-    for (int kk = 0; kk < Config::kPVSteps; ++kk)
-      WgmmaRS<Element, Config::kHeadDimV>::template run<1>(
-          flat(o), pA[0][kk], mnMajorDescriptor(smem.v(vStage), Config::kBlockKV, kk), 1);
-    wgmmaCommit();
+    gemmRegsMNMajor<Element, Config::kHeadDimV>(flat(o), pA[0], smem.v(vStage), Config::kBlockKV);
   };
   // The epilogue and softmax of S (tile `tile`), once S is in registers.
   const auto softmaxStep = [&](int tile, Tri tileClass, float (&factors)[1][2]) {

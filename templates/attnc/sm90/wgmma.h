@@ -63,6 +63,18 @@ ATTNC_DEVICE void gemmKMajor(float (&acc)[N / 2], u32 aTile, int aRows, u32 bTil
   wgmmaCommit();
 }
 
+// acc += A B over Steps k16 steps, one commit group: A in registers (one m16k16 fragment per step,
+// as packP makes them from accumulators), B an MN-major tile of bRows rows per 64-column chunk
+// (mnMajorDescriptor), the reduction dimension along its rows.
+template <class Element, int N, int Steps>
+ATTNC_DEVICE void gemmRegsMNMajor(float (&acc)[N / 2], const u32 (&a)[Steps][4], u32 bTile,
+                                  int bRows) {
+#pragma unroll
+  for (int kk = 0; kk < Steps; ++kk)
+    WgmmaRS<Element, N>::template run<1>(acc, a[kk], mnMajorDescriptor(bTile, bRows, kk), 1);
+  wgmmaCommit();
+}
+
 // Pins accumulator registers at this point of the program: the compiler may not move their reads
 // or writes across it (it cannot see that wgmma writes them asynchronously).
 template <int N>
