@@ -443,6 +443,14 @@ ATTNC_HD float empty_hi(float) { return -kInf; }
 ATTNC_HD bool is_nan_value(int) { return false; }
 ATTNC_HD bool is_nan_value(float x) { return isNan(x); }
 ATTNC_HD int bits_as(u32 bits, int) { return int(bits); }
+// Widens the hull [lo, hi] (and the NaN flag) by the values [vlo, vhi] (one element: vlo == vhi;
+// a summarized block with a NaN holds NaN in both).
+template <class T>
+ATTNC_HD void widen_hull(T& lo, T& hi, bool& nan, T vlo, T vhi) {
+  nan = nan || is_nan_value(vlo);
+  lo = min(lo, vlo);
+  hi = max(hi, vhi);
+}
 ATTNC_HD float bits_as(u32 bits, float) { return __builtin_bit_cast(float, bits); }
 
 // The hull [lo, hi] of an input over a box, with `nan` set where an element (or a summarized
@@ -469,9 +477,7 @@ ATTNC_HD bool scan_hull(const InputRef& in, IntI b, IntI h, IntI pos, InputExten
 #pragma unroll 1
       for (int pi = (part == 0 ? box.pos.lo : row.tailStart) + share.first; pi < end; pi += share.step) {
         const T v = rowData[pi * in.stride_pos];
-        nan = nan || is_nan_value(v);
-        lo = min(lo, v);
-        hi = max(hi, v);
+        widen_hull(lo, hi, nan, v, v);
       }
     }
     const SummaryEntry* rowSummaries =
@@ -479,10 +485,7 @@ ATTNC_HD bool scan_hull(const InputRef& in, IntI b, IntI h, IntI pos, InputExten
 #pragma unroll 1
     for (int i = share.first; i < row.blocks; i += share.step) {
       const SummaryEntry s = rowSummaries[i];
-      const T vlo = bits_as(s.lo, T()), vhi = bits_as(s.hi, T());
-      nan = nan || is_nan_value(vlo);  // a block with a NaN stores NaN in both words
-      lo = min(lo, vlo);
-      hi = max(hi, vhi);
+      widen_hull(lo, hi, nan, bits_as(s.lo, T()), bits_as(s.hi, T()));
     }
   }
 #if defined(__CUDA_ARCH__)

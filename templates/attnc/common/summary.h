@@ -31,9 +31,7 @@ ATTNC_DEVICE void summarizeInput(const SummaryParams& p, int slot) {
       const int pos = block * kSummaryBlock + i;
       if (pos >= e.positions) break;  // a shorter last block
       const T v = static_cast<const T*>(in.ptr)[expr::input_offset(in, b, h, pos, e)];
-      nan = nan || expr::is_nan_value(v);
-      lo = expr::min(lo, v);
-      hi = expr::max(hi, v);
+      expr::widen_hull(lo, hi, nan, v, v);
     }
     lo = expr::warp_min(lo);
     hi = expr::warp_max(hi);
