@@ -171,10 +171,6 @@ struct FwdParamsTma {
   TensorMap tma_q, tma_k, tma_v;
 };
 
-}  // namespace attnc
-
-namespace attnc {
-
 // The sm_90a backward dK/dV kernel's parameters: BwdParams plus the tensor maps its TMA copies read
 // through (4-D as for FwdParamsTma): Q and dO in boxes of 64 rows, K and V in boxes of the block's
 // kv rows.
