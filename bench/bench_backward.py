@@ -132,7 +132,7 @@ def write_md(path, results, argv):
                      f"{ratio('cudnn')} | {ratio('fa2')} | {ratio('flex')} | {r['check']} |")
     if path:
         facts = f"{torch.cuda.get_device_name()}; torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}"
-        command = " ".join(a.replace(os.environ.get("OUT", "//"), "$OUT") for a in argv)
+        command = fwd.shown_command(argv)
         with open(path, "w") as f:
             f.write("# attnc backward performance on the H200\n\n")
             f.write(f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}\n- GPU: {facts}\n")
@@ -166,7 +166,7 @@ def main():
     flex = torch.compile(flex_attention)
     results = []
     for row in fwd.rows(args.quick):
-        if args.only and not any(text in row.name for text in args.only):
+        if not fwd.selected(row, args.only):
             continue
         # A fresh compile per row: otherwise dynamo's recompile limit (8) is hit across the grid's
         # shapes and FlexAttention silently runs unfused for the remaining rows.

@@ -65,6 +65,16 @@ def rows(quick):
     return out
 
 
+def selected(row, only):
+    """Whether --only (a list of texts, or None for every row) keeps the row."""
+    return not only or any(text in row.name for text in only)
+
+
+def shown_command(argv):
+    """The command line as the reports print it: the device's output folder as $OUT."""
+    return " ".join(a.replace(os.environ.get("OUT", "//"), "$OUT") for a in argv)
+
+
 def spec_of(row):
     mask = {"none": "none", "causal": "causal", "window": f"{{window: {row.window}}}",
             "prefix": f"{{prefix: {row.prefix}}}", "document": "{document: doc, causal: true}"}[row.mask]
@@ -282,7 +292,7 @@ def write_outputs(results, facts, argv, md_path, png_path, json_path):
              f" cuDNN {facts['cudnn']}); attnc {facts['attnc']} (target {facts['target']}: "
              + ("the sm90 template: wgmma, TMA, warp specialization)" if facts['target'] == "sm_90a"
                 else "the sm_80-family template: mma.sync, ldmatrix, cp.async)"),
-             f"- command: `bash bench/run.sh {' '.join(a.replace(os.environ.get('OUT', '//'), '$OUT') for a in argv)}`",
+             f"- command: `bash bench/run.sh {shown_command(argv)}`",
              "- bf16, BHSD, forward only (attnc also writes the LSE). Grid rows: B = 16K / N; 32 heads at hd64,"
              " 16 at hd128, 8 at hd256 (heads x hd = 2048, the same work per token). Sq == Skv, so torch's"
              " top-left `is_causal` equals attnc's bottom-right causal.",
@@ -380,7 +390,7 @@ def main():
     results = []
     t0 = time.time()
     for row in rows(args.quick):
-        if args.only and not any(text in row.name for text in args.only):
+        if not selected(row, args.only):
             continue
         t1 = time.time()
         try:
