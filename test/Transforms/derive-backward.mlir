@@ -165,3 +165,16 @@ attn.tiled_forward @hopper_hd256 attributes {dropout = 0.0, element_type = bf16,
     classification = "none", kv_bounds = "all", target = "sm_90a", derivation = []} mask {
 } score {
 }
+
+// -----
+
+// sm_90a with head_dim_v = 64 < head_dim = 128: the same wgmma dK/dV kernel (dK and S^T 128 wide,
+// dV and dP^T 64 wide), with fewer registers than hd128 and a fourth stage.
+// HOPPER-LABEL: attn.tiled_backward @hopper_dv64_bwd
+// HOPPER-SAME: kv_kernel = "sm90"
+attn.tiled_forward @hopper_dv64 attributes {dropout = 0.0, element_type = bf16, head_dim = 128,
+    head_dim_v = 64, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.088,
+    kernel = "sm90", block_q = 128, block_kv = 128, warps = 12, stages = 3, smem_bytes = 230528,
+    classification = "none", kv_bounds = "all", target = "sm_90a", derivation = []} mask {
+} score {
+}

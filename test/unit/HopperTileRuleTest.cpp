@@ -109,29 +109,30 @@ TEST(HopperTileRule, BackwardTakesTheWgmmaKernelWhereItsRegistersFit) {
   const TileTarget target = tileTarget("sm_90a");
   int hopper = 0;
   for (int64_t d = 16; d <= 256; d += 8) {
-    for (int64_t extra : {int64_t(0), int64_t(16), int64_t(-1)}) {
-      SCOPED_TRACE(testing::Message() << "d " << d << " extra " << extra);
-      TileProblem problem{d, d, 2, 0, 0, 0, 0};
-      problem.hopperBackwardExtra = extra;
-      mlir::FailureOr<BackwardTileChoice> choice = deriveBackwardTiles(problem, target);
-      ASSERT_TRUE(mlir::succeeded(choice));
-      const int64_t needed = attnc::sm90::bwdConsumerRegisters(int(d), int(d)) + 32 + extra;
-      const bool fits = extra >= 0 && needed <= 240 &&
-                        attnc::sm90::bwdSmemBytes(int(d), int(d), 2, 2) <= target.smemPerBlock;
-      EXPECT_EQ(choice->kvKernel, fits ? "sm90" : "sm80");
-      if (choice->kvKernel != "sm90") continue;
-      ++hopper;
-      EXPECT_GE(choice->hopperStages, 2);
-      EXPECT_LE(choice->hopperStages, 4);
-      EXPECT_EQ(choice->hopperSmemBytes,
-                attnc::sm90::bwdSmemBytes(int(d), int(d), 2, int(choice->hopperStages)));
-      EXPECT_LE(choice->hopperSmemBytes, target.smemPerBlock);
-      if (choice->hopperStages < 4)
-        EXPECT_GT(attnc::sm90::bwdSmemBytes(int(d), int(d), 2, int(choice->hopperStages) + 1),
-                  target.smemPerBlock);
+    // head_dim_v != head_dim takes the same kernel: dK is d wide, dV d_v wide.
+    for (int64_t dv : {d, std::max<int64_t>(16, d / 2 / 8 * 8), std::min<int64_t>(256, 2 * d)}) {
+      for (int64_t extra : {int64_t(0), int64_t(16), int64_t(-1)}) {
+        SCOPED_TRACE(testing::Message() << "d " << d << " dv " << dv << " extra " << extra);
+        TileProblem problem{d, dv, 2, 0, 0, 0, 0};
+        problem.hopperBackwardExtra = extra;
+        mlir::FailureOr<BackwardTileChoice> choice = deriveBackwardTiles(problem, target);
+        ASSERT_TRUE(mlir::succeeded(choice));
+        const int64_t needed = attnc::sm90::bwdConsumerRegisters(int(d), int(dv)) + 32 + extra;
+        auto smem = [&](int stages) { return attnc::sm90::bwdSmemBytes(int(d), int(dv), 2, stages); };
+        const bool fits = extra >= 0 && needed <= 240 && smem(2) <= target.smemPerBlock;
+        EXPECT_EQ(choice->kvKernel, fits ? "sm90" : "sm80");
+        if (choice->kvKernel != "sm90") continue;
+        ++hopper;
+        EXPECT_GE(choice->hopperStages, 2);
+        EXPECT_LE(choice->hopperStages, 4);
+        EXPECT_EQ(choice->hopperSmemBytes, smem(int(choice->hopperStages)));
+        EXPECT_LE(choice->hopperSmemBytes, target.smemPerBlock);
+        if (choice->hopperStages < 4)
+          EXPECT_GT(smem(int(choice->hopperStages) + 1), target.smemPerBlock);
+      }
     }
   }
-  EXPECT_GT(hopper, 10);  // hd 16..128 without an epilogue, at least
+  EXPECT_GT(hopper, 30);  // hd 16..128 without an epilogue, at least, with three d_v each
   // hd128, the main case, fits with nothing to spare; hd136 does not.
   TileProblem hd128{128, 128, 2, 0, 0, 0, 0};
   EXPECT_EQ(deriveBackwardTiles(hd128, target)->kvKernel, "sm90");

@@ -335,13 +335,6 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
   const int64_t available =
       attnc::sm90::consumerRegisters(int(consumers), attnc::sm90::kBwdProducerRegisters);
   const int64_t model = attnc::sm90::bwdConsumerRegisters(int(d), int(dv));
-  if (d != dv) {
-    // The kernel handles d_v != d, but no GPU test has run it yet (the backward suite's cases all
-    // have d_v == d): until one does, the verified sm80 kernel serves.
-    note("sm_90a dK/dV kernel: head_dim_v != head_dim is not yet verified on a GPU: the sm80 "
-         "dK/dV kernel below serves");
-    return;
-  }
   if (problem.hopperBackwardExtra < 0) {
     note(llvm::formatv("sm_90a dK/dV kernel: the mask reads declared inputs, which its producer warp "
                        "cannot classify within {0} registers: the sm80 dK/dV kernel below serves",
