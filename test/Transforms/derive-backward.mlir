@@ -142,11 +142,12 @@ attn.tiled_forward @hopper_hd128 attributes {dropout = 0.0, element_type = bf16,
 
 // -----
 
-// sm_90a with dropout at head dim 128: 16 more registers than the 240 (ptxas spilled 36 bytes), so
-// the sm80 dK/dV kernel serves.
+// sm_90a with dropout at head dim 128: the keep bits are made before S^T and dP^T are live, so
+// dropout costs the wgmma dK/dV kernel no register (ptxas: no spill).
 // HOPPER-LABEL: attn.tiled_backward @hopper_dropout_bwd
-// HOPPER-SAME: sm_90a dK/dV kernel: registers 208
-// HOPPER-SAME: kv_kernel = "sm80"
+// HOPPER-SAME: sm_90a dK/dV kernel: 2 consumer warpgroups
+// HOPPER-SAME: + 0 epilogue = 240 <= 240 per consumer thread
+// HOPPER-SAME: kv_kernel = "sm90"
 attn.tiled_forward @hopper_dropout attributes {dropout = 0.1, element_type = bf16, head_dim = 128,
     head_dim_v = 128, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.088,
     kernel = "sm90", block_q = 128, block_kv = 128, warps = 12, stages = 3, smem_bytes = 230528,

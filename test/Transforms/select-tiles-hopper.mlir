@@ -18,11 +18,11 @@ attn.attention @hd128 attributes {dropout = 0.0, element_type = bf16, head_dim =
 attn.attention @hd256 attributes {dropout = 0.0, element_type = bf16, head_dim = 256,
     head_dim_v = 256, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.0625} mask {} score {}
 
-// hd256 with dropout: its 40 epilogue registers leave the wgmma kernel no B_c; the sm_80-family
-// kernel takes the spec instead.
+// hd256 with dropout: its 16 epilogue registers (one Philox call's state) leave the wgmma kernel
+// B_c = 32.
 // CHECK-LABEL: attn.attention @hd256_dropout
 // CHECK: tiles = {block_kv = 32 : i64, block_q = 128 : i64
-// CHECK-SAME: "sm90 kernel: O + S + P do not fit a consumer warpgroup's registers; the sm_80-family kernel instead"
-// CHECK-SAME: kernel = "sm80"
+// CHECK-SAME: 232 - 56 reserved - 16 for the epilogue: B_c = 32
+// CHECK-SAME: kernel = "sm90"
 attn.attention @hd256_dropout attributes {dropout = 0.1, element_type = bf16, head_dim = 256,
     head_dim_v = 256, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.0625} mask {} score {}

@@ -21,31 +21,37 @@ def philox4x32_10(c0, c1, c2, c3, k0, k1):
 
 
 def threshold(p):
-    """u32(min(double(float(p)) * 2^32, 2^32 - 1)), truncating; p is a float32 in the kernel."""
-    t = float(np.float32(p)) * 4294967296.0
+    """u32(min(double(float(p)) * 2^16, 2^16 - 1)), truncating; p is a float32 in the kernel."""
+    t = float(np.float32(p)) * 65536.0
     if not t > 0.0:
         return 0
-    return 4294967295 if t >= 4294967295.0 else int(t)
+    return 65535 if t >= 65535.0 else int(t)
 
 
-def random_words(seed, offset, batch, heads_q, q_len, kv_len):
-    """The random word of every element (b, h, q, k): uint64 array [batch, heads_q, q_len, kv_len]."""
+def random_bits(seed, offset, batch, heads_q, q_len, kv_len):
+    """The 16 random bits of every element (b, h, q, k): uint64 array [batch, heads_q, q_len, kv_len].
+    Element (q, k) takes 16-bit half (k & 1) of word 2 ((q >> 3) & 1) + ((k >> 3) & 1) of the
+    Philox call with counter {kGroup, qGroup, b * heads_q + h, lo32(offset)}."""
     k0 = seed & 0xFFFFFFFF
     k1 = ((seed >> 32) ^ (offset >> 32)) & 0xFFFFFFFF
-    groups = (kv_len + 3) // 4
     bh = np.arange(batch * heads_q, dtype=np.uint64).reshape(-1, 1, 1)
     q = np.arange(q_len, dtype=np.uint64).reshape(1, -1, 1)
-    g = np.arange(groups, dtype=np.uint64).reshape(1, 1, -1)
-    shape = (batch * heads_q, q_len, groups)
-    c0 = np.broadcast_to(g, shape)
-    c1 = np.broadcast_to(q, shape)
+    k = np.arange(kv_len, dtype=np.uint64).reshape(1, 1, -1)
+    shape = (batch * heads_q, q_len, kv_len)
+    q_group = (q >> np.uint64(4)) * np.uint64(8) + (q & np.uint64(7))
+    k_group = (k >> np.uint64(4)) * np.uint64(4) + ((k >> np.uint64(1)) & np.uint64(3))
+    c0 = np.broadcast_to(k_group, shape)
+    c1 = np.broadcast_to(q_group, shape)
     c2 = np.broadcast_to(bh, shape)
     c3 = np.full(shape, offset & 0xFFFFFFFF, dtype=np.uint64)
-    words = np.stack(philox4x32_10(c0, c1, c2, c3, k0, k1), axis=-1)  # [bh, q, groups, 4]
-    words = words.reshape(batch * heads_q, q_len, groups * 4)[:, :, :kv_len]
-    return words.reshape(batch, heads_q, q_len, kv_len)
+    words = np.stack(philox4x32_10(c0, c1, c2, c3, k0, k1), axis=-1)  # [bh, q, k, 4]
+    index = np.broadcast_to(np.uint64(2) * ((q >> np.uint64(3)) & np.uint64(1))
+                            + ((k >> np.uint64(3)) & np.uint64(1)), shape).astype(np.int64)
+    word = np.take_along_axis(words, index[..., None], axis=-1)[..., 0]
+    bits = (word >> (np.uint64(16) * np.broadcast_to(k & np.uint64(1), shape))) & np.uint64(0xFFFF)
+    return bits.reshape(batch, heads_q, q_len, kv_len)
 
 
 def keep_mask(seed, offset, p, batch, heads_q, q_len, kv_len):
     """True where the element is kept (not dropped): bool [batch, heads_q, q_len, kv_len]."""
-    return random_words(seed, offset, batch, heads_q, q_len, kv_len) >= np.uint64(threshold(p))
+    return random_bits(seed, offset, batch, heads_q, q_len, kv_len) >= np.uint64(threshold(p))

@@ -1,7 +1,7 @@
 """GPU tests of attnc's forward kernels through the C API (ctypes): each case against a float64
 torch reference computed on the device, with poisoned outputs and fresh random inputs; masks,
-score mods, GQA/MQA, dtypes, layouts, odd lengths, fully masked rows, dropout (against a host
-rebuild of the Philox mask), argument validation. Prints a summary table last.
+score mods, GQA/MQA, head_dim_v != head_dim, dtypes, layouts, odd lengths, fully masked rows,
+dropout (against a host rebuild of the Philox mask), argument validation. Prints a summary table last.
 
   python3 test/gpu/test_forward.py [--subset all|small] [--ref-device cuda|cpu] [--results-md PATH]
 
@@ -9,6 +9,7 @@ ATTNC_TEST_BREAK_MASK=1 feeds attnc a subtly different mask than the reference c
 must then fail): it only changes the spec text, never the kernels or the reference."""
 import argparse
 import concurrent.futures
+import contextlib
 import datetime
 import math
 import os
@@ -190,12 +191,13 @@ ALL_LENS = [1, 17, 127, 128, 129, 1000, 4097]
 
 
 def plan(subset):
-    """(variant, head_dim, dtype, [(Sq, Skv), ...], batch) groups."""
+    """(variant, head_dim or (head_dim, head_dim_v), dtype, [(Sq, Skv), ...], batch) groups."""
     if subset == "small":
         small = [(1, 1), (17, 129), (129, 17), (128, 128)]
         return [("full", 64, "bf16", small, 2), ("causal", 128, "fp16", small, 2),
                 ("document_causal", 64, "bf16", small, 2), ("gqa8", 128, "bf16", small, 2),
-                ("custom_score", 64, "bf16", small, 2), ("dropout0.1", 64, "bf16", [(128, 128)], 2)]
+                ("custom_score", 64, "bf16", small, 2), ("dropout0.1", 64, "bf16", [(128, 128)], 2),
+                ("causal", (128, 64), "bf16", [(129, 129)], 2)]
     groups = []
     hd_lens = [(1, 1), (17, 17), (129, 1000), (1000, 129), (1000, 1000), (128, 4097), (1, 4097), (4097, 4097)]
     for hd in (32, 64, 72, 80, 96, 128, 160, 192, 256):
@@ -220,7 +222,27 @@ def plan(subset):
     for name in ("dropout0.1", "dropout0.3"):
         groups.append((name, 64, "bf16", [(512, 512), (129, 1000)], 2))
     groups.append(("dropout0.1", 128, "fp16", [(1000, 129)], 2))
+    # Head dim 256 with dropout: the wgmma kernel at B_c = 32 (dropout's registers leave no more).
+    groups.append(("dropout0.1", 256, "bf16", [(300, 300), (129, 1000)], 1))
+    # head_dim_v != head_dim (a (d, d_v) pair): V and O are d_v wide, Q and K d wide.
+    dv_lens = [(17, 17), (127, 1000), (1000, 127), (1000, 1000)]
+    groups.append(("causal", (128, 64), "bf16", dv_lens, 2))
+    groups.append(("causal", (64, 128), "bf16", dv_lens, 2))
+    groups.append(("full", (256, 128), "bf16", [(17, 17), (1000, 1000)], 1))
     return groups
+
+
+def head_dims(dims):
+    """(head_dim, head_dim_v) of a plan's dims: an int (both the same) or a pair."""
+    return dims if isinstance(dims, tuple) else (dims, dims)
+
+
+def spec_text(name, dims, dtype):
+    hd, hdv = head_dims(dims)
+    spec = V[name].spec(hd, dtype)
+    if hdv != hd:  # its own kernel name: (128, 64) must not collide with hd 128 in one process
+        spec = spec.replace(f"_hd{hd}_", f"_hd{hd}v{hdv}_") + f"head_dim_v: {hdv}\n"
+    return spec
 
 
 # ---- Reference and checks ----
@@ -259,10 +281,19 @@ def sdpa_error(var, q, k, v, scale, hq, hkv, ql, kl, ref):
     mode = var.sdpa
     if mode is None or (mode == "causal_br" and ql != kl):
         return None
+    backends = contextlib.nullcontext()
+    if v.shape[-1] != q.shape[-1]:
+        # Flash (and cuDNN) want V as wide as Q; the efficient and math backends take d_v != d.
+        try:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+        except ImportError:
+            return None
+        backends = sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
     try:
-        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                             is_causal=mode in ("causal_br", "causal_tl"), scale=scale,
-                                             enable_gqa=hq != hkv)
+        with backends:
+            out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                 is_causal=mode in ("causal_br", "causal_tl"), scale=scale,
+                                                 enable_gqa=hq != hkv)
     except Exception as e:  # noqa: BLE001
         print(f"  (sdpa unavailable: {e})")
         return None
@@ -287,14 +318,22 @@ class Results:
             self.failures.append(f"{key}: {what}")
 
 
-def run_case(lib_kernel, var, hd, dtype, B, ql, kl, ref_dev, res, key):
+def check_head_dim_v(info, hdv):
+    # V and O are sized by hdv: a kernel of another width would read and write past them.
+    if info["head_dim_v"] != hdv:
+        raise RuntimeError(f"kernel's head_dim_v is {info['head_dim_v']}, the spec asked for {hdv}")
+
+
+def run_case(lib_kernel, var, hd, dtype, B, ql, kl, ref_dev, res, key, hdv=None):
+    hdv = hdv or hd  # V and O are head_dim_v wide
     info = lib_kernel.info
+    check_head_dim_v(info, hdv)
     hq, hkv = info["heads_q"], info["heads_kv"]
     dt = TORCH_DTYPE[dtype]
     dev = torch.device("cuda")
     q = torch.randn(B, ql, hq, hd, device=dev, dtype=dt)
     k = torch.randn(B, kl, hkv, hd, device=dev, dtype=dt)
-    v = torch.randn(B, kl, hkv, hd, device=dev, dtype=dt)
+    v = torch.randn(B, kl, hkv, hdv, device=dev, dtype=dt)
     npos = max(ql, kl)
     inputs = {n: gen(B, hq, npos, dev) for n, (_, _, gen) in var.inputs.items()}
     in_args = [(inputs[n], var.inputs[n][1]) for n in lib_kernel.input_names]
@@ -307,10 +346,10 @@ def run_case(lib_kernel, var, hd, dtype, B, ql, kl, ref_dev, res, key):
     for layout in ("bshd", "bhsd"):
         if layout == "bshd":
             qq, kk, vv = q, k, v
-            o = torch.full((B, ql, hq, hd), float("nan"), device=dev, dtype=dt)
+            o = torch.full((B, ql, hq, hdv), float("nan"), device=dev, dtype=dt)
         else:
             qq, kk, vv = (t.transpose(1, 2).contiguous() for t in (q, k, v))
-            o = torch.full((B, hq, ql, hd), float("nan"), device=dev, dtype=dt)
+            o = torch.full((B, hq, ql, hdv), float("nan"), device=dev, dtype=dt)
         lse = torch.full((B, hq, ql), float("nan"), device=dev, dtype=torch.float32)
         lib_kernel.forward(qq, kk, vv, o, lse, in_args, layout=layout)
         torch.cuda.synchronize()
@@ -339,26 +378,28 @@ def run_case(lib_kernel, var, hd, dtype, B, ql, kl, ref_dev, res, key):
         if sdpa is not None and err > max(SDPA_FACTOR * sdpa, SDPA_FLOOR):
             problems.append(f"{layout}: relerr {err:.2e} > {SDPA_FACTOR:g} x SDPA's {sdpa:.2e}")
     ok = not problems
-    what = f"hd{hd} {dtype} B{B} Sq{ql} Skv{kl}: " + "; ".join(problems)
+    what = f"hd{hd}" + (f" dv{hdv}" if hdv != hd else "") + f" {dtype} B{B} Sq{ql} Skv{kl}: " + "; ".join(problems)
     print(f"{'ok  ' if ok else 'FAIL'} {key:28s} B{B} Sq{ql:5d} Skv{kl:5d} err {worst:.2e} lse {worst_lse:.1e}"
           f" sdpa {'-' if sdpa is None else f'{sdpa:.2e}'}" + ("" if ok else "  <- " + "; ".join(problems)),
           flush=True)
     res.add(key, ok, worst, worst_lse, sdpa, what)
 
 
-def run_dropout_case(kern, var, hd, dtype, B, ql, kl, ref_dev, res, key):
+def run_dropout_case(kern, var, hd, dtype, B, ql, kl, ref_dev, res, key, hdv=None):
+    hdv = hdv or hd
     info = kern.info
+    check_head_dim_v(info, hdv)
     hq, hkv = info["heads_q"], info["heads_kv"]
     p = float(info["dropout"])
     dt = TORCH_DTYPE[dtype]
     dev = torch.device("cuda")
     q = torch.randn(B, ql, hq, hd, device=dev, dtype=dt)
     k = torch.randn(B, kl, hkv, hd, device=dev, dtype=dt)
-    v = torch.randn(B, kl, hkv, hd, device=dev, dtype=dt)
+    v = torch.randn(B, kl, hkv, hdv, device=dev, dtype=dt)
     scale = float(info["scale"])
 
     def launch(seed, offset):
-        o = torch.full((B, ql, hq, hd), float("nan"), device=dev, dtype=dt)
+        o = torch.full((B, ql, hq, hdv), float("nan"), device=dev, dtype=dt)
         lse = torch.full((B, hq, ql), float("nan"), device=dev, dtype=torch.float32)
         kern.forward(q, k, v, o, lse, seed=seed, offset=offset)
         torch.cuda.synchronize()
@@ -381,7 +422,7 @@ def run_dropout_case(kern, var, hd, dtype, B, ql, kl, ref_dev, res, key):
     live = attn_keep.cpu().numpy()
     n = int(live.sum())
     kept = float(keep[live].mean()) if n else 1.0
-    pth = philox_host.threshold(p) / 2.0 ** 32
+    pth = philox_host.threshold(p) / 2.0 ** 16
     sigma = math.sqrt(pth * (1 - pth) / max(n, 1))
     if abs(kept - (1 - pth)) > 3 * sigma:
         problems.append(f"host keep fraction {kept:.5f} vs {1 - pth:.5f} +- 3x{sigma:.1e}")
@@ -454,8 +495,8 @@ def validation_checks(lib, kernels, res):
 
 def compile_all(lib, groups, target):
     wanted = {}
-    for name, hd, dtype, _, _ in groups:
-        wanted[(name, hd, dtype)] = V[name].spec(hd, dtype)
+    for name, dims, dtype, _, _ in groups:
+        wanted[(name, dims, dtype)] = spec_text(name, dims, dtype)
     wanted.setdefault(("full", 64, "bf16"), V["full"].spec(64, "bf16"))
     kernels, errors = {}, {}
     t0 = time.time()
@@ -506,6 +547,8 @@ def write_results_md(path, res, facts, argv, elapsed, compile_errors):
     for key, r in res.rows.items():
         sd = "-" if r["sdpa"] is None else f"{r['sdpa']:.2e}"
         lines.append(f"| {key} | {r['cases']} | {r['pass']} | {r['err']:.2e} | {r['lse']:.1e} | {sd} |")
+    if any(" dv" in key for key in res.rows):
+        lines += ["", "`hdD dvN`: head_dim D, head_dim_v N (Q and K are D wide, V and O N wide)."]
     if res.failures or compile_errors:
         lines += ["", "## Failures", ""]
         lines += [f"- {f}" for f in res.failures[:50]]
@@ -534,18 +577,19 @@ def main():
     res = Results()
     for key, e in compile_errors.items():
         res.add(f"{key[0]} (compile)", False, what=e)
-    for name, hd, dtype, lens, B in groups:
-        kern = kernels.get((name, hd, dtype))
+    for name, dims, dtype, lens, B in groups:
+        kern = kernels.get((name, dims, dtype))
         if kern is None:
             continue
         var = V[name]
-        key = f"{name} hd{hd} {dtype}"
+        hd, hdv = head_dims(dims)
+        key = f"{name} hd{hd}" + (f" dv{hdv}" if hdv != hd else "") + f" {dtype}"
         if var.hq != var.hkv:
             key += f" {kern.info['heads_q']}:{kern.info['heads_kv']}"
         for ql, kl in lens:
             runner = run_dropout_case if var.dropout else run_case
             try:
-                runner(kern, var, hd, dtype, B, ql, kl, args.ref_device, res, key)
+                runner(kern, var, hd, dtype, B, ql, kl, args.ref_device, res, key, hdv=hdv)
             except Exception as e:  # noqa: BLE001
                 print(f"FAIL {key} Sq{ql} Skv{kl}: exception {e}", flush=True)
                 res.add(key, False, what=f"Sq{ql} Skv{kl}: exception {e}")

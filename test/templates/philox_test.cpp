@@ -35,14 +35,37 @@ int main() {
          attnc::philox4x32_10(u32x4{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, 0xa4093822,
                               0x299f31d0),
          u32x4{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1});
-  // The attnc mapping is plain philox on the documented counter and key.
+  // The attnc mapping: element (q, k)'s group is one plain philox call on the documented counter
+  // and key.
   expect("mapping", attnc::dropoutRandom(0x299f31d0a4093822ull, 0x0370734400000000ull, 0x13198a2e,
-                                         0x85a308d3, 0x243f6a88),
-         attnc::philox4x32_10(u32x4{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x00000000}, 0xa4093822,
+                                         /*q=*/16 * 5 + 8 + 3, /*k=*/16 * 7 + 8 + 2 * 2 + 1),
+         attnc::philox4x32_10(u32x4{7 * 4 + 2, 5 * 8 + 3, 0x13198a2e, 0x00000000}, 0xa4093822,
                               0x299f31d0 ^ 0x03707344));
+  // The 8 elements (q | 8 r, k | 8 t | j) of a group share its call and take its 8 distinct 16-bit
+  // halves: word 2 r + t, half j.
+  {
+    const attnc::u64 seed = 0x123456789abcdef0ull, offset = 0xfedcba9876543210ull;
+    const attnc::u32 q = 32 + 5, k = 48 + 6;
+    const u32x4 w = attnc::dropoutRandom(seed, offset, 5, q, k);
+    const attnc::u32 words[4] = {w.x, w.y, w.z, w.w};
+    for (attnc::u32 r = 0; r < 2; ++r)
+      for (attnc::u32 t = 0; t < 2; ++t)
+        for (attnc::u32 j = 0; j < 2; ++j) {
+          const attnc::u32 qe = q | 8 * r, ke = k | 8 * t | j;
+          expect("group", attnc::dropoutRandom(seed, offset, 5, qe, ke), w);
+          expectEq("group bits", attnc::dropoutBits(w, qe, ke),
+                   (words[2 * r + t] >> (16 * j)) & 0xffffu);
+        }
+    // The same values from test/gpu/philox_host.py (numpy), b = 1, h = 2 of 3 heads.
+    const attnc::u32 known[4][3] = {{0, 0, 14816}, {9, 3, 28872}, {17, 26, 724}, {31, 31, 5623}};
+    for (const auto& e : known)
+      expectEq("host reference", attnc::dropoutBits(attnc::dropoutRandom(seed, offset, 5, e[0], e[1]), e[0], e[1]),
+               e[2]);
+  }
   expectEq("threshold 0", attnc::dropoutThreshold(0.0f), 0u);
-  expectEq("threshold 0.5", attnc::dropoutThreshold(0.5f), 0x80000000u);
-  expectEq("threshold 1", attnc::dropoutThreshold(1.0f), 0xffffffffu);
+  expectEq("threshold 0.5", attnc::dropoutThreshold(0.5f), 0x8000u);
+  expectEq("threshold 0.1", attnc::dropoutThreshold(0.1f), 6553u);
+  expectEq("threshold 1", attnc::dropoutThreshold(1.0f), 0xffffu);
   expectEq("threshold <0", attnc::dropoutThreshold(-0.25f), 0u);
   if (failures == 0) std::printf("philox: all known answers match\n");
   return failures == 0 ? 0 : 1;

@@ -45,7 +45,7 @@ struct AttnSelectTiles final : mlir::attn::impl::AttnSelectTilesBase<AttnSelectT
           }
         }
       }
-      TileProblem problem{op.getHeadDim(), op.getHeadDimV(),
+      TileProblem problem{int64_t(op.getHeadDim()), int64_t(op.getHeadDimV()),
                           int64_t(op.getElementType().getIntOrFloatBitWidth() / 8), blockQ,
                           blockKV,
                           epilogueRegisters(op.getDropout().convertToDouble() > 0, loads),

@@ -46,8 +46,9 @@ int64_t smemBytes(int64_t blockQ, int64_t blockKV, int64_t stages, int64_t rowWi
 
 }  // namespace
 
-int64_t mlir::attn::epilogueRegisters(bool dropout, int64_t inputLoads) {
-  return (dropout ? 40 : 0) + 4 * inputLoads;
+int64_t mlir::attn::epilogueRegisters(bool dropout, int64_t inputLoads, DropoutPass pass) {
+  const int64_t philox = pass == DropoutPass::Forward ? 16 : 40;
+  return (dropout ? philox : 0) + 4 * inputLoads;
 }
 
 FailureOr<TileChoice> mlir::attn::deriveTiles(const TileProblem& problem, const TileTarget& target) {

@@ -42,10 +42,12 @@ struct TileChoice {
   std::vector<std::string> derivation;  // one line per step, for the op and `attnc explain`
 };
 
-// The epilogue's extra live registers: 40 for Philox dropout (counter, key, the round products and
-// four outputs, and the keep bits of a row of P), 4 per
-// read of a declared input in the mask or score.
-int64_t epilogueRegisters(bool dropout, int64_t inputLoads);
+// The epilogue's extra live registers: for Philox dropout 16 in the forward (counter, key, the
+// round products, the four output words of one call that decides 8 elements), 40 in the sm80
+// backward (a call per element, and the keep bits of its slice kept for dS); 4 per read of a
+// declared input in the mask or score.
+enum class DropoutPass { Forward, Backward };
+int64_t epilogueRegisters(bool dropout, int64_t inputLoads, DropoutPass pass = DropoutPass::Forward);
 
 // The sm_90a target gets the wgmma kernel's rule (deriveHopperTiles); every other target the
 // sm_80 family's.

@@ -6,11 +6,17 @@
 // The mapping, for element (b, h, q, k) of a forward or backward pass with launch arguments
 // seed = p.dropout_seed (u64), offset = p.dropout_offset (u64), p = p.dropout_p (float):
 //   key     = { lo32(seed), hi32(seed) ^ hi32(offset) }
-//   counter = { u32(k >> 2), u32(q), u32(b * heads_q + h), lo32(offset) }
-//   r       = philox4x32_10(counter, key)[k & 3]
-//   dropped = r < threshold,  threshold = u32(min(double(p) * 2^32, 2^32 - 1))  (truncating)
-// Kept probabilities are scaled by 1 / (1 - p); the softmax normaliser l and the LSE are computed
-// from the probabilities before dropout.
+//   counter = { kGroup, qGroup, u32(b * heads_q + h), lo32(offset) }
+//     qGroup = (q >> 4) * 8 + (q & 7)          rows q and q ^ 8 of a 16-row block share it
+//     kGroup = (k >> 4) * 4 + ((k >> 1) & 3)   keys k, k ^ 1, k ^ 8, k ^ 9 share it
+//   word    = philox4x32_10(counter, key)[2 * ((q >> 3) & 1) + ((k >> 3) & 1)]
+//   r       = 16 bits of word: (word >> (16 * (k & 1))) & 0xffff
+//   dropped = r < threshold,  threshold = u32(min(double(p) * 2^16, 2^16 - 1))  (truncating)
+// One Philox call thus decides 2 x 4 elements: exactly the elements one lane holds of two
+// adjacent n8 tiles in an mma/wgmma accumulator of the forward (rows q, q + 8; key pairs 8 apart),
+// and two lanes' elements in the backward's transposed frame, so both pay one call per 8
+// elements. p is resolved to 1/65536. Kept probabilities are scaled by 1 / (1 - p); the softmax
+// normaliser l and the LSE are computed from the probabilities before dropout.
 #pragma once
 
 #include "attnc/common/types.h"
@@ -48,19 +54,33 @@ ATTNC_HD u32x4 philox4x32_10(u32x4 counter, u32 k0, u32 k1) {
   return counter;
 }
 
-// The four random words for keys 4 * (k >> 2) .. 4 * (k >> 2) + 3 of row q of head (b, h);
-// `batchHead` is b * heads_q + h.
-ATTNC_HD u32x4 dropoutRandom(u64 seed, u64 offset, u32 batchHead, u32 q, u32 kGroup) {
+// The four random words of the group of element (q, k) of head (b, h); `batchHead` is
+// b * heads_q + h.
+ATTNC_HD u32x4 dropoutRandom(u64 seed, u64 offset, u32 batchHead, u32 q, u32 k) {
   const u32 k0 = u32(seed);
   const u32 k1 = u32(seed >> 32) ^ u32(offset >> 32);
-  return philox4x32_10(u32x4{kGroup, q, batchHead, u32(offset)}, k0, k1);
+  const u32 qGroup = (q >> 4) * 8u + (q & 7u);
+  const u32 kGroup = (k >> 4) * 4u + ((k >> 1) & 3u);
+  return philox4x32_10(u32x4{kGroup, qGroup, batchHead, u32(offset)}, k0, k1);
 }
 
-// Random words below this value drop their element: P(drop) = threshold / 2^32 ~= p.
+// Element (q, k)'s 16 random bits out of its group's words.
+ATTNC_HD u32 dropoutBits(u32x4 words, u32 q, u32 k) {
+  const u32 i = 2u * ((q >> 3) & 1u) + ((k >> 3) & 1u);
+  const u32 word = i == 0 ? words.x : (i == 1 ? words.y : (i == 2 ? words.z : words.w));
+  return (word >> (16u * (k & 1u))) & 0xffffu;
+}
+
+// Random values below this one drop their element: P(drop) = threshold / 2^16 ~= p.
 ATTNC_HD u32 dropoutThreshold(float p) {
-  const double t = double(p) * 4294967296.0;
+  const double t = double(p) * 65536.0;
   if (!(t > 0.0)) return 0u;  // also p == NaN: drop nothing
-  return t >= 4294967295.0 ? 4294967295u : u32(t);
+  return t >= 65535.0 ? 65535u : u32(t);
+}
+
+// The decision of one element alone (one Philox call each: for references and cold paths).
+ATTNC_HD bool dropoutKept(u64 seed, u64 offset, u32 batchHead, u32 threshold, u32 q, u32 k) {
+  return dropoutBits(dropoutRandom(seed, offset, batchHead, q, k), q, k) >= threshold;
 }
 
 }  // namespace attnc

@@ -36,12 +36,10 @@ namespace bwd {
 // gets +inf, so every probability of it is exp2(-inf) = 0 instead of NaN.
 ATTNC_DEVICE float lseLog2(float lse) { return lse == -kInfinity ? kInfinity : lse * kLog2e; }
 
-// The dropout decision of one element (philox.h): true = kept.
+// The dropout decision of one element (philox.h): true = kept. One Philox call per element:
+// the sm80 kernels' transposed fragments hold no whole group (sm90/backward.h shares calls).
 ATTNC_DEVICE bool dropoutKeep(const BwdParams& p, u32 batchHead, u32 threshold, int q, int k) {
-  const u32x4 w = dropoutRandom(p.dropout_seed, p.dropout_offset, batchHead, u32(q), u32(k) >> 2);
-  const int i = k & 3;
-  const u32 r = i == 0 ? w.x : (i == 1 ? w.y : (i == 2 ? w.z : w.w));
-  return r >= threshold;
+  return dropoutKept(p.dropout_seed, p.dropout_offset, batchHead, threshold, u32(q), u32(k));
 }
 
 // The score hook recomputed on a raw score x = q.k (its indices clamped into the sequences, as

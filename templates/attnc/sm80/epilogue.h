@@ -52,26 +52,30 @@ ATTNC_DEVICE void applyMask(float (&s)[MTiles][NTiles][4], const Params& p, int 
       }
 }
 
-// Zeroes the dropped probabilities (the mapping is documented in philox.h). A lane holds keys
-// 2t, 2t+1 of each group of four that shares one Philox call, so it uses words (2t & 3) and the next.
+// Zeroes the dropped probabilities (the mapping is documented in philox.h). One Philox call
+// decides this lane's 8 elements of rows q, q + 8 and two adjacent n8 tiles: word 2 r + (ni & 1),
+// 16-bit half j. qRow and kCol are this lane's first row and column, both 0..7 past a multiple of
+// 16 (the mma and wgmma accumulator layouts).
 template <int MTiles, int NTiles, class Params>
 ATTNC_DEVICE void applyDropout(float (&s)[MTiles][NTiles][4], const Params& p, u32 batchHead,
                                u32 threshold, int qRow, int kCol) {
-  const bool upperPair = (kCol & 2) != 0;
+  static_assert(NTiles % 2 == 0, "dropout decides pairs of n8 tiles");
 #pragma unroll
   for (int mi = 0; mi < MTiles; ++mi)
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
+    for (int m = 0; m < NTiles / 2; ++m) {
+      const u32x4 w = dropoutRandom(p.dropout_seed, p.dropout_offset, batchHead,
+                                    u32(qRow + 16 * mi), u32(kCol + 16 * m));
+      const u32 words[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
-      for (int ni = 0; ni < NTiles; ++ni) {
-        const u32 q = u32(qRow + 16 * mi + 8 * r);
-        const u32 kGroup = u32(kCol + 8 * ni) >> 2;
-        const u32x4 w = dropoutRandom(p.dropout_seed, p.dropout_offset, batchHead, q, kGroup);
-        const u32 r0 = upperPair ? w.z : w.x;
-        const u32 r1 = upperPair ? w.w : w.y;
-        if (r0 < threshold) s[mi][ni][2 * r] = 0.0f;
-        if (r1 < threshold) s[mi][ni][2 * r + 1] = 0.0f;
-      }
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int t = 0; t < 2; ++t)
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+            if (((words[2 * r + t] >> (16 * j)) & 0xffffu) < threshold)
+              s[mi][2 * m + t][2 * r + j] = 0.0f;
+    }
 }
 
 }  // namespace sm80

@@ -113,6 +113,33 @@ ATTNC_DEVICE void storeAccumulatorRows(Element* gmem, i64 stride, const float (&
   }
 }
 
+// The dropout decisions (philox.h) of a consumer lane's elements of one q tile: bit
+// (ni * 2 + r) * 2 + j for key kvRow + 8 r and query q0 + 8 ni + colInQuad + j. The keys kvRow and
+// kvRow ^ 1 (this lane and lane ^ 4) share every Philox group, so each lane makes the call of
+// j = kvRow & 1 for both and the two swap the other half: one call per 8 elements.
+template <int NTiles>
+ATTNC_DEVICE u32 dropoutKeepBits(const BwdParams& p, u32 batchHead, u32 threshold, int q0,
+                                 int kvRow, int colInQuad, int lane) {
+  const int half = (lane >> 2) & 1;  // kvRow & 1: kvRow is 0..7 past a multiple of 16
+  u32 mine = 0u, theirs = 0u;
+#pragma unroll
+  for (int m = 0; m < NTiles / 2; ++m) {
+    const u32x4 w = dropoutRandom(p.dropout_seed, p.dropout_offset, batchHead,
+                                  u32(q0 + 16 * m + colInQuad + half), u32(kvRow));
+    const u32 words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int t = 0; t < 2; ++t)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const u32 word = words[2 * t + r];
+        const int e = ((2 * m + t) * 2 + r) * 2 + half;
+        mine |= u32(((word >> (16 * half)) & 0xffffu) >= threshold) << e;
+        theirs |= u32(((word >> (16 * (half ^ 1))) & 0xffffu) >= threshold) << e;
+      }
+  }
+  return mine | __shfl_xor_sync(0xffffffffu, theirs, 4);
+}
+
 // Each consumer's named barrier (1 + consumer; 0 is __syncthreads): its dQ tile is free, or
 // written.
 constexpr int kDqBarrier = 1;
@@ -242,7 +269,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   const float log2Scale = Variant::kHasScore ? kLog2e : p.scale * kLog2e;
   const u32 dropThreshold = Variant::kHasDropout ? dropoutThreshold(p.dropout_p) : 0u;
   const float dropScale = Variant::kHasDropout ? 1.0f / (1.0f - p.dropout_p) : 1.0f;
-  constexpr int kBitWords = ceilDiv(kN * 4, 32);
+  static_assert(kN * 4 <= 32, "one word of dropout keep bits per q tile");
 
   // dQ = dS K for this consumer's kDqN head-dim columns over all the block's keys: A is dS^T of
   // both consumers (one buffer), read transposed; B the K tile's columns, MN-major.
@@ -303,6 +330,10 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     wgmmaFence();
     gemmKMajor<Element, kBlockQ, Config::kQKSteps>(flat(s), kTile, Config::kBlockKV, qTile, kBlockQ);
     gemmKMajor<Element, kBlockQ, Config::kVSteps>(flat(dp), vTile, Config::kBlockKV, doTile, kBlockQ);
+    // While they run: the dropout decisions of this lane's elements, bit (ni * 2 + r) * 2 + j.
+    const u32 keepBits = Variant::kHasDropout ? dropoutKeepBits<kN>(p, batchHead, dropThreshold, q0,
+                                                                    kvRow, colInQuad, lane)
+                                              : 0u;
 
     // The warpgroup's part of the tile may be empty or full for its 64 rows alone.
     Tri groupClass = groupHasRows ? tileClass : Tri::False;
@@ -320,9 +351,6 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     wgmmaWait<1>();
     fenceRegisters(flat(s));
     float pd[1][kN][4];
-    u32 keepBits[kBitWords];
-#pragma unroll
-    for (int i = 0; i < kBitWords; ++i) keepBits[i] = 0u;
     const bool rowKept[2] = {groupClass != Tri::False && kvRow < p.kv_len,
                              groupClass != Tri::False && kvRow + 8 < p.kv_len};
     const auto probabilities = [&](auto masked) {
@@ -344,9 +372,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
             float dropped = prob;
             if constexpr (Variant::kHasDropout) {
               const int e = (ni * 2 + r) * 2 + j;
-              const bool kept = keep & sm80::bwd::dropoutKeep(p, batchHead, dropThreshold, q, kv);
-              keepBits[e / 32] |= u32(kept) << (e % 32);
-              dropped = kept ? prob * dropScale : 0.0f;
+              dropped = (keepBits >> e) & 1u ? prob * dropScale : 0.0f;
             }
             pd[0][ni][2 * r + j] = dropped;
             x = prob * grad;
@@ -376,7 +402,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
           float d = dp[0][ni][2 * r + j];
           if constexpr (Variant::kHasDropout) {
             const int e = (ni * 2 + r) * 2 + j;
-            d = (keepBits[e / 32] >> (e % 32)) & 1u ? d * dropScale : 0.0f;
+            d = (keepBits >> e) & 1u ? d * dropScale : 0.0f;
           }
           dp[0][ni][2 * r + j] = s[0][ni][2 * r + j] * (d - delta);
         }
