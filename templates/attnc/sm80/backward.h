@@ -608,10 +608,16 @@ ATTNC_DEVICE void backwardQ(const BwdParams& p, unsigned char* smem) {
       warp::zero(s);
       warp::gemm<Element, Config::kQKSteps>(s, warp::SmemA<QTile>(qSmem, lane, warpRow, 0),
                                             warp::SmemB<KTile>(kSmem, lane, 0, 0));
+      // Dropout keep bits, bit ((mi * 2 + r) * kN + ni) * 2 + j (this frame is the forward's).
       u32 keepBits[kBitWords];
 #pragma unroll
       for (int i = 0; i < kBitWords; ++i) keepBits[i] = 0u;
-      const bool upperPair = (kCol & 2) != 0;
+      if constexpr (Variant::kHasDropout)
+        forEachDropoutDecision<kM, kN>(p, batchHead, dropThreshold, qRow, kCol,
+                                       [&](int mi, int ni, int c, bool kept) {
+                                         const int e = ((mi * 2 + c / 2) * kN + ni) * 2 + c % 2;
+                                         keepBits[e / 32] |= u32(kept) << (e % 32);
+                                       });
 #pragma unroll
       for (int mi = 0; mi < kM; ++mi)
 #pragma unroll
@@ -619,9 +625,6 @@ ATTNC_DEVICE void backwardQ(const BwdParams& p, unsigned char* smem) {
 #pragma unroll
           for (int ni = 0; ni < kN; ++ni) {
             const int q = qRow + 16 * mi + 8 * r;
-            u32x4 words{};
-            if constexpr (Variant::kHasDropout)
-              words = dropoutRandom(p.dropout_seed, p.dropout_offset, batchHead, u32(q), u32(kCol + 8 * ni) >> 2);
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
               float& x = s[mi][ni][2 * r + j];
@@ -633,11 +636,6 @@ ATTNC_DEVICE void backwardQ(const BwdParams& p, unsigned char* smem) {
                 if (warpClass == Tri::Unknown && keep) keep = Variant::mask(p, b, h, q, k);
               }
               const float prob = keep ? exp2Approx(x * log2Scale - lse2[mi][r]) : 0.0f;
-              if constexpr (Variant::kHasDropout) {
-                const u32 word = j == 0 ? (upperPair ? words.z : words.x) : (upperPair ? words.w : words.y);
-                const int e = ((mi * 2 + r) * kN + ni) * 2 + j;
-                if (word >= dropThreshold) keepBits[e / 32] |= 1u << (e % 32);
-              }
               x = prob * grad;
             }
           }

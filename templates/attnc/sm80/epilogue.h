@@ -52,13 +52,14 @@ ATTNC_DEVICE void applyMask(float (&s)[MTiles][NTiles][4], const Params& p, int 
       }
 }
 
-// Zeroes the dropped probabilities (the mapping is documented in philox.h). One Philox call
-// decides this lane's 8 elements of rows q, q + 8 and two adjacent n8 tiles: word 2 r + (ni & 1),
-// 16-bit half j. qRow and kCol are this lane's first row and column, both 0..7 past a multiple of
-// 16 (the mma and wgmma accumulator layouts).
-template <int MTiles, int NTiles, class Params>
-ATTNC_DEVICE void applyDropout(float (&s)[MTiles][NTiles][4], const Params& p, u32 batchHead,
-                               u32 threshold, int qRow, int kCol) {
+// The dropout decisions (the mapping is documented in philox.h) of this lane's elements of an
+// accumulator in the forward's frame (rows q, columns k): calls visit(mi, ni, c, kept) for element
+// [mi][ni][c]. One Philox call decides the lane's 8 elements of rows q, q + 8 and two adjacent n8
+// tiles: word 2 r + (ni & 1), 16-bit half j. qRow and kCol are the lane's first row and column,
+// both 0..7 past a multiple of 16 (the mma and wgmma accumulator layouts).
+template <int MTiles, int NTiles, class Params, class Visit>
+ATTNC_DEVICE void forEachDropoutDecision(const Params& p, u32 batchHead, u32 threshold, int qRow,
+                                         int kCol, Visit&& visit) {
   static_assert(NTiles % 2 == 0, "dropout decides pairs of n8 tiles");
 #pragma unroll
   for (int mi = 0; mi < MTiles; ++mi)
@@ -73,9 +74,18 @@ ATTNC_DEVICE void applyDropout(float (&s)[MTiles][NTiles][4], const Params& p, u
         for (int t = 0; t < 2; ++t)
 #pragma unroll
           for (int j = 0; j < 2; ++j)
-            if (((words[2 * r + t] >> (16 * j)) & 0xffffu) < threshold)
-              s[mi][2 * m + t][2 * r + j] = 0.0f;
+            visit(mi, 2 * m + t, 2 * r + j, ((words[2 * r + t] >> (16 * j)) & 0xffffu) >= threshold);
     }
+}
+
+// Zeroes the dropped probabilities.
+template <int MTiles, int NTiles, class Params>
+ATTNC_DEVICE void applyDropout(float (&s)[MTiles][NTiles][4], const Params& p, u32 batchHead,
+                               u32 threshold, int qRow, int kCol) {
+  forEachDropoutDecision<MTiles, NTiles>(p, batchHead, threshold, qRow, kCol,
+                                         [&](int mi, int ni, int c, bool kept) {
+                                           if (!kept) s[mi][ni][c] = 0.0f;
+                                         });
 }
 
 }  // namespace sm80
