@@ -250,9 +250,13 @@ def run_row(lib, row, flex, create_block_mask, log):
         o.fill_(float("nan"))
         attnc_fn()
         torch.cuda.synchronize()
-        err = relerr(o, ref)
-        res["check"] = f"relerr {err:.1e} vs {ref_name}"
-        ok = err < 1e-2
+        if ref is None:  # a variant row under --no-flex: no peer to compare with
+            res["check"] = "unchecked (no peer ran; test/gpu/run.sh checks the kernel)"
+            ok = not bool(torch.isnan(o).any())
+        else:
+            err = relerr(o, ref)
+            res["check"] = f"relerr {err:.1e} vs {ref_name}"
+            ok = err < 1e-2
     else:
         err = check_dropout_small(lib, row, log)
         res["check"] = f"relerr {err:.1e} vs float64 + host Philox mask (B=1, N=256)"
