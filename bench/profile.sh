@@ -7,12 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pass=${1:?fwd or bwd}
-row=${2:?row name (the bench's --only)}
+row=${2:?row name, as the bench takes it with --only}
 out=${3:?output prefix}
 case "$pass" in
-  fwd) kernel='_fwd$'; bench=(python3 bench/bench_forward.py --no-flex --only "$row") ;;
-  bwd) kernel='_bwd_kv$'; bench=(python3 bench/bench_backward.py --quick --no-flex --only "$row") ;;
-  *) echo "profile.sh: the first argument is fwd or bwd, not '$pass'" >&2; exit 2 ;;
+  fwd) kernel="_fwd\$"; bench=(python3 bench/bench_forward.py --no-flex --only "$row") ;;
+  bwd) kernel="_bwd_kv\$"; bench=(python3 bench/bench_backward.py --quick --no-flex --only "$row") ;;
+  *) echo "profile.sh: the first argument is fwd or bwd, not $pass" >&2; exit 2 ;;
 esac
 export ATTNC_CACHE_DIR=${ATTNC_CACHE_DIR:-/tmp/attnc-cache}
 ncu --clock-control none --kernel-name regex:"$kernel" --launch-skip 1 --launch-count 1 \
