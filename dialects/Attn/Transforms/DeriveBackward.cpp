@@ -40,7 +40,8 @@ struct AttnDeriveBackward final : mlir::attn::impl::AttnDeriveBackwardBase<AttnD
       forward->walk([&](LoadOp) { ++loads; });
       if (!forward.getMask().empty()) maskOps = int64_t(forward.getMask().front().getOperations().size());
       bool dropout = forward.getDropout().convertToDouble() > 0;
-      int64_t extra = epilogueRegisters(dropout, loads, DropoutPass::Backward) + (maskOps > 4 ? 4 * (maskOps - 4) : 0);
+      int64_t extra = epilogueRegisters(dropout, loads, DropoutPass::Backward) +
+                      (maskOps > 4 ? 4 * (maskOps - 4) : 0);
       TileProblem problem{int64_t(forward.getHeadDim()), int64_t(forward.getHeadDimV()),
                           int64_t(forward.getElementType().getIntOrFloatBitWidth() / 8), 0, 0,
                           extra};

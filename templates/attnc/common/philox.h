@@ -64,11 +64,16 @@ ATTNC_HD u32x4 dropoutRandom(u64 seed, u64 offset, u32 batchHead, u32 q, u32 k) 
   return philox4x32_10(u32x4{kGroup, qGroup, batchHead, u32(offset)}, k0, k1);
 }
 
+// 16-bit half `half` of word `word` of a group's words: the random bits of the element with
+// word = 2 ((q >> 3) & 1) + ((k >> 3) & 1) and half = k & 1.
+ATTNC_HD u32 dropoutHalf(u32x4 words, u32 word, u32 half) {
+  const u32 w = word == 0 ? words.x : (word == 1 ? words.y : (word == 2 ? words.z : words.w));
+  return (w >> (16u * half)) & 0xffffu;
+}
+
 // Element (q, k)'s 16 random bits out of its group's words.
 ATTNC_HD u32 dropoutBits(u32x4 words, u32 q, u32 k) {
-  const u32 i = 2u * ((q >> 3) & 1u) + ((k >> 3) & 1u);
-  const u32 word = i == 0 ? words.x : (i == 1 ? words.y : (i == 2 ? words.z : words.w));
-  return (word >> (16u * (k & 1u))) & 0xffffu;
+  return dropoutHalf(words, 2u * ((q >> 3) & 1u) + ((k >> 3) & 1u), k & 1u);
 }
 
 // Random values below this one drop their element: P(drop) = threshold / 2^16 ~= p.

@@ -67,14 +67,13 @@ ATTNC_DEVICE void forEachDropoutDecision(const Params& p, u32 batchHead, u32 thr
     for (int m = 0; m < NTiles / 2; ++m) {
       const u32x4 w = dropoutRandom(p.dropout_seed, p.dropout_offset, batchHead,
                                     u32(qRow + 16 * mi), u32(kCol + 16 * m));
-      const u32 words[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll
         for (int t = 0; t < 2; ++t)
 #pragma unroll
           for (int j = 0; j < 2; ++j)
-            visit(mi, 2 * m + t, 2 * r + j, ((words[2 * r + t] >> (16 * j)) & 0xffffu) >= threshold);
+            visit(mi, 2 * m + t, 2 * r + j, dropoutHalf(w, 2 * r + t, j) >= threshold);
     }
 }
 

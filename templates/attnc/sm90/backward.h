@@ -126,15 +126,13 @@ ATTNC_DEVICE u32 dropoutKeepBits(const BwdParams& p, u32 batchHead, u32 threshol
   for (int m = 0; m < NTiles / 2; ++m) {
     const u32x4 w = dropoutRandom(p.dropout_seed, p.dropout_offset, batchHead,
                                   u32(q0 + 16 * m + colInQuad + half), u32(kvRow));
-    const u32 words[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
     for (int t = 0; t < 2; ++t)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const u32 word = words[2 * t + r];
         const int e = ((2 * m + t) * 2 + r) * 2 + half;
-        mine |= u32(((word >> (16 * half)) & 0xffffu) >= threshold) << e;
-        theirs |= u32(((word >> (16 * (half ^ 1))) & 0xffffu) >= threshold) << e;
+        mine |= u32(dropoutHalf(w, 2 * t + r, half) >= threshold) << e;
+        theirs |= u32(dropoutHalf(w, 2 * t + r, half ^ 1) >= threshold) << e;
       }
   }
   return mine | __shfl_xor_sync(0xffffffffu, theirs, 4);
