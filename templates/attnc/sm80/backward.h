@@ -23,6 +23,7 @@
 #include "attnc/common/types.h"
 #include "attnc/sm80/bwd_config.h"
 #include "attnc/sm80/copy.h"
+#include "attnc/sm80/epilogue.h"
 #include "attnc/sm80/gemm.h"
 #include "attnc/sm80/layout.h"
 #include "attnc/sm80/mma.h"
