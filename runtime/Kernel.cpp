@@ -610,6 +610,7 @@ void setSharedFields(Params& p, const KernelMetadata& m, const Args& args) {
   p.dropout_p = m.dropout;
   p.dropout_seed = args.dropout_seed;
   p.dropout_offset = args.dropout_offset;
+  dropoutKeySchedule(args.dropout_seed, args.dropout_offset, p.dropout_keys);
   // Strides of dimensions an input does not have are never used for loads (its index there is
   // 0) but would size its summaries (summaryLayout): they are 0 here whatever the caller passed.
   for (size_t i = 0; i < args.inputs.size(); ++i) {

@@ -3,6 +3,7 @@
 #include "attnc/common/philox.h"
 
 #include <cstdio>
+#include <initializer_list>
 
 namespace {
 
@@ -61,6 +62,16 @@ int main() {
     for (const auto& e : known)
       expectEq("host reference", attnc::dropoutBits(attnc::dropoutRandom(seed, offset, 5, e[0], e[1]), e[0], e[1]),
                e[2]);
+  }
+  // The launch's precomputed round keys give the same words as the per-call key schedule.
+  {
+    const attnc::u64 seed = 0x123456789abcdef0ull, offset = 0xfedcba9876543210ull;
+    attnc::u32 keys[attnc::kDropoutRoundKeys];
+    attnc::dropoutKeySchedule(seed, offset, keys);
+    for (attnc::u32 q : {0u, 9u, 37u})
+      for (attnc::u32 k : {0u, 26u, 54u})
+        expect("round keys", attnc::dropoutRandom(keys, offset, 5, q, k),
+               attnc::dropoutRandom(seed, offset, 5, q, k));
   }
   expectEq("threshold 0", attnc::dropoutThreshold(0.0f), 0u);
   expectEq("threshold 0.5", attnc::dropoutThreshold(0.5f), 0x8000u);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "attnc/common/platform.h"
+#include "attnc/common/philox.h"
 
 namespace attnc {
 
@@ -89,6 +90,7 @@ struct FwdParams {
   float dropout_p;    // probability of dropping; 0 when the spec has no dropout
   u64 dropout_seed;
   u64 dropout_offset;
+  u32 dropout_keys[kDropoutRoundKeys];  // dropoutKeySchedule(dropout_seed, dropout_offset)
 
   InputRef inputs[kMaxInputs];
 };
@@ -138,6 +140,7 @@ struct BwdParams {
   float dropout_p;
   u64 dropout_seed;
   u64 dropout_offset;
+  u32 dropout_keys[kDropoutRoundKeys];  // dropoutKeySchedule(dropout_seed, dropout_offset)
 
   InputRef inputs[kMaxInputs];
 };

@@ -54,14 +54,49 @@ ATTNC_HD u32x4 philox4x32_10(u32x4 counter, u32 k0, u32 k1) {
   return counter;
 }
 
-// The four random words of the group of element (q, k) of head (b, h); `batchHead` is
+// The rounds' keys of one launch, (k0, k1) of round i at [2 i], [2 i + 1]: the host computes them
+// once into the launch parameters, so that a kernel's rounds read them from the constant bank
+// instead of adding the Weyl constants per call (20 integer adds of ~62 instructions a call).
+constexpr int kDropoutRoundKeys = 20;
+ATTNC_HD void dropoutKeySchedule(u64 seed, u64 offset, u32 (&keys)[kDropoutRoundKeys]) {
+  u32 k0 = u32(seed);
+  u32 k1 = u32(seed >> 32) ^ u32(offset >> 32);
+  for (int i = 0; i < 10; ++i) {
+    keys[2 * i] = k0;
+    keys[2 * i + 1] = k1;
+    k0 += philox::kW0;
+    k1 += philox::kW1;
+  }
+}
+
+// philox4x32_10 with the rounds' keys given (dropoutKeySchedule).
+ATTNC_HD u32x4 philox4x32_10(u32x4 counter, const u32 (&keys)[kDropoutRoundKeys]) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int i = 0; i < 10; ++i) counter = philox::round(counter, keys[2 * i], keys[2 * i + 1]);
+  return counter;
+}
+
+// The Philox counter of the group of element (q, k) of head (b, h); `batchHead` is
 // b * heads_q + h.
+ATTNC_HD u32x4 dropoutCounter(u64 offset, u32 batchHead, u32 q, u32 k) {
+  const u32 qGroup = (q >> 4) * 8u + (q & 7u);
+  const u32 kGroup = (k >> 4) * 4u + ((k >> 1) & 3u);
+  return u32x4{kGroup, qGroup, batchHead, u32(offset)};
+}
+
+// The four random words of the group of element (q, k).
 ATTNC_HD u32x4 dropoutRandom(u64 seed, u64 offset, u32 batchHead, u32 q, u32 k) {
   const u32 k0 = u32(seed);
   const u32 k1 = u32(seed >> 32) ^ u32(offset >> 32);
-  const u32 qGroup = (q >> 4) * 8u + (q & 7u);
-  const u32 kGroup = (k >> 4) * 4u + ((k >> 1) & 3u);
-  return philox4x32_10(u32x4{kGroup, qGroup, batchHead, u32(offset)}, k0, k1);
+  return philox4x32_10(dropoutCounter(offset, batchHead, q, k), k0, k1);
+}
+
+// dropoutRandom with the launch's round keys (dropoutKeySchedule of its seed and offset).
+ATTNC_HD u32x4 dropoutRandom(const u32 (&keys)[kDropoutRoundKeys], u64 offset, u32 batchHead, u32 q,
+                             u32 k) {
+  return philox4x32_10(dropoutCounter(offset, batchHead, q, k), keys);
 }
 
 // 16-bit half `half` of word `word` of a group's words: the random bits of the element with

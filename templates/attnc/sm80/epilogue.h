@@ -65,7 +65,7 @@ ATTNC_DEVICE void forEachDropoutDecision(const Params& p, u32 batchHead, u32 thr
   for (int mi = 0; mi < MTiles; ++mi)
 #pragma unroll
     for (int m = 0; m < NTiles / 2; ++m) {
-      const u32x4 w = dropoutRandom(p.dropout_seed, p.dropout_offset, batchHead,
+      const u32x4 w = dropoutRandom(p.dropout_keys, p.dropout_offset, batchHead,
                                     u32(qRow + 16 * mi), u32(kCol + 16 * m));
 #pragma unroll
       for (int r = 0; r < 2; ++r)

@@ -124,7 +124,7 @@ ATTNC_DEVICE u32 dropoutKeepBits(const BwdParams& p, u32 batchHead, u32 threshol
   u32 mine = 0u, theirs = 0u;
 #pragma unroll
   for (int m = 0; m < NTiles / 2; ++m) {
-    const u32x4 w = dropoutRandom(p.dropout_seed, p.dropout_offset, batchHead,
+    const u32x4 w = dropoutRandom(p.dropout_keys, p.dropout_offset, batchHead,
                                   u32(q0 + 16 * m + colInQuad + half), u32(kvRow));
 #pragma unroll
     for (int t = 0; t < 2; ++t)
