@@ -264,9 +264,10 @@ TEST(InputSummary, DocumentTileWalkAgreesWithBruteForce) {
         const KvTiles<DocumentVariant, kBlock> walk(p, 0, 0, q0, q1);
         std::vector<int> visited;
         std::vector<Tri> classes;
-        const int last = walk.last();
+        int first, last;
+        walk.bounds(first, last);
         Tri cls;
-        for (int t = walk.nextLive(walk.first(), last, cls); t <= last;
+        for (int t = walk.nextLive(first, last, cls); t <= last;
              t = walk.nextLive(t + 1, last, cls)) {
           visited.push_back(t);
           classes.push_back(cls);

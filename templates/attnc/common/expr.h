@@ -477,28 +477,37 @@ ATTNC_HD bool scan_hull(const InputRef& in, IntI b, IntI h, IntI pos, InputExten
     return false;
   const ScanShare share = scan_share(box);
   const int heads = box.h.hi - box.h.lo + 1, rows = (box.b.hi - box.b.lo + 1) * heads;
-  // Rolled: this runs once per tile, and unrolling only costs compile time and code size. Boxes
-  // of more than one row are rare (tile walks fix b and h); each row is shared by the warp.
+  // A row's items, numbered: its elements [pos.lo, pos.lo + head), then [tailStart, pos.hi] (plain
+  // strided runs), then its summary entries. Each thread takes every share.step-th item, and
+  // kScanBatch of them at once: their loads are independent and in flight together, so a tile
+  // walk's scans cost about one memory latency per batch instead of one per item. Rolled
+  // otherwise: this runs once per tile, and more unrolling only costs compile time and code size.
+  // Boxes of more than one row are rare (tile walks fix b and h); each row is shared by the warp.
+  constexpr int kScanBatch = 4;
 #pragma unroll 1
   for (int r = 0; r < rows; ++r) {
     const int bi = box.b.lo + r / heads, hi_ = box.h.lo + r % heads;
     const T* rowData = static_cast<const T*>(in.ptr) + (bi * in.stride_b + hi_ * in.stride_h);
-    // The elements: [pos.lo, pos.lo + head), then [tailStart, pos.hi], each a plain strided run.
-#pragma unroll 1
-    for (int part = 0; part < 2; ++part) {
-      const int end = part == 0 ? box.pos.lo + row.head : box.pos.hi + 1;
-#pragma unroll 1
-      for (int pi = (part == 0 ? box.pos.lo : row.tailStart) + share.first; pi < end; pi += share.step) {
-        const T v = rowData[pi * in.stride_pos];
-        widen_hull(lo, hi, nan, v, v);
-      }
-    }
     const SummaryEntry* rowSummaries =
         static_cast<const SummaryEntry*>(in.summary) + row.layout.index(bi, hi_, row.firstBlock);
+    const int items = row.items();
 #pragma unroll 1
-    for (int i = share.first; i < row.blocks; i += share.step) {
-      const SummaryEntry s = rowSummaries[i];
-      widen_hull(lo, hi, nan, bits_as(s.lo, T()), bits_as(s.hi, T()));
+    for (int j0 = share.first; j0 < items; j0 += kScanBatch * share.step) {
+      T itemLo[kScanBatch], itemHi[kScanBatch];
+#pragma unroll
+      for (int u = 0; u < kScanBatch; ++u) {
+        const int j = j0 + u * share.step;
+        itemLo[u] = empty_lo(T()), itemHi[u] = empty_hi(T());
+        if (j < row.elements) {
+          const int pi = j < row.head ? box.pos.lo + j : row.tailStart + (j - row.head);
+          itemLo[u] = itemHi[u] = rowData[pi * in.stride_pos];
+        } else if (j < items) {
+          const SummaryEntry s = rowSummaries[j - row.elements];
+          itemLo[u] = bits_as(s.lo, T()), itemHi[u] = bits_as(s.hi, T());
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kScanBatch; ++u) widen_hull(lo, hi, nan, itemLo[u], itemHi[u]);
     }
   }
 #if defined(__CUDA_ARCH__)

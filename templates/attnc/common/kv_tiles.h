@@ -56,38 +56,40 @@ struct TileWalk {
   // The last tile may reach past the axis's length; its extra positions are masked per element.
   ATTNC_HD bool isTail(int t) const { return (t + 1) * Block > length(); }
 
-  // First tile that is not provably empty: the largest t with [0, t * Block) empty.
-  ATTNC_HD int first() const {
+  // The first and the last tile that are not provably empty: firstTile is the largest t with
+  // [0, t * Block) empty; lastTile is one before the smallest t with [t * Block, length) empty,
+  // firstTile - 1 or less when nothing is left. Both binary searches run in one loop, whose single
+  // call of the mask over intervals inlines the scans of the mask's declared inputs once instead
+  // of twice (compile time, code size).
+  ATTNC_HD void bounds(int& firstTile, int& lastTile) const {
     if constexpr (!Variant::kHasMask) {
-      return 0;
+      firstTile = 0;
+      lastTile = numTiles - 1;
     } else {
-      int lo = 0, hi = numTiles + 1;  // prefix(lo) is empty (vacuously for 0); prefix(hi) is not
-      while (hi - lo > 1) {
+      // Search 0 (firstTile): prefix(lo) is empty (vacuously for 0), prefix(hi) is not. Search 1
+      // (lastTile): suffix(hi) is empty (vacuously for numTiles), suffix(lo) is not.
+      int lo = 0, hi = numTiles + 1;
+#pragma unroll 1
+      for (int search = 0; search < 2;) {
+        if (hi - lo <= 1) {
+          if (search == 0) {
+            firstTile = lo;
+            lo = -1, hi = numTiles;
+          } else {
+            lastTile = hi - 1;
+          }
+          ++search;
+          continue;
+        }
         const int mid = (lo + hi) / 2;
-        if (classifyAlong(0, minOf(mid * Block, length()) - 1) == Tri::False)
+        const int rangeLo = search == 0 ? 0 : mid * Block;
+        const int rangeHi = search == 0 ? minOf(mid * Block, length()) - 1 : length() - 1;
+        const bool empty = classifyAlong(rangeLo, rangeHi) == Tri::False;
+        if (search == 0 ? empty : !empty)
           lo = mid;
         else
           hi = mid;
       }
-      return lo;
-    }
-  }
-
-  // Last tile that is not provably empty: one before the smallest t with [t * Block, length)
-  // empty. Returns first - 1 or less when nothing is left.
-  ATTNC_HD int last() const {
-    if constexpr (!Variant::kHasMask) {
-      return numTiles - 1;
-    } else {
-      int lo = -1, hi = numTiles;  // suffix(hi) is empty (vacuously for numTiles); suffix(lo) not
-      while (hi - lo > 1) {
-        const int mid = (lo + hi) / 2;
-        if (classifyAlong(mid * Block, length() - 1) == Tri::False)
-          hi = mid;
-        else
-          lo = mid;
-      }
-      return hi - 1;
     }
   }
 

@@ -98,10 +98,10 @@ ATTNC_DEVICE void produce(const FwdParamsTma& pt, const ForwardSmem<Config>& sme
                           const KvTiles<Variant, Config::kBlockKV>& tiles, int q0, int b, int h,
                           int hKv) {
   const bool leader = (threadIdx.x & 31) == 0;
-  const int lastTile = tiles.last();
-  expr::Tri tileClass;
-  int tile = tiles.nextLive(tiles.first(), lastTile, tileClass);
-  if (leader && tile <= lastTile) {
+  // Q first: its copy then runs while the tile search below reads the mask's inputs (a document
+  // mask's searches take several memory round trips). The consumers wait for Q even when no tile
+  // is live, so the copy has landed before the block exits or writes O through Q's tiles.
+  if (leader) {
     constexpr int kChunkBytes = 64 * kSwizzleRowBytes;  // one 64-row box of Q
     prefetchTensorMap(&pt.tma_q);
     prefetchTensorMap(&pt.tma_k);
@@ -114,6 +114,10 @@ ATTNC_DEVICE void produce(const FwdParamsTma& pt, const ForwardSmem<Config>& sme
         tmaLoad4d(smem.q(g) + u32(c * kChunkBytes), &pt.tma_q, smem.qFull(), c * kChunkElements,
                   q0 + 64 * g, h, b);
   }
+  int firstTile, lastTile;
+  tiles.bounds(firstTile, lastTile);
+  expr::Tri tileClass;
+  int tile = tiles.nextLive(firstTile, lastTile, tileClass);
 
   for (int iteration = 0;; ++iteration) {
     const int stage = iteration % Config::kStages;
@@ -298,6 +302,8 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     wgmmaWait<0>();
     fenceRegisters(flat(o));
     mbarrierArrive(smem.vEmpty(stage));
+  } else {
+    mbarrierWait(smem.qFull(), 0);  // no live tile: Q's copy (produce) must still land first
   }
 
   // Normalize O, write LSE and O.
