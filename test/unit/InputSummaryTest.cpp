@@ -266,6 +266,8 @@ TEST(InputSummary, DocumentTileWalkAgreesWithBruteForce) {
         std::vector<Tri> classes;
         int first, last;
         walk.bounds(first, last);
+        EXPECT_EQ(first, walk.first());  // the sm80 kernels call these two
+        EXPECT_EQ(last, walk.last());
         Tri cls;
         for (int t = walk.nextLive(first, last, cls); t <= last;
              t = walk.nextLive(t + 1, last, cls)) {

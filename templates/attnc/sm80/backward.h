@@ -87,7 +87,8 @@ struct QTileStream {
       if (it.tile <= it.last) return it;
       if (++it.h < hEnd) {
         const Tiles nextHead(p, b, it.h, kLo, kHi);
-        nextHead.bounds(it.tile, it.last);
+        it.tile = nextHead.first();
+        it.last = nextHead.last();
       }
     }
     return it;
@@ -95,9 +96,7 @@ struct QTileStream {
   ATTNC_DEVICE QItem start(int h) const {
     if (h >= hEnd) return QItem{h, 0, -1, expr::Tri::False};
     const Tiles tiles(p, b, h, kLo, kHi);
-    QItem it{h, 0, -1, expr::Tri::False};
-    tiles.bounds(it.tile, it.last);
-    return settle(it);
+    return settle(QItem{h, tiles.first(), tiles.last(), expr::Tri::False});
   }
   ATTNC_DEVICE QItem next(QItem it) const {
     if (it.h >= hEnd) return it;
@@ -543,8 +542,7 @@ ATTNC_DEVICE void backwardQ(const BwdParams& p, unsigned char* smem) {
   cpAsyncCommit();
 
   const KvTiles<Variant, Config::kBlockKV, BwdParams> tiles(p, b, h, q0, q0 + qRows - 1);
-  int firstTile, lastTile;
-  tiles.bounds(firstTile, lastTile);
+  const int lastTile = tiles.last();
   const Element* kG = static_cast<const Element*>(p.k) + b * p.k_stride_b + hKv * p.k_stride_h;
   const Element* vG = static_cast<const Element*>(p.v) + b * p.v_stride_b + hKv * p.v_stride_h;
   const auto issue = [&](int tile, int stage) {
@@ -561,7 +559,7 @@ ATTNC_DEVICE void backwardQ(const BwdParams& p, unsigned char* smem) {
     cpAsyncCommit();
   };
   Tri curClass, aheadClass;
-  int cur = tiles.nextLive(firstTile, lastTile, curClass);
+  int cur = tiles.nextLive(tiles.first(), lastTile, curClass);
   int ahead = cur;
   aheadClass = curClass;
   issue(cur, 0);

@@ -106,10 +106,9 @@ ATTNC_DEVICE void forward(const FwdParams& p, unsigned char* smem) {
 
   // Find the kv tile range (while Q is in flight).
   const KvTiles<Variant, Config::kBlockKV> tiles(p, b, h, q0, q0 + qRows - 1);
-  int firstTile, lastTile;
-  tiles.bounds(firstTile, lastTile);
+  const int lastTile = tiles.last();
   Tri tileClass;
-  int tile = tiles.nextLive(firstTile, lastTile, tileClass);
+  int tile = tiles.nextLive(tiles.first(), lastTile, tileClass);
 
   // Start the K/V stream: Stages - 1 tiles ahead.
   KvProducer<Config, Variant> producer{
