@@ -26,13 +26,17 @@ class Fwd(ctypes.Structure):
     _fields_ = [(n, ctypes.c_void_p) for n in ("q","k","v","o","lse")] + \
       [(f"{t}{d}", ctypes.c_int64) for t in "qkvo" for d in ("b","h","s")] + \
       [(n, ctypes.c_int) for n in ("batch","hq","hkv","ql","kl")] + \
-      [("scale", ctypes.c_float), ("p", ctypes.c_float), ("seed", ctypes.c_uint64), ("off", ctypes.c_uint64), ("inputs", InputRef*8)]
+      [("scale", ctypes.c_float), ("p", ctypes.c_float), ("seed", ctypes.c_uint64), ("off", ctypes.c_uint64),
+       ("keys", ctypes.c_uint32*20),  # dropout round keys (philox.h); zero: these runs drop nothing
+       ("inputs", InputRef*8)]
 T = ["q","k","v","o","do","dq","dk","dv"]
 class Bwd(ctypes.Structure):
     _fields_ = [(n, ctypes.c_void_p) for n in ("q","k","v","o","do","lse","dq","dk","dv","dq_accum","delta")] + \
       [(f"{t}{d}", ctypes.c_int64) for t in T for d in ("b","h","s")] + \
       [(n, ctypes.c_int) for n in ("batch","hq","hkv","ql","kl")] + \
-      [("scale", ctypes.c_float), ("p", ctypes.c_float), ("seed", ctypes.c_uint64), ("off", ctypes.c_uint64), ("inputs", InputRef*8)]
+      [("scale", ctypes.c_float), ("p", ctypes.c_float), ("seed", ctypes.c_uint64), ("off", ctypes.c_uint64),
+       ("keys", ctypes.c_uint32*20),
+       ("inputs", InputRef*8)]
 def meta(name):
     toks = open(os.path.join(args.dir, name + ".meta")).read().split(); m = {}
     for i, t in enumerate(toks):
