@@ -89,7 +89,8 @@ std::string Compiler::passPipeline(const Target& target, const CompileOptions& o
                               options.summaryKVLen > 0 ? options.summaryKVLen : options.summaryQLen)
                     .str();
   return llvm::formatv(
-      "builtin.module(attn-expand-builtins, attn-select-tiles{{arch={0} smem-per-block={1} "
+      "builtin.module(attn-expand-builtins, attn-simplify-score, attn-select-tiles{{arch={0} "
+      "smem-per-block={1} "
       "smem-per-sm={2} regs-per-thread={3} block-q={4} block-kv={5}}, {6}, attn-tile{{target={0}}{7})",
       target.name, target.smemPerBlock, target.smemPerSM, target.regsPerThread, options.blockQ,
       options.blockKV, classify,

@@ -35,6 +35,27 @@ def AttnExpandBuiltins : Pass<"attn-expand-builtins", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::math::MathDialect"];
 }
 
+def AttnSimplifyScore : Pass<"attn-simplify-score", "::mlir::ModuleOp"> {
+  let summary = "Simplifies the score region under what the mask guarantees.";
+  let description = [{
+    The kernels only use the score of a kept element (a masked one becomes -inf right after the
+    score hook, or P = 0 in the backward; a full tile keeps every element). So the score may
+    assume every conjunct `X >= Y` of the mask (sge, sgt, sle, slt between integers): this pass
+    rewrites `abs(X - Y)` and `abs(Y - X)` in the score to `X - Y`, which removes ALiBi's `abs`
+    under causal, window and document masks. Expressions are matched structurally across the
+    two regions (same operations and attributes over corresponding region arguments).
+
+    Before (ALiBi under a causal mask):
+    ```mlir
+    mask { ... %1 = arith.addi %q, %0 ; %2 = arith.cmpi sge, %1, %k ; attn.yield %2 }
+    score { ... %6 = arith.addi %q, %5 ; %7 = arith.subi %6, %k ; %8 = math.absi %7 ;
+            %9 = arith.sitofp %8 ... }
+    ```
+    After: `%9 = arith.sitofp %7`.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::math::MathDialect"];
+}
+
 def AttnSelectTiles : Pass<"attn-select-tiles", "::mlir::ModuleOp"> {
   let summary = "Derives tile sizes from the target's shared memory, FlashAttention-style.";
   let description = [{
