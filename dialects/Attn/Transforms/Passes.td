@@ -41,7 +41,9 @@ def AttnSimplifyScore : Pass<"attn-simplify-score", "::mlir::ModuleOp"> {
     The kernels only use the score of a kept element (a masked one becomes -inf right after the
     score hook, or P = 0 in the backward; a full tile keeps every element). So the score may
     assume every conjunct `X >= Y` of the mask (sge, sgt, sle, slt between integers): this pass
-    rewrites `abs(X - Y)` and `abs(Y - X)` in the score to `X - Y`, which removes ALiBi's `abs`
+    rewrites `abs(X - Y)` and `abs(Y - X)` in the score to `X - Y` where the result only feeds
+    sums, differences and products (so that no masked element's derivative, which the backward
+    multiplies by P = 0, becomes NaN), which removes ALiBi's `abs`
     under causal, window and document masks. Expressions are matched structurally across the
     two regions (same operations and attributes over corresponding region arguments).
 

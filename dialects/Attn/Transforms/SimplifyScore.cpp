@@ -4,8 +4,9 @@
 // score hook (forward), or gets P = 0 (backward), and a tile classified full has every element
 // kept. So wherever the mask is a conjunction with a conjunct `X >= Y` (sge, sgt, sle or slt
 // between two integer expressions), the score may assume it. This pass uses that to drop
-// `abs(X - Y)` to `X - Y` (and `abs(Y - X)` to `X - Y`): ALiBi's `abs(q' - k)` under a causal,
-// window or document mask, one integer instruction less per element of S.
+// `abs(X - Y)` to `X - Y` (and `abs(Y - X)` to `X - Y`) where the result only feeds sums,
+// differences and products (onlyArithmeticUses): ALiBi's `abs(q' - k)` under a causal, window or
+// document mask, one integer instruction less per element of S.
 //
 // Expressions are matched structurally across the two regions: the same operations with the same
 // attributes over corresponding region arguments (the score region has `score` first).
@@ -72,6 +73,21 @@ bool same(Value m, Value s, unsigned shift) {
   return true;
 }
 
+// Whether everything computed from `v` in the score is a sum, difference or product of finite
+// values (or their conversion), up to the yield. A masked element's score is discarded, but the
+// backward multiplies its derivative by P = 0: where X < Y, X - Y must not turn that derivative
+// into inf or NaN (sqrt, log or a division by the distance could), so only such uses qualify.
+bool onlyArithmeticUses(Value v) {
+  for (Operation* user : v.getUsers()) {
+    if (isa<YieldOp>(user)) continue;
+    if (!isa<arith::SIToFPOp, arith::AddFOp, arith::SubFOp, arith::MulFOp, arith::NegFOp,
+             arith::AddIOp, arith::SubIOp, arith::MulIOp>(user))
+      return false;
+    if (!onlyArithmeticUses(user->getResult(0))) return false;
+  }
+  return true;
+}
+
 // Rewrites the score's `abs(X - Y)` / `abs(Y - X)` to `X - Y` for the mask's facts; returns how
 // many it rewrote.
 int simplify(AttentionOp op) {
@@ -91,7 +107,7 @@ int simplify(AttentionOp op) {
   score.walk([&](math::AbsIOp abs) { absOps.push_back(abs); });
   for (math::AbsIOp abs : absOps) {
     auto diff = abs.getOperand().getDefiningOp<arith::SubIOp>();
-    if (!diff) continue;
+    if (!diff || !onlyArithmeticUses(abs.getResult())) continue;
     for (const Fact& fact : facts) {
       const bool direct = same(fact.x, diff.getLhs(), shift) && same(fact.y, diff.getRhs(), shift);
       const bool swapped = same(fact.y, diff.getLhs(), shift) && same(fact.x, diff.getRhs(), shift);
