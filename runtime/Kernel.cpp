@@ -65,6 +65,7 @@ struct Kernel::Impl {
     // The backward entries (kBackwardSuffixes order), resolved on the first backward launch.
     bool backwardResolved = false;
     cu::Function backward[5] = {};
+    cu::Function backwardTileClasses = nullptr;  // <stem>_tile_classes, with tile classes
     std::string backwardError;
   };
 
@@ -283,6 +284,13 @@ struct Kernel::Impl {
                         &why))
         return fail(why);
       entry->backward[i] = fn;
+    }
+    if (!m.tileClassesEntry.empty()) {
+      const std::string name = b.entryStem + "_tile_classes";
+      if (!driver.check(driver.cuModuleGetFunction(&entry->backwardTileClasses, entry->module,
+                                                   name.c_str()),
+                        ("cuModuleGetFunction(" + name + ")").c_str(), &why))
+        return fail(why);
     }
     return entry;
   }
@@ -634,17 +642,6 @@ void setSharedFields(Params& p, const KernelMetadata& m, const Args& args) {
   }
 }
 
-// setSharedFields, then the summaries of the declared inputs the mask reads (Impl::summarize: on
-// `stream`, the InputRefs pointed at them; *lock held until the kernels using them are enqueued).
-template <class Params, class Args>
-Status setSharedFields(Params& p, const KernelMetadata& m, const Args& args, Kernel::Impl& impl,
-                       const DriverApi& driver, cu::Context context,
-                       const Kernel::Impl::Loaded& loaded, cu::Stream stream,
-                       std::unique_lock<std::mutex>* lock) {
-  setSharedFields(p, m, args);
-  return impl.summarize(driver, context, loaded, p.inputs, p.batch, p.q_len, p.kv_len, stream, lock);
-}
-
 // The 4-D tensor map (head dim, sequence, head, batch) of one operand of the sm_90a forward kernel
 // (templates/attnc/sm90/forward.h): boxes of 64 head-dim elements (128 bytes, 128-byte swizzle) by
 // `rows` positions; elements past the tensor's edges read as zeros. TMA needs a 16-byte aligned
@@ -863,10 +860,37 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
   setStrides(args.dk, p.dk_stride_b, p.dk_stride_h, p.dk_stride_s);
   setStrides(args.dv, p.dv_stride_b, p.dv_stride_h, p.dv_stride_s);
   std::unique_lock<std::mutex> summaryLock;
-  if (Status status = setSharedFields(p, m, args, *impl_, *driver, context, *loaded,
-                                      static_cast<cu::Stream>(stream), &summaryLock);
+  setSharedFields(p, m, args);
+  // The dK/dV kernel's tile classes (tile_classes.h), after the summaries as the forward's: rows
+  // (b, h, kv tile of kvBlockKV); the words a row are sized for q tiles of 16 rows, the least any
+  // dK/dV kernel uses (its own q block is not in the metadata).
+  const i64 classRows = tileClassRows(p.batch, m.headsQ, p.kv_len, b.kvBlockKV);
+  const int classWords = tileClassWords(p.q_len, 16);
+  const size_t boundsBytes = align256(size_t(classRows) * 2 * sizeof(int));
+  const size_t classBytes =
+      loaded->backwardTileClasses
+          ? boundsBytes + size_t(classRows) * size_t(classWords) * sizeof(u32)
+          : 0;
+  char* classBuffer = nullptr;
+  if (Status status = impl_->summarize(*driver, context, *loaded, p.inputs, p.batch, p.q_len,
+                                       p.kv_len, static_cast<cu::Stream>(stream), &summaryLock,
+                                       classBytes, &classBuffer);
       !status)
     return status;
+  if (loaded->backwardTileClasses) {
+    if (!classBuffer)
+      return Status::error("kernel '" + m.name + "': its tile classes need the input summaries, "
+                           "and the launch made none");
+    p.q_tile_bounds = reinterpret_cast<const int*>(classBuffer);
+    p.q_tile_classes = reinterpret_cast<const u32*>(classBuffer + boundsBytes);
+    p.q_class_words = classWords;
+    void* classParams[] = {&p};
+    if (!driver->check(driver->cuLaunchKernel(loaded->backwardTileClasses, tileClassBlocks(classRows),
+                                              1, 1, kTileClassThreads, 1, 1, 0,
+                                              static_cast<cu::Stream>(stream), classParams, nullptr),
+                       ("cuLaunchKernel(" + b.entryStem + "_tile_classes)").c_str(), &error))
+      return Status::error("kernel '" + m.name + "': " + error);
+  }
 
   // The sm_90a dK/dV kernel reads Q, K, V and dO through tensor maps (boxes of 64 q rows and of
   // the block's kv rows).

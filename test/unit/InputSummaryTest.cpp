@@ -341,5 +341,53 @@ TEST(InputSummary, DocumentTileWalkAgreesWithBruteForce) {
   EXPECT_GT(skippedTiles, 1000);  // the walk did skip tiles
 }
 
+// The dK/dV kernel's walk (q tiles of one kv tile, BwdParams) over a row of precomputed classes
+// visits exactly the q tiles whose own class is live, with those classes.
+TEST(InputSummary, BackwardQTileWalkReadsPrecomputedClasses) {
+  std::mt19937 rng(5);
+  constexpr int kBlock = 64;
+  using Tri = expr::Tri;
+  int visitedTiles = 0;
+  for (int round = 0; round < 60; ++round) {
+    BwdParams p{};
+    p.batch = 1;
+    p.heads_q = p.heads_kv = 1;
+    p.kv_len = 1 + int(rng() % 1500);
+    p.q_len = rng() % 4 ? p.kv_len : 1 + int(rng() % unsigned(p.kv_len));
+    const InputExtents e = expr::input_extents(p);
+    std::vector<int> doc = randomDocuments(rng, e.positions, round % 2 == 0);
+    std::vector<SummaryEntry> summaries;
+    p.inputs[0] = InputRef{doc.data(), 0, 0, 1, nullptr};
+    summaries = summarize<int>(p.inputs[0], e);
+    p.inputs[0].summary = summaries.data();
+    for (int k0 = 0; k0 < p.kv_len; k0 += 128) {
+      const int k1 = std::min(p.kv_len, k0 + 128) - 1;
+      const QTiles<DocumentVariant, kBlock, BwdParams> search(p, 0, 0, k0, k1);
+      const int words = tileClassWords(p.q_len, kBlock);
+      std::vector<int> rowBounds(2);
+      std::vector<u32> rowClasses(static_cast<size_t>(words));
+      tileClassRow(search, rowBounds.data(), rowClasses.data(), words);
+      p.q_tile_bounds = rowBounds.data();
+      p.q_tile_classes = rowClasses.data();
+      p.q_class_words = words;
+      QTiles<DocumentClassesVariant, kBlock, BwdParams> read(p, 0, 0, k0, k1);
+      static_assert(decltype(read)::kReadsClasses, "the dK/dV walk reads precomputed classes");
+      read.useTileClasses(0);
+      std::vector<int> readVisited, ownClassLive;
+      Tri cls;
+      for (int t = read.nextLive(read.first(), read.last(), cls); t <= read.last();
+           t = read.nextLive(t + 1, read.last(), cls)) {
+        readVisited.push_back(t);
+        ASSERT_EQ(cls, search.tileClass(t)) << "round " << round << " q tile " << t;
+      }
+      for (int t = 0; t < search.numTiles; ++t)
+        if (search.tileClass(t) != Tri::False) ownClassLive.push_back(t);
+      ASSERT_EQ(readVisited, ownClassLive) << "round " << round << " keys from " << k0;
+      visitedTiles += int(readVisited.size());
+    }
+  }
+  EXPECT_GT(visitedTiles, 200);
+}
+
 }  // namespace
 }  // namespace attnc

@@ -342,6 +342,14 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
     os << "extern \"C\" __global__ void __launch_bounds__(attnc::kTileClassThreads) "
        << result.tileClassesEntry << "(const attnc::FwdParams p) {\n"
        << "  attnc::writeTileClasses<Variant, Config::kBlockQ, Config::kBlockKV>(p);\n}\n";
+    if (result.backward) {
+      // The same for the dK/dV kernel's walk (q tiles per kv tile), launched by the backward.
+      const char* kvConfig = hopperBackward ? "BwdHopperConfig" : "BwdKVConfig";
+      os << "extern \"C\" __global__ void __launch_bounds__(attnc::kTileClassThreads) "
+         << result.backward->entryStem << "_tile_classes(const attnc::BwdParams p) {\n"
+         << "  attnc::writeTileClasses<Variant, " << kvConfig << "::kBlockQ, " << kvConfig
+         << "::kBlockKV>(p);\n}\n";
+    }
   }
   result.code = std::move(code);
   return result;

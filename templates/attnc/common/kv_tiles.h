@@ -35,14 +35,26 @@ template <class V>
 struct VariantTileClasses<V, decltype(void(V::kTileClasses))> {
   static constexpr bool value = V::kTileClasses;
 };
-template <class P>
+// The walks that read precomputed classes: the forward's along the keys (FwdParams::kv_tile_*)
+// and the dK/dV kernel's along the queries (BwdParams::q_tile_*).
+template <class P, bool AlongKeys>
 struct ParamsTileClasses {
   static constexpr bool value = false;
 };
 template <>
-struct ParamsTileClasses<FwdParams> {
+struct ParamsTileClasses<FwdParams, true> {
   static constexpr bool value = true;
 };
+template <>
+struct ParamsTileClasses<BwdParams, false> {
+  static constexpr bool value = true;
+};
+ATTNC_HD const int* tileBoundsOf(const FwdParams& p) { return p.kv_tile_bounds; }
+ATTNC_HD const u32* tileClassesOf(const FwdParams& p) { return p.kv_tile_classes; }
+ATTNC_HD int tileClassWordsOf(const FwdParams& p) { return p.kv_class_words; }
+ATTNC_HD const int* tileBoundsOf(const BwdParams& p) { return p.q_tile_bounds; }
+ATTNC_HD const u32* tileClassesOf(const BwdParams& p) { return p.q_tile_classes; }
+ATTNC_HD int tileClassWordsOf(const BwdParams& p) { return p.q_class_words; }
 
 // Tiles of Block positions along the keys (AlongKeys) or the queries, for the fixed range
 // [fixedLo, fixedHi] of the other axis (clipped to its length - 1, fixedLo <= fixedHi).
@@ -58,7 +70,7 @@ struct TileWalk {
   // Whether first(), last(), bounds() and nextLive() read the fixed range's row of precomputed
   // tile classes (useTileClasses) instead of evaluating the mask over intervals.
   static constexpr bool kReadsClasses =
-      AlongKeys && VariantTileClasses<Variant>::value && ParamsTileClasses<Params>::value;
+      VariantTileClasses<Variant>::value && ParamsTileClasses<Params, AlongKeys>::value;
   const int* boundsRow = nullptr;
   const u32* classRow = nullptr;
 
@@ -69,8 +81,8 @@ struct TileWalk {
   // The row (params.h) of the precomputed classes to read, where kReadsClasses.
   ATTNC_HD void useTileClasses(i64 row) {
     if constexpr (kReadsClasses) {
-      boundsRow = p.kv_tile_bounds + 2 * row;
-      classRow = p.kv_tile_classes + row * p.kv_class_words;
+      boundsRow = tileBoundsOf(p) + 2 * row;
+      classRow = tileClassesOf(p) + row * tileClassWordsOf(p);
     }
   }
 

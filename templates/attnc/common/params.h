@@ -152,6 +152,13 @@ struct BwdParams {
   u64 dropout_offset;
   u32 dropout_keys[kDropoutRoundKeys];  // dropoutKeySchedule(dropout_seed, dropout_offset)
 
+  // The classes of the dK/dV kernel's (kv tile, q tile) pairs, as FwdParams' for the forward but
+  // with rows (b * heads_q + h) * ceil(kv_len / its B_c) + kv tile and q tiles along them
+  // (`<name>_bwd_tile_classes`), or null.
+  const int* q_tile_bounds;
+  const u32* q_tile_classes;
+  int q_class_words;
+
   InputRef inputs[kMaxInputs];
 };
 

@@ -1,6 +1,7 @@
 // The body of a kernel's `<name>_tile_classes` entry: the class (expr::Tri) of every (q tile,
 // kv tile) pair of the forward's tiling, and each q tile's first and last tile that is not empty
-// (FwdParams::kv_tile_bounds/_classes, params.h). It runs once per launch, after the block
+// (FwdParams::kv_tile_bounds/_classes, params.h); and of `<name>_bwd_tile_classes`, the same for
+// the backward's dK/dV kernel, rows of q tiles per kv tile (BwdParams::q_tile_bounds/_classes). It runs once per launch, after the block
 // summaries and before the forward kernel, for masks that read declared inputs: classifying a
 // tile there takes memory round trips, and a block that searched its kv range itself spent most
 // of its time before its first tile (docs/perf/H200.md, document). Here every pair is classified
@@ -15,12 +16,13 @@ namespace attnc {
 
 constexpr int kTileClassThreads = 256;
 
-// The launch's rows (b, h, q tile) and words per row of tile classes.
-ATTNC_HD constexpr i64 tileClassRows(int batch, int heads_q, int q_len, int blockQ) {
-  return i64(batch) * heads_q * ceilDiv(q_len, blockQ);
+// The launch's rows (b, h, tile of the fixed axis: `length` positions in tiles of `block`), and
+// the words a row needs for `walked` positions in tiles of `walkBlock`.
+ATTNC_HD constexpr i64 tileClassRows(int batch, int heads_q, int length, int block) {
+  return i64(batch) * heads_q * ceilDiv(length, block);
 }
-ATTNC_HD constexpr int tileClassWords(int kv_len, int blockKV) {
-  return ceilDiv(ceilDiv(kv_len, blockKV), 16);
+ATTNC_HD constexpr int tileClassWords(int walked, int walkBlock) {
+  return ceilDiv(ceilDiv(walked, walkBlock), 16);
 }
 // Blocks of kTileClassThreads for `rows` rows, one warp a row in a grid-stride loop (any grid size
 // is correct).
@@ -48,22 +50,30 @@ ATTNC_HD void tileClassRow(const Walk& tiles, int* bounds, u32* words, int wordC
 }
 
 #if defined(__CUDA_ARCH__)
-template <class Variant, int BlockQ, int BlockKV>
-ATTNC_DEVICE void writeTileClasses(const FwdParams& p) {
+// With FwdParams: the forward's rows (b, h, q tile of BlockQ) of kv tiles (BlockKV). With
+// BwdParams: the dK/dV kernel's rows (b, h, kv tile of BlockKV) of q tiles (BlockQ).
+template <class Variant, int BlockQ, int BlockKV, class Params>
+ATTNC_DEVICE void writeTileClasses(const Params& p) {
+  constexpr bool kAlongKeys = ParamsTileClasses<Params, true>::value;
+  constexpr int kFixedBlock = kAlongKeys ? BlockQ : BlockKV;
+  constexpr int kWalkBlock = kAlongKeys ? BlockKV : BlockQ;
+  using Walk = TileWalk<Variant, kWalkBlock, Params, kAlongKeys>;
   constexpr int kWarps = kTileClassThreads / 32;
   const int lane = int(threadIdx.x % 32);
-  const int qTiles = ceilDiv(p.q_len, BlockQ);
-  const i64 rows = tileClassRows(p.batch, p.heads_q, p.q_len, BlockQ);
-  int* bounds = const_cast<int*>(p.kv_tile_bounds);
-  u32* classes = const_cast<u32*>(p.kv_tile_classes);
+  const int fixedLength = kAlongKeys ? p.q_len : p.kv_len;
+  const int fixedTiles = ceilDiv(fixedLength, kFixedBlock);
+  const i64 rows = tileClassRows(p.batch, p.heads_q, fixedLength, kFixedBlock);
+  const int words = tileClassWordsOf(p);
+  int* bounds = const_cast<int*>(tileBoundsOf(p));
+  u32* classes = const_cast<u32*>(tileClassesOf(p));
   for (i64 row = i64(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows;
        row += i64(gridDim.x) * kWarps) {
-    const int qTile = int(row % qTiles), bh = int(row / qTiles);
+    const int fixedTile = int(row % fixedTiles), bh = int(row / fixedTiles);
     const int b = bh / p.heads_q, h = bh % p.heads_q;
-    const int q0 = qTile * BlockQ;
-    const KvTiles<Variant, BlockKV> tiles(p, b, h, q0, minOf(q0 + BlockQ, p.q_len) - 1);
+    const int f0 = fixedTile * kFixedBlock;
+    const Walk tiles(p, b, h, f0, minOf(f0 + kFixedBlock, fixedLength) - 1);
     int first = tiles.numTiles, last = -1;
-    u32* rowClasses = classes + row * p.kv_class_words;
+    u32* rowClasses = classes + row * words;
     for (int t0 = 0; t0 < tiles.numTiles; t0 += 32) {
       // Each lane classifies its own tile: the boxes differ, so the input scans are per lane
       // (expr::scan_share), a few summary entries each.
@@ -78,7 +88,7 @@ ATTNC_DEVICE void writeTileClasses(const FwdParams& p) {
       // Lanes 0-15 and 16-31 each make one word: 2 bits a tile (t0 is a multiple of 32).
       const u32 word = __reduce_or_sync(0xffffu << (lane & 16), cls << tileClassShift(t));
       const int w = tileClassWord(t);
-      if ((lane & 15) == 0 && w < p.kv_class_words) rowClasses[w] = word;
+      if ((lane & 15) == 0 && w < words) rowClasses[w] = word;
     }
     if (lane == 0) {
       bounds[2 * row] = first;
