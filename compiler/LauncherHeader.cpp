@@ -31,6 +31,7 @@ KernelMetadata kernelMetadata(const Spec& spec, const CompiledKernel& kernel, co
     m.inputs.push_back(info);
   }
   m.summaryEntry = kernel.summaryEntry;
+  m.tileClassesEntry = kernel.tileClassesEntry;
   for (int slot : kernel.summarySlots) m.inputs.at(size_t(slot)).summarized = true;
   m.attncVersion = version();
   if (kernel.backward) {
@@ -99,6 +100,8 @@ std::string emitLauncherHeader(const std::string& specPath, const std::vector<La
       os << "  m.inputs.push_back({" << quoted(input.name) << ", " << quoted(input.type) << ", "
          << quoted(input.dims) << ", " << (input.summarized ? "true" : "false") << "});\n";
     if (!m.summaryEntry.empty()) os << "  m.summaryEntry = " << quoted(m.summaryEntry) << ";\n";
+    if (!m.tileClassesEntry.empty())
+      os << "  m.tileClassesEntry = " << quoted(m.tileClassesEntry) << ";\n";
     if (const auto& b = m.backward)
       os << "  m.backward = attnc::BackwardMetadata{" << quoted(b->entryStem) << ", "
          << b->kvThreads << ", " << b->qThreads << ", " << b->kvBlockKV << ", " << b->qBlockQ

@@ -166,6 +166,7 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
   kernel.backward = source->backward;
   kernel.summaryEntry = source->summaryEntry;
   kernel.summarySlots = source->summarySlots;
+  kernel.tileClassesEntry = source->tileClassesEntry;
   if (stage == Stage::CUDA) return kernel;
 
   std::string error;

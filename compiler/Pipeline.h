@@ -59,6 +59,7 @@ struct CompiledKernel {
   // The block-summary entry and the input slots it summarizes (KernelSource::summaryEntry).
   std::string summaryEntry;
   std::vector<int> summarySlots;
+  std::string tileClassesEntry;  // KernelSource::tileClassesEntry
   std::string nvrtcLog;
   double nvrtcSeconds = 0;
 };

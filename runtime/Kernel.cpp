@@ -15,6 +15,7 @@
 #include "attnc/attnc.h"
 
 #include "attnc/common/params.h"
+#include "attnc/common/tile_classes.h"
 #include "runtime/Driver.h"
 #include "runtime/Summaries.h"
 
@@ -58,11 +59,13 @@ struct Kernel::Impl {
     cu::Module module = nullptr;
     cu::Function function = nullptr;
     cu::Function summary = nullptr;  // the image's summary entry, if it has one
+    cu::Function tileClasses = nullptr;  // its tile-classes entry, if it has one
     const Image* image = nullptr;  // the form loaded into this context
     std::string error;  // why this context cannot run the kernel (kept: the answer will not change)
     // The backward entries (kBackwardSuffixes order), resolved on the first backward launch.
     bool backwardResolved = false;
     cu::Function backward[5] = {};
+    cu::Function backwardTileClasses = nullptr;  // <stem>_tile_classes, with tile classes
     std::string backwardError;
   };
 
@@ -180,6 +183,12 @@ struct Kernel::Impl {
                                                 int(image->metadata.smemBytes)),
                       "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", &why))
       return fail(why);
+    const std::string& tileClassesEntry = image->metadata.tileClassesEntry;
+    if (!tileClassesEntry.empty() &&
+        !driver.check(driver.cuModuleGetFunction(&entry.tileClasses, entry.module,
+                                                 tileClassesEntry.c_str()),
+                      ("cuModuleGetFunction(" + tileClassesEntry + ")").c_str(), &why))
+      return fail(why);
     const std::string& summaryEntry = image->metadata.summaryEntry;
     if (!summaryEntry.empty() &&
         !driver.check(driver.cuModuleGetFunction(&entry.summary, entry.module, summaryEntry.c_str()),
@@ -193,18 +202,21 @@ struct Kernel::Impl {
   // Launches the summary entry on `stream` for the summarized inputs of `inputs` (as the kernels
   // will see them) and points their InputRef::summary at the result. The returned lock keeps the
   // stream's buffer until the caller has enqueued the kernels that read it. Nothing to do (and
-  // no lock) when the loaded image summarizes no input.
+  // no lock) when the loaded image summarizes no input. `extraBytes` more of the same buffer, after
+  // the summaries, are the caller's at *extra (the forward's tile classes); null without summaries.
   Status summarize(const DriverApi& driver, cu::Context context, const Loaded& entry,
                    InputRef* inputs, int batch, int q_len, int kv_len, cu::Stream stream,
-                   std::unique_lock<std::mutex>* lock) {
+                   std::unique_lock<std::mutex>* lock, size_t extraBytes = 0,
+                   char** extra = nullptr) {
     const KernelMetadata& m = entry.image->metadata;
     SummaryPlan plan = planSummaries(m, inputs, batch, q_len, kv_len);
+    if (extra) *extra = nullptr;
     if (!entry.summary || plan.totalBytes == 0) return Status::success();
     *lock = std::unique_lock<std::mutex>(summaryMutex);
     DeviceBuffer& buffer = summaryBuffers[{context, stream}];
     bool waitFailed = false;
     Status grown = growBuffer(
-        buffer, plan.totalBytes,
+        buffer, plan.totalBytes + extraBytes,
         [&](std::string* error) {
           return driver.check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize", error);
         },
@@ -212,9 +224,10 @@ struct Kernel::Impl {
     if (!grown)
       return Status::error("kernel '" + m.name + "': " +
                            (waitFailed ? "growing the summary buffer: "
-                                       : "allocating " + std::to_string(plan.totalBytes) +
+                                       : "allocating " + std::to_string(plan.totalBytes + extraBytes) +
                                              " bytes of input summaries: ") +
                            grown.message);
+    if (extra && extraBytes > 0) *extra = static_cast<char*>(buffer.data()) + plan.totalBytes;
     std::string error;
     SummaryParams p{};
     p.batch = batch;
@@ -271,6 +284,13 @@ struct Kernel::Impl {
                         &why))
         return fail(why);
       entry->backward[i] = fn;
+    }
+    if (!m.tileClassesEntry.empty()) {
+      const std::string name = b.entryStem + "_tile_classes";
+      if (!driver.check(driver.cuModuleGetFunction(&entry->backwardTileClasses, entry->module,
+                                                   name.c_str()),
+                        ("cuModuleGetFunction(" + name + ")").c_str(), &why))
+        return fail(why);
     }
     return entry;
   }
@@ -622,17 +642,6 @@ void setSharedFields(Params& p, const KernelMetadata& m, const Args& args) {
   }
 }
 
-// setSharedFields, then the summaries of the declared inputs the mask reads (Impl::summarize: on
-// `stream`, the InputRefs pointed at them; *lock held until the kernels using them are enqueued).
-template <class Params, class Args>
-Status setSharedFields(Params& p, const KernelMetadata& m, const Args& args, Kernel::Impl& impl,
-                       const DriverApi& driver, cu::Context context,
-                       const Kernel::Impl::Loaded& loaded, cu::Stream stream,
-                       std::unique_lock<std::mutex>* lock) {
-  setSharedFields(p, m, args);
-  return impl.summarize(driver, context, loaded, p.inputs, p.batch, p.q_len, p.kv_len, stream, lock);
-}
-
 // The 4-D tensor map (head dim, sequence, head, batch) of one operand of the sm_90a forward kernel
 // (templates/attnc/sm90/forward.h): boxes of 64 head-dim elements (128 bytes, 128-byte swizzle) by
 // `rows` positions; elements past the tensor's edges read as zeros. TMA needs a 16-byte aligned
@@ -713,10 +722,35 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
 
   FwdParams p{};
   std::unique_lock<std::mutex> summaryLock;
-  if (Status status = setSharedFields(p, m, args, *impl_, *driver, context, *loaded,
-                                      static_cast<cu::Stream>(stream), &summaryLock);
+  setSharedFields(p, m, args);
+  // The tile classes (tile_classes.h) go after the summaries in the same buffer: per row (b, h,
+  // q tile) the first and last live tile, then 2 bits a kv tile. A kernel with a tile-classes
+  // entry reads them instead of classifying tiles itself, so they are not optional.
+  const i64 classRows = tileClassRows(p.batch, m.headsQ, p.q_len, tiles.blockQ);
+  const int classWords = tileClassWords(p.kv_len, tiles.blockKV);
+  const size_t boundsBytes = align256(size_t(classRows) * 2 * sizeof(int));
+  size_t classBytes = boundsBytes + size_t(classRows) * size_t(classWords) * sizeof(u32);
+  if (!loaded->tileClasses) classBytes = 0;
+  char* classBuffer = nullptr;
+  if (Status status = impl_->summarize(*driver, context, *loaded, p.inputs, p.batch, p.q_len,
+                                       p.kv_len, static_cast<cu::Stream>(stream), &summaryLock,
+                                       classBytes, &classBuffer);
       !status)
     return status;
+  if (loaded->tileClasses && !classBuffer)
+    return Status::error("kernel '" + m.name + "': its tile classes need the input summaries, and "
+                         "the launch made none");
+  if (classBuffer) {
+    p.kv_tile_bounds = reinterpret_cast<const int*>(classBuffer);
+    p.kv_tile_classes = reinterpret_cast<const u32*>(classBuffer + boundsBytes);
+    p.kv_class_words = classWords;
+    void* classParams[] = {&p};
+    if (!driver->check(driver->cuLaunchKernel(loaded->tileClasses, tileClassBlocks(classRows), 1, 1,
+                                              kTileClassThreads, 1, 1, 0,
+                                              static_cast<cu::Stream>(stream), classParams, nullptr),
+                       ("cuLaunchKernel(" + tiles.tileClassesEntry + ")").c_str(), &error))
+      return Status::error("kernel '" + m.name + "': " + error);
+  }
 
   FwdParamsTma withMaps;
   void* params[] = {&p};
@@ -826,10 +860,37 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
   setStrides(args.dk, p.dk_stride_b, p.dk_stride_h, p.dk_stride_s);
   setStrides(args.dv, p.dv_stride_b, p.dv_stride_h, p.dv_stride_s);
   std::unique_lock<std::mutex> summaryLock;
-  if (Status status = setSharedFields(p, m, args, *impl_, *driver, context, *loaded,
-                                      static_cast<cu::Stream>(stream), &summaryLock);
+  setSharedFields(p, m, args);
+  // The dK/dV kernel's tile classes (tile_classes.h), after the summaries as the forward's: rows
+  // (b, h, kv tile of kvBlockKV); the words a row are sized for q tiles of 16 rows, the least any
+  // dK/dV kernel uses (its own q block is not in the metadata).
+  const i64 classRows = tileClassRows(p.batch, m.headsQ, p.kv_len, b.kvBlockKV);
+  const int classWords = tileClassWords(p.q_len, 16);
+  const size_t boundsBytes = align256(size_t(classRows) * 2 * sizeof(int));
+  const size_t classBytes =
+      loaded->backwardTileClasses
+          ? boundsBytes + size_t(classRows) * size_t(classWords) * sizeof(u32)
+          : 0;
+  char* classBuffer = nullptr;
+  if (Status status = impl_->summarize(*driver, context, *loaded, p.inputs, p.batch, p.q_len,
+                                       p.kv_len, static_cast<cu::Stream>(stream), &summaryLock,
+                                       classBytes, &classBuffer);
       !status)
     return status;
+  if (loaded->backwardTileClasses) {
+    if (!classBuffer)
+      return Status::error("kernel '" + m.name + "': its tile classes need the input summaries, "
+                           "and the launch made none");
+    p.q_tile_bounds = reinterpret_cast<const int*>(classBuffer);
+    p.q_tile_classes = reinterpret_cast<const u32*>(classBuffer + boundsBytes);
+    p.q_class_words = classWords;
+    void* classParams[] = {&p};
+    if (!driver->check(driver->cuLaunchKernel(loaded->backwardTileClasses, tileClassBlocks(classRows),
+                                              1, 1, kTileClassThreads, 1, 1, 0,
+                                              static_cast<cu::Stream>(stream), classParams, nullptr),
+                       ("cuLaunchKernel(" + b.entryStem + "_tile_classes)").c_str(), &error))
+      return Status::error("kernel '" + m.name + "': " + error);
+  }
 
   // The sm_90a dK/dV kernel reads Q, K, V and dO through tensor maps (boxes of 64 q rows and of
   // the block's kv rows).

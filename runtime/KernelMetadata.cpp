@@ -27,6 +27,7 @@ std::string KernelMetadata::serialize() const {
        << "\nbwd_q_smem_bytes " << backward->qSmemBytes << "\nbwd_kv_kernel " << backward->kvKernel
        << "\nbwd_preprocess_threads " << backward->preprocessThreads << "\n";
   if (!summaryEntry.empty()) os << "summary_entry " << summaryEntry << "\n";
+  if (!tileClassesEntry.empty()) os << "tile_classes_entry " << tileClassesEntry << "\n";
   for (const InputInfo& input : inputs)
     os << "input " << input.name << " " << input.type << " " << input.dims
        << (input.summarized ? " summarized" : "") << "\n";
@@ -93,6 +94,11 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
       if (value.empty()) return fail("bad value in '" + line + "'");
       continue;
     }
+    if (key == "tile_classes_entry") {  // optional
+      m.tileClassesEntry = value;
+      if (value.empty()) return fail("bad value in '" + line + "'");
+      continue;
+    }
     if (key == "name") m.name = value;
     else if (key == "entry") m.entry = value;
     else if (key == "target") m.target = value;
@@ -137,6 +143,8 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
   for (const InputInfo& input : m.inputs) anySummarized = anySummarized || input.summarized;
   if (anySummarized != !m.summaryEntry.empty())
     return fail("a summary_entry line needs at least one summarized input, and the other way round");
+  if (!m.tileClassesEntry.empty() && m.summaryEntry.empty())
+    return fail("a tile_classes_entry line needs a summary_entry line");
   return m;
 }
 

@@ -135,6 +135,10 @@ struct KernelMetadata {
   // The entry that writes the block summaries of the `summarized` inputs (attnc::SummaryParams),
   // launched first by forward() and backward(); empty when no input is summarized.
   std::string summaryEntry;
+  // The entry that classifies every (q tile, kv tile) pair of the forward's tiling
+  // (FwdParams::kv_tile_bounds/_classes), launched by forward() after the summaries; empty when
+  // the kernel has none (it then searches and classifies its tiles itself).
+  std::string tileClassesEntry;
 
   // A line-based "key value" text; parse() rejects anything it does not fully understand.
   std::string serialize() const;

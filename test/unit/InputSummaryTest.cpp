@@ -3,6 +3,7 @@
 // the element-by-element scan does, and the tile walk (kv_tiles.h) of a document mask over them
 // agrees with a brute-force classification of every element.
 #include "attnc/common/kv_tiles.h"
+#include "attnc/common/tile_classes.h"
 
 #include <gtest/gtest.h>
 
@@ -210,6 +211,11 @@ struct DocumentVariant {
   }
 };
 
+// The same mask, with its forward launches precomputing the tile classes (tile_classes.h).
+struct DocumentClassesVariant : DocumentVariant {
+  static constexpr bool kTileClasses = true;
+};
+
 // Random documents: packed (ids 0, 1, 2, ... in order, random lengths) or shuffled ids.
 std::vector<int> randomDocuments(std::mt19937& rng, int positions, bool packed) {
   std::vector<int> doc(static_cast<size_t>(positions));
@@ -282,6 +288,38 @@ TEST(InputSummary, DocumentTileWalkAgreesWithBruteForce) {
       std::vector<int> live;
       for (int t = 0; t < tiles; ++t)
         if (truth[size_t(t)] != Tri::False) live.push_back(t);
+      // The forward's walk over precomputed classes (one row, as <name>_tile_classes writes it)
+      // visits exactly the tiles whose own class is not False, with those classes: the live
+      // tiles and, being per tile, never more than the search above.
+      {
+        const KvTiles<DocumentVariant, kBlock> search(p, 0, 0, q0, q1);
+        const int words = tileClassWords(p.kv_len, kBlock);
+        std::vector<int> rowBounds(4, -7);
+        std::vector<u32> rowClasses(size_t(2 * words), 0xdeadbeefu);
+        tileClassRow(search, &rowBounds[2], &rowClasses[size_t(words)], words);  // row 1 of 2
+        p.kv_tile_bounds = rowBounds.data();
+        p.kv_tile_classes = rowClasses.data();
+        p.kv_class_words = words;
+        KvTiles<DocumentClassesVariant, kBlock> read(p, 0, 0, q0, q1);
+        static_assert(decltype(read)::kReadsClasses, "the walk reads precomputed classes");
+        read.useTileClasses(1);
+        int first, last;
+        read.bounds(first, last);
+        std::vector<int> readVisited;
+        Tri cls;
+        for (int t = read.nextLive(first, last, cls); t <= last; t = read.nextLive(t + 1, last, cls)) {
+          readVisited.push_back(t);
+          ASSERT_EQ(cls, search.tileClass(t)) << "round " << round << " tile " << t;
+        }
+        std::vector<int> ownClassLive;
+        for (int t = 0; t < tiles; ++t)
+          if (search.tileClass(t) != Tri::False) ownClassLive.push_back(t);
+        ASSERT_EQ(readVisited, ownClassLive) << "round " << round;
+        for (int t : live) ASSERT_TRUE(std::count(readVisited.begin(), readVisited.end(), t));
+        for (int t : readVisited) ASSERT_TRUE(std::count(visited.begin(), visited.end(), t));
+        p.kv_tile_bounds = nullptr;
+        p.kv_tile_classes = nullptr;
+      }
       for (int t : live)
         ASSERT_TRUE(std::count(visited.begin(), visited.end(), t))
             << "round " << round << ": live kv tile " << t << " of rows [" << q0 << ", " << q1
@@ -301,6 +339,54 @@ TEST(InputSummary, DocumentTileWalkAgreesWithBruteForce) {
   }
   EXPECT_GT(liveTiles, 1000);
   EXPECT_GT(skippedTiles, 1000);  // the walk did skip tiles
+}
+
+// The dK/dV kernel's walk (q tiles of one kv tile, BwdParams) over a row of precomputed classes
+// visits exactly the q tiles whose own class is live, with those classes.
+TEST(InputSummary, BackwardQTileWalkReadsPrecomputedClasses) {
+  std::mt19937 rng(5);
+  constexpr int kBlock = 64;
+  using Tri = expr::Tri;
+  int visitedTiles = 0;
+  for (int round = 0; round < 60; ++round) {
+    BwdParams p{};
+    p.batch = 1;
+    p.heads_q = p.heads_kv = 1;
+    p.kv_len = 1 + int(rng() % 1500);
+    p.q_len = rng() % 4 ? p.kv_len : 1 + int(rng() % unsigned(p.kv_len));
+    const InputExtents e = expr::input_extents(p);
+    std::vector<int> doc = randomDocuments(rng, e.positions, round % 2 == 0);
+    std::vector<SummaryEntry> summaries;
+    p.inputs[0] = InputRef{doc.data(), 0, 0, 1, nullptr};
+    summaries = summarize<int>(p.inputs[0], e);
+    p.inputs[0].summary = summaries.data();
+    for (int k0 = 0; k0 < p.kv_len; k0 += 128) {
+      const int k1 = std::min(p.kv_len, k0 + 128) - 1;
+      const QTiles<DocumentVariant, kBlock, BwdParams> search(p, 0, 0, k0, k1);
+      const int words = tileClassWords(p.q_len, kBlock);
+      std::vector<int> rowBounds(2);
+      std::vector<u32> rowClasses(static_cast<size_t>(words));
+      tileClassRow(search, rowBounds.data(), rowClasses.data(), words);
+      p.q_tile_bounds = rowBounds.data();
+      p.q_tile_classes = rowClasses.data();
+      p.q_class_words = words;
+      QTiles<DocumentClassesVariant, kBlock, BwdParams> read(p, 0, 0, k0, k1);
+      static_assert(decltype(read)::kReadsClasses, "the dK/dV walk reads precomputed classes");
+      read.useTileClasses(0);
+      std::vector<int> readVisited, ownClassLive;
+      Tri cls;
+      for (int t = read.nextLive(read.first(), read.last(), cls); t <= read.last();
+           t = read.nextLive(t + 1, read.last(), cls)) {
+        readVisited.push_back(t);
+        ASSERT_EQ(cls, search.tileClass(t)) << "round " << round << " q tile " << t;
+      }
+      for (int t = 0; t < search.numTiles; ++t)
+        if (search.tileClass(t) != Tri::False) ownClassLive.push_back(t);
+      ASSERT_EQ(readVisited, ownClassLive) << "round " << round << " keys from " << k0;
+      visitedTiles += int(readVisited.size());
+    }
+  }
+  EXPECT_GT(visitedTiles, 200);
 }
 
 }  // namespace

@@ -229,6 +229,16 @@ TEST(KernelMetadata, RoundTripsWithSummaries) {
   EXPECT_TRUE(back->inputs[0].summarized);
   EXPECT_NE(m.serialize().find("input doc i32 pos summarized\n"), std::string::npos) << m.serialize();
 
+  KernelMetadata classes = m;
+  classes.tileClassesEntry = "document_tile_classes";
+  back = KernelMetadata::parse(classes.serialize(), &error);
+  ASSERT_TRUE(back) << error;
+  EXPECT_EQ(back->tileClassesEntry, "document_tile_classes");
+  KernelMetadata classesOnly = documentMetadata();
+  classesOnly.tileClassesEntry = "document_tile_classes";
+  EXPECT_FALSE(KernelMetadata::parse(classesOnly.serialize(), &error));
+  EXPECT_NE(error.find("tile_classes_entry"), std::string::npos) << error;
+
   KernelMetadata entryOnly = documentMetadata();
   entryOnly.summaryEntry = "document_summary";
   EXPECT_FALSE(KernelMetadata::parse(entryOnly.serialize(), &error));

@@ -196,13 +196,18 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
   if (backward)
     os << (hopperBackward ? "#include \"attnc/sm90/backward.h\"\n" : "#include \"attnc/sm80/backward.h\"\n");
   const std::vector<std::pair<int, bool>> summarized = summarizedInputs(op);
-  if (!summarized.empty()) os << "#include \"attnc/common/summary.h\"\n";
+  if (!summarized.empty())
+    os << "#include \"attnc/common/summary.h\"\n#include \"attnc/common/tile_classes.h\"\n";
   os << "\nnamespace {\nnamespace ex = attnc::expr;\n\n";
   os << "struct Variant {\n";
   os << "  static constexpr bool kHasMask = " << (op.getMask().empty() ? "false" : "true") << ";\n";
   os << "  static constexpr bool kHasScore = " << (op.getScore().empty() ? "false" : "true") << ";\n";
   os << "  static constexpr bool kHasDropout = "
-     << (op.getDropout().convertToDouble() > 0 ? "true" : "false") << ";\n\n";
+     << (op.getDropout().convertToDouble() > 0 ? "true" : "false") << ";\n";
+  // A mask that reads declared inputs: the launch classifies every tile pair first
+  // (<name>_tile_classes), and the forward's walk reads those classes (kv_tiles.h).
+  os << "  static constexpr bool kTileClasses = " << (summarized.empty() ? "false" : "true")
+     << ";\n\n";
 
   RegionEmitter emitter(os, op.getInputs());
   os << "  // Keep element (q, k)? With I = IntI: is it kept over a whole tile (True / False / "
@@ -331,6 +336,20 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
       result.summarySlots.push_back(slot);
     }
     os << "}\n";
+    result.tileClassesEntry = (op.getSymName() + "_tile_classes").str();
+    os << "\n// The class of every (q tile, kv tile) pair of the forward, launched after the summaries "
+          "and\n// before the forward (docs/templates.md).\n";
+    os << "extern \"C\" __global__ void __launch_bounds__(attnc::kTileClassThreads) "
+       << result.tileClassesEntry << "(const attnc::FwdParams p) {\n"
+       << "  attnc::writeTileClasses<Variant, Config::kBlockQ, Config::kBlockKV>(p);\n}\n";
+    if (result.backward) {
+      // The same for the dK/dV kernel's walk (q tiles per kv tile), launched by the backward.
+      const char* kvConfig = hopperBackward ? "BwdHopperConfig" : "BwdKVConfig";
+      os << "extern \"C\" __global__ void __launch_bounds__(attnc::kTileClassThreads) "
+         << result.backward->entryStem << "_tile_classes(const attnc::BwdParams p) {\n"
+         << "  attnc::writeTileClasses<Variant, " << kvConfig << "::kBlockQ, " << kvConfig
+         << "::kBlockKV>(p);\n}\n";
+    }
   }
   result.code = std::move(code);
   return result;

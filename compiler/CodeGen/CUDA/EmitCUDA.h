@@ -34,6 +34,10 @@ struct KernelSource {
   // attnc::SummaryParams; it summarizes the inputs in `summarySlots` (ascending).
   std::string summaryEntry;
   std::vector<int> summarySlots;
+  // With a summary entry: the entry that classifies every (q tile, kv tile) pair of the forward
+  // (<name>_tile_classes, tile_classes.h), launched between the summaries and the forward. Grid
+  // tileClassBlocks(rows), kTileClassThreads threads, attnc::FwdParams.
+  std::string tileClassesEntry;
 };
 
 // Fails (with an error on the op) for an op in a region that has no device form. With

@@ -29,8 +29,7 @@ struct TileProblem {
   // element of S while S, P and O are all live.
   int64_t scoreOps = 0;
   // The sm_90a backward dK/dV kernel: registers its recomputed epilogue needs beyond the
-  // accumulators (see attn-derive-backward), or -1 when it cannot run there at all (a mask that
-  // reads declared inputs: its producer warp classifies tiles with 24 registers).
+  // accumulators (see attn-derive-backward), or -1 when it cannot run there at all.
   int64_t hopperBackwardExtra = 0;
 };
 

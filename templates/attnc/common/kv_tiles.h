@@ -19,6 +19,43 @@
 
 namespace attnc {
 
+// Where tile t's class (2 bits) sits in a row of precomputed classes (FwdParams::kv_tile_classes).
+ATTNC_HD constexpr int tileClassWord(int t) { return t >> 4; }
+ATTNC_HD constexpr int tileClassShift(int t) { return 2 * (t & 15); }
+
+// Whether a Variant's forward launches always precompute their tile classes (its
+// `kTileClasses`, true for masks that read declared inputs: tile_classes.h), so that a forward
+// kernel's walk reads them and never searches or classifies whole tiles itself; false for a
+// Variant without the member. Only FwdParams carries them (the backward's walks search).
+template <class V, class = void>
+struct VariantTileClasses {
+  static constexpr bool value = false;
+};
+template <class V>
+struct VariantTileClasses<V, decltype(void(V::kTileClasses))> {
+  static constexpr bool value = V::kTileClasses;
+};
+// The walks that read precomputed classes: the forward's along the keys (FwdParams::kv_tile_*)
+// and the dK/dV kernel's along the queries (BwdParams::q_tile_*).
+template <class P, bool AlongKeys>
+struct ParamsTileClasses {
+  static constexpr bool value = false;
+};
+template <>
+struct ParamsTileClasses<FwdParams, true> {
+  static constexpr bool value = true;
+};
+template <>
+struct ParamsTileClasses<BwdParams, false> {
+  static constexpr bool value = true;
+};
+ATTNC_HD const int* tileBoundsOf(const FwdParams& p) { return p.kv_tile_bounds; }
+ATTNC_HD const u32* tileClassesOf(const FwdParams& p) { return p.kv_tile_classes; }
+ATTNC_HD int tileClassWordsOf(const FwdParams& p) { return p.kv_class_words; }
+ATTNC_HD const int* tileBoundsOf(const BwdParams& p) { return p.q_tile_bounds; }
+ATTNC_HD const u32* tileClassesOf(const BwdParams& p) { return p.q_tile_classes; }
+ATTNC_HD int tileClassWordsOf(const BwdParams& p) { return p.q_class_words; }
+
 // Tiles of Block positions along the keys (AlongKeys) or the queries, for the fixed range
 // [fixedLo, fixedHi] of the other axis (clipped to its length - 1, fixedLo <= fixedHi).
 template <class Variant, int Block, class Params, bool AlongKeys>
@@ -30,10 +67,24 @@ struct TileWalk {
   int b, h;
   int fixedLo, fixedHi;
   int numTiles;  // ceil(length() / Block)
+  // Whether first(), last(), bounds() and nextLive() read the fixed range's row of precomputed
+  // tile classes (useTileClasses) instead of evaluating the mask over intervals.
+  static constexpr bool kReadsClasses =
+      VariantTileClasses<Variant>::value && ParamsTileClasses<Params, AlongKeys>::value;
+  const int* boundsRow = nullptr;
+  const u32* classRow = nullptr;
 
   ATTNC_HD TileWalk(const Params& params, int batch, int head, int first, int last)
       : p(params), b(batch), h(head), fixedLo(first), fixedHi(last),
         numTiles(ceilDiv(AlongKeys ? params.kv_len : params.q_len, Block)) {}
+
+  // The row (params.h) of the precomputed classes to read, where kReadsClasses.
+  ATTNC_HD void useTileClasses(i64 row) {
+    if constexpr (kReadsClasses) {
+      boundsRow = tileBoundsOf(p) + 2 * row;
+      classRow = tileClassesOf(p) + row * tileClassWordsOf(p);
+    }
+  }
 
   // The walked axis's length: kv_len or q_len.
   ATTNC_HD int length() const { return AlongKeys ? p.kv_len : p.q_len; }
@@ -58,7 +109,9 @@ struct TileWalk {
 
   // First tile that is not provably empty: the largest t with [0, t * Block) empty.
   ATTNC_HD int first() const {
-    if constexpr (!Variant::kHasMask) {
+    if constexpr (kReadsClasses) {
+      return boundsRow[0];
+    } else if constexpr (!Variant::kHasMask) {
       return 0;
     } else {
       int lo = 0, hi = numTiles + 1;  // prefix(lo) is empty (vacuously for 0); prefix(hi) is not
@@ -76,7 +129,9 @@ struct TileWalk {
   // Last tile that is not provably empty: one before the smallest t with [t * Block, length)
   // empty. Returns first - 1 or less when nothing is left.
   ATTNC_HD int last() const {
-    if constexpr (!Variant::kHasMask) {
+    if constexpr (kReadsClasses) {
+      return boundsRow[1];
+    } else if constexpr (!Variant::kHasMask) {
       return numTiles - 1;
     } else {
       int lo = -1, hi = numTiles;  // suffix(hi) is empty (vacuously for numTiles); suffix(lo) not
@@ -97,7 +152,10 @@ struct TileWalk {
   // call first() and last(): their register allocation is tight, and this loop's extra state
   // made four of their examples spill.
   ATTNC_HD void bounds(int& firstTile, int& lastTile) const {
-    if constexpr (!Variant::kHasMask) {
+    if constexpr (kReadsClasses) {
+      firstTile = boundsRow[0];
+      lastTile = boundsRow[1];
+    } else if constexpr (!Variant::kHasMask) {
       firstTile = 0;
       lastTile = numTiles - 1;
     } else {
@@ -131,7 +189,10 @@ struct TileWalk {
   // The first tile t' >= t, t' <= last, that is not empty (last + 1 when none), and its class.
   ATTNC_HD int nextLive(int t, int last, Tri& cls) const {
     for (; t <= last; ++t) {
-      cls = tileClass(t);
+      if constexpr (kReadsClasses)
+        cls = Tri((classRow[tileClassWord(t)] >> tileClassShift(t)) & 3u);
+      else
+        cls = tileClass(t);
       if (cls != Tri::False) return t;
     }
     cls = Tri::False;

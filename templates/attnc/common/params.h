@@ -92,6 +92,16 @@ struct FwdParams {
   u64 dropout_offset;
   u32 dropout_keys[kDropoutRoundKeys];  // dropoutKeySchedule(dropout_seed, dropout_offset)
 
+  // The tile classes of the forward's (q tile, kv tile) pairs, written earlier in the same launch
+  // by the kernel's `<name>_tile_classes` entry (tile_classes.h), or null: the kernel then searches
+  // and classifies its kv tiles itself (kv_tiles.h). One row per (b, h, q tile), row index
+  // (b * heads_q + h) * ceil(q_len / B_r) + q tile: `kv_tile_bounds[2 row]`, `[2 row + 1]` are the
+  // first and last tile that is not empty (last < first: none); `kv_tile_classes[row *
+  // kv_class_words + t / 16]` holds tile t's expr::Tri in bits 2 (t % 16) and 2 (t % 16) + 1.
+  const int* kv_tile_bounds;
+  const u32* kv_tile_classes;
+  int kv_class_words;
+
   InputRef inputs[kMaxInputs];
 };
 
@@ -141,6 +151,13 @@ struct BwdParams {
   u64 dropout_seed;
   u64 dropout_offset;
   u32 dropout_keys[kDropoutRoundKeys];  // dropoutKeySchedule(dropout_seed, dropout_offset)
+
+  // The classes of the dK/dV kernel's (kv tile, q tile) pairs, as FwdParams' for the forward but
+  // with rows (b * heads_q + h) * ceil(kv_len / its B_c) + kv tile and q tiles along them
+  // (`<name>_bwd_tile_classes`), or null.
+  const int* q_tile_bounds;
+  const u32* q_tile_classes;
+  int q_class_words;
 
   InputRef inputs[kMaxInputs];
 };

@@ -80,13 +80,21 @@ struct QTileStream {
   const BwdParams& p;
   int b, kLo, kHi, hEnd;
 
+  // Head h's walk, reading the launch's precomputed classes where the Variant has them
+  // (tile_classes.h; row (b, h, kv tile)).
+  ATTNC_DEVICE Tiles walk(int h) const {
+    Tiles tiles(p, b, h, kLo, kHi);
+    tiles.useTileClasses(i64(b * p.heads_q + h) * ceilDiv(p.kv_len, Config::kBlockKV) +
+                         kLo / Config::kBlockKV);
+    return tiles;
+  }
   ATTNC_DEVICE QItem settle(QItem it) const {
     while (it.h < hEnd) {
-      const Tiles tiles(p, b, it.h, kLo, kHi);
+      const Tiles tiles = walk(it.h);
       it.tile = tiles.nextLive(it.tile, it.last, it.cls);
       if (it.tile <= it.last) return it;
       if (++it.h < hEnd) {
-        const Tiles nextHead(p, b, it.h, kLo, kHi);
+        const Tiles nextHead = walk(it.h);
         it.tile = nextHead.first();
         it.last = nextHead.last();
       }
@@ -95,7 +103,7 @@ struct QTileStream {
   }
   ATTNC_DEVICE QItem start(int h) const {
     if (h >= hEnd) return QItem{h, 0, -1, expr::Tri::False};
-    const Tiles tiles(p, b, h, kLo, kHi);
+    const Tiles tiles = walk(h);
     return settle(QItem{h, tiles.first(), tiles.last(), expr::Tri::False});
   }
   ATTNC_DEVICE QItem next(QItem it) const {

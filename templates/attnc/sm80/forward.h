@@ -105,7 +105,10 @@ ATTNC_DEVICE void forward(const FwdParams& p, unsigned char* smem) {
   cpAsyncCommit();
 
   // Find the kv tile range (while Q is in flight).
-  const KvTiles<Variant, Config::kBlockKV> tiles(p, b, h, q0, q0 + qRows - 1);
+  KvTiles<Variant, Config::kBlockKV> tiles(p, b, h, q0, q0 + qRows - 1);
+  // The launch's precomputed tile classes (tile_classes.h), when it made them.
+  tiles.useTileClasses((b * p.heads_q + h) * ceilDiv(p.q_len, Config::kBlockQ) +
+                       q0 / Config::kBlockQ);
   const int lastTile = tiles.last();
   Tri tileClass;
   int tile = tiles.nextLive(tiles.first(), lastTile, tileClass);

@@ -3,7 +3,8 @@
 // visits every live q tile of every query head of its GQA group, with 1 + Consumers warpgroups:
 //
 //  - the producer warpgroup gives its registers back; its first warp walks the (head, q tile)
-//    pairs (all 32 lanes classify, sm80 QTileStream) and publishes each in a stage's schedule
+//    pairs (sm80 QTileStream: all 32 lanes classify, or read the launch's precomputed classes for
+//    masks that read declared inputs, tile_classes.h) and publishes each in a stage's schedule
 //    slot, lane 0 copies K and V once and then Q and dO of each pair with TMA, and the 32 lanes
 //    write the pair's LSE (log2 domain) and delta rows; all of it completes on the stage's "full"
 //    mbarrier;

@@ -180,7 +180,10 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   }
   sm80::blockSync();
 
-  const KvTiles<Variant, Config::kBlockKV> tiles(p, b, h, q0, q0 + qRows - 1);
+  KvTiles<Variant, Config::kBlockKV> tiles(p, b, h, q0, q0 + qRows - 1);
+  // The launch's precomputed tile classes (tile_classes.h), when it made them.
+  tiles.useTileClasses((b * p.heads_q + h) * ceilDiv(p.q_len, Config::kBlockQ) +
+                       q0 / Config::kBlockQ);
   if (warpGroup == 0) {
     setMaxRegistersDec<Config::kProducerRegisters>();
     if (groupThread < 32) produce<Config, Variant>(pt, smem, tiles, q0, b, h, hKv);

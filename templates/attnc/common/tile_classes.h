@@ -1,0 +1,101 @@
+// The body of a kernel's `<name>_tile_classes` entry: the class (expr::Tri) of every (q tile,
+// kv tile) pair of the forward's tiling, and each q tile's first and last tile that is not empty
+// (FwdParams::kv_tile_bounds/_classes, params.h); and of `<name>_bwd_tile_classes`, the same for
+// the backward's dK/dV kernel, rows of q tiles per kv tile (BwdParams::q_tile_bounds/_classes). It runs once per launch, after the block
+// summaries and before the forward kernel, for masks that read declared inputs: classifying a
+// tile there takes memory round trips, and a block that searched its kv range itself spent most
+// of its time before its first tile (docs/perf/H200.md, document). Here every pair is classified
+// in parallel, one lane per kv tile, and the forward's producer reads its row instead.
+#pragma once
+
+#include "attnc/common/expr.h"
+#include "attnc/common/kv_tiles.h"
+#include "attnc/common/params.h"
+
+namespace attnc {
+
+constexpr int kTileClassThreads = 256;
+
+// The launch's rows (b, h, tile of the fixed axis: `length` positions in tiles of `block`), and
+// the words a row needs for `walked` positions in tiles of `walkBlock`.
+ATTNC_HD constexpr i64 tileClassRows(int batch, int heads_q, int length, int block) {
+  return i64(batch) * heads_q * ceilDiv(length, block);
+}
+ATTNC_HD constexpr int tileClassWords(int walked, int walkBlock) {
+  return ceilDiv(ceilDiv(walked, walkBlock), 16);
+}
+// Blocks of kTileClassThreads for `rows` rows, one warp a row in a grid-stride loop (any grid size
+// is correct).
+ATTNC_HD constexpr unsigned tileClassBlocks(i64 rows) {
+  return unsigned(minOf(ceilDiv(rows, i64(kTileClassThreads / 32)), i64(65535)));
+}
+
+// One row as the entry writes it, serially (the entry does the same with a lane per tile):
+// `bounds` gets the first and last tile whose class is not False (numTiles and -1 when none), and
+// `words` (tileClassWords of them) every tile's class. The host tests check the kernels' walk of
+// such rows against the walk that classifies by itself.
+template <class Walk>
+ATTNC_HD void tileClassRow(const Walk& tiles, int* bounds, u32* words, int wordCount) {
+  int first = tiles.numTiles, last = -1;
+  for (int w = 0; w < wordCount; ++w) words[w] = 0u;
+  for (int t = 0; t < tiles.numTiles; ++t) {
+    const expr::Tri cls = tiles.tileClass(t);
+    if (cls == expr::Tri::False) continue;
+    first = minOf(first, t);
+    last = t;
+    words[tileClassWord(t)] |= u32(cls) << tileClassShift(t);
+  }
+  bounds[0] = first;
+  bounds[1] = last;
+}
+
+#if defined(__CUDA_ARCH__)
+// With FwdParams: the forward's rows (b, h, q tile of BlockQ) of kv tiles (BlockKV). With
+// BwdParams: the dK/dV kernel's rows (b, h, kv tile of BlockKV) of q tiles (BlockQ).
+template <class Variant, int BlockQ, int BlockKV, class Params>
+ATTNC_DEVICE void writeTileClasses(const Params& p) {
+  constexpr bool kAlongKeys = ParamsTileClasses<Params, true>::value;
+  constexpr int kFixedBlock = kAlongKeys ? BlockQ : BlockKV;
+  constexpr int kWalkBlock = kAlongKeys ? BlockKV : BlockQ;
+  using Walk = TileWalk<Variant, kWalkBlock, Params, kAlongKeys>;
+  constexpr int kWarps = kTileClassThreads / 32;
+  const int lane = int(threadIdx.x % 32);
+  const int fixedLength = kAlongKeys ? p.q_len : p.kv_len;
+  const int fixedTiles = ceilDiv(fixedLength, kFixedBlock);
+  const i64 rows = tileClassRows(p.batch, p.heads_q, fixedLength, kFixedBlock);
+  const int words = tileClassWordsOf(p);
+  int* bounds = const_cast<int*>(tileBoundsOf(p));
+  u32* classes = const_cast<u32*>(tileClassesOf(p));
+  for (i64 row = i64(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows;
+       row += i64(gridDim.x) * kWarps) {
+    const int fixedTile = int(row % fixedTiles), bh = int(row / fixedTiles);
+    const int b = bh / p.heads_q, h = bh % p.heads_q;
+    const int f0 = fixedTile * kFixedBlock;
+    const Walk tiles(p, b, h, f0, minOf(f0 + kFixedBlock, fixedLength) - 1);
+    int first = tiles.numTiles, last = -1;
+    u32* rowClasses = classes + row * words;
+    for (int t0 = 0; t0 < tiles.numTiles; t0 += 32) {
+      // Each lane classifies its own tile: the boxes differ, so the input scans are per lane
+      // (expr::scan_share), a few summary entries each.
+      const int t = t0 + lane;
+      u32 cls = u32(expr::Tri::False);
+      if (t < tiles.numTiles) cls = u32(tiles.tileClass(t));
+      const u32 live = __ballot_sync(0xffffffffu, cls != u32(expr::Tri::False));
+      if (live != 0u) {
+        first = minOf(first, t0 + __ffs(live) - 1);
+        last = t0 + 31 - __clz(live);
+      }
+      // Lanes 0-15 and 16-31 each make one word: 2 bits a tile (t0 is a multiple of 32).
+      const u32 word = __reduce_or_sync(0xffffu << (lane & 16), cls << tileClassShift(t));
+      const int w = tileClassWord(t);
+      if ((lane & 15) == 0 && w < words) rowClasses[w] = word;
+    }
+    if (lane == 0) {
+      bounds[2 * row] = first;
+      bounds[2 * row + 1] = last;
+    }
+  }
+}
+#endif
+
+}  // namespace attnc
