@@ -642,6 +642,43 @@ void setSharedFields(Params& p, const KernelMetadata& m, const Args& args) {
   }
 }
 
+// The summaries of the declared inputs the mask reads (Impl::summarize: on `stream`, the
+// InputRefs pointed at them; *lock held until the kernels using them are enqueued), then, where the
+// image has a tile-classes entry (`classes`, called `name`), that entry's output after them in
+// the same buffer (tile_classes.h): `rows` rows of first/last live tile and of `words` class
+// words, which `bounds`, `classWords` and `wordCount` (fields of p) are pointed at; the entry is
+// launched on `stream` with p. A kernel with such an entry reads them instead of classifying
+// tiles itself, so they are not optional.
+template <class Params>
+Status summarizeAndClassify(Kernel::Impl& impl, const DriverApi& driver, cu::Context context,
+                            const Kernel::Impl::Loaded& loaded, Params& p, cu::Function classes,
+                            const std::string& name, i64 rows, int words, const int*& bounds,
+                            const u32*& classWords, int& wordCount, cu::Stream stream,
+                            std::unique_lock<std::mutex>* lock) {
+  const size_t boundsBytes = align256(size_t(rows) * 2 * sizeof(int));
+  const size_t bytes = classes ? boundsBytes + size_t(rows) * size_t(words) * sizeof(u32) : 0;
+  char* buffer = nullptr;
+  if (Status status = impl.summarize(driver, context, loaded, p.inputs, p.batch, p.q_len, p.kv_len,
+                                     stream, lock, bytes, &buffer);
+      !status)
+    return status;
+  if (!classes) return Status::success();
+  const std::string& kernel = loaded.image->metadata.name;
+  if (!buffer)
+    return Status::error("kernel '" + kernel + "': its tile classes need the input summaries, and "
+                         "the launch made none");
+  bounds = reinterpret_cast<const int*>(buffer);
+  classWords = reinterpret_cast<const u32*>(buffer + boundsBytes);
+  wordCount = words;
+  void* params[] = {&p};
+  std::string error;
+  if (!driver.check(driver.cuLaunchKernel(classes, tileClassBlocks(rows), 1, 1, kTileClassThreads,
+                                          1, 1, 0, stream, params, nullptr),
+                    ("cuLaunchKernel(" + name + ")").c_str(), &error))
+    return Status::error("kernel '" + kernel + "': " + error);
+  return Status::success();
+}
+
 // The 4-D tensor map (head dim, sequence, head, batch) of one operand of the sm_90a forward kernel
 // (templates/attnc/sm90/forward.h): boxes of 64 head-dim elements (128 bytes, 128-byte swizzle) by
 // `rows` positions; elements past the tensor's edges read as zeros. TMA needs a 16-byte aligned
@@ -723,34 +760,14 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
   FwdParams p{};
   std::unique_lock<std::mutex> summaryLock;
   setSharedFields(p, m, args);
-  // The tile classes (tile_classes.h) go after the summaries in the same buffer: per row (b, h,
-  // q tile) the first and last live tile, then 2 bits a kv tile. A kernel with a tile-classes
-  // entry reads them instead of classifying tiles itself, so they are not optional.
-  const i64 classRows = tileClassRows(p.batch, m.headsQ, p.q_len, tiles.blockQ);
-  const int classWords = tileClassWords(p.kv_len, tiles.blockKV);
-  const size_t boundsBytes = align256(size_t(classRows) * 2 * sizeof(int));
-  size_t classBytes = boundsBytes + size_t(classRows) * size_t(classWords) * sizeof(u32);
-  if (!loaded->tileClasses) classBytes = 0;
-  char* classBuffer = nullptr;
-  if (Status status = impl_->summarize(*driver, context, *loaded, p.inputs, p.batch, p.q_len,
-                                       p.kv_len, static_cast<cu::Stream>(stream), &summaryLock,
-                                       classBytes, &classBuffer);
+  // Tile classes: rows (b, h, q tile) of kv tiles.
+  if (Status status = summarizeAndClassify(
+          *impl_, *driver, context, *loaded, p, loaded->tileClasses, tiles.tileClassesEntry,
+          tileClassRows(p.batch, m.headsQ, p.q_len, tiles.blockQ),
+          tileClassWords(p.kv_len, tiles.blockKV), p.kv_tile_bounds, p.kv_tile_classes,
+          p.kv_class_words, static_cast<cu::Stream>(stream), &summaryLock);
       !status)
     return status;
-  if (loaded->tileClasses && !classBuffer)
-    return Status::error("kernel '" + m.name + "': its tile classes need the input summaries, and "
-                         "the launch made none");
-  if (classBuffer) {
-    p.kv_tile_bounds = reinterpret_cast<const int*>(classBuffer);
-    p.kv_tile_classes = reinterpret_cast<const u32*>(classBuffer + boundsBytes);
-    p.kv_class_words = classWords;
-    void* classParams[] = {&p};
-    if (!driver->check(driver->cuLaunchKernel(loaded->tileClasses, tileClassBlocks(classRows), 1, 1,
-                                              kTileClassThreads, 1, 1, 0,
-                                              static_cast<cu::Stream>(stream), classParams, nullptr),
-                       ("cuLaunchKernel(" + tiles.tileClassesEntry + ")").c_str(), &error))
-      return Status::error("kernel '" + m.name + "': " + error);
-  }
 
   FwdParamsTma withMaps;
   void* params[] = {&p};
@@ -861,36 +878,16 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
   setStrides(args.dv, p.dv_stride_b, p.dv_stride_h, p.dv_stride_s);
   std::unique_lock<std::mutex> summaryLock;
   setSharedFields(p, m, args);
-  // The dK/dV kernel's tile classes (tile_classes.h), after the summaries as the forward's: rows
-  // (b, h, kv tile of kvBlockKV); the words a row are sized for q tiles of 16 rows, the least any
-  // dK/dV kernel uses (its own q block is not in the metadata).
-  const i64 classRows = tileClassRows(p.batch, m.headsQ, p.kv_len, b.kvBlockKV);
-  const int classWords = tileClassWords(p.q_len, 16);
-  const size_t boundsBytes = align256(size_t(classRows) * 2 * sizeof(int));
-  const size_t classBytes =
-      loaded->backwardTileClasses
-          ? boundsBytes + size_t(classRows) * size_t(classWords) * sizeof(u32)
-          : 0;
-  char* classBuffer = nullptr;
-  if (Status status = impl_->summarize(*driver, context, *loaded, p.inputs, p.batch, p.q_len,
-                                       p.kv_len, static_cast<cu::Stream>(stream), &summaryLock,
-                                       classBytes, &classBuffer);
+  // The dK/dV kernel's tile classes: rows (b, h, kv tile of kvBlockKV) of q tiles, the words a row
+  // sized for q tiles of 16 rows, the least any dK/dV kernel uses (its own q block is not in the
+  // metadata).
+  if (Status status = summarizeAndClassify(
+          *impl_, *driver, context, *loaded, p, loaded->backwardTileClasses,
+          b.entryStem + "_tile_classes", tileClassRows(p.batch, m.headsQ, p.kv_len, b.kvBlockKV),
+          tileClassWords(p.q_len, 16), p.q_tile_bounds, p.q_tile_classes, p.q_class_words,
+          static_cast<cu::Stream>(stream), &summaryLock);
       !status)
     return status;
-  if (loaded->backwardTileClasses) {
-    if (!classBuffer)
-      return Status::error("kernel '" + m.name + "': its tile classes need the input summaries, "
-                           "and the launch made none");
-    p.q_tile_bounds = reinterpret_cast<const int*>(classBuffer);
-    p.q_tile_classes = reinterpret_cast<const u32*>(classBuffer + boundsBytes);
-    p.q_class_words = classWords;
-    void* classParams[] = {&p};
-    if (!driver->check(driver->cuLaunchKernel(loaded->backwardTileClasses, tileClassBlocks(classRows),
-                                              1, 1, kTileClassThreads, 1, 1, 0,
-                                              static_cast<cu::Stream>(stream), classParams, nullptr),
-                       ("cuLaunchKernel(" + b.entryStem + "_tile_classes)").c_str(), &error))
-      return Status::error("kernel '" + m.name + "': " + error);
-  }
 
   // The sm_90a dK/dV kernel reads Q, K, V and dO through tensor maps (boxes of 64 q rows and of
   // the block's kv rows).

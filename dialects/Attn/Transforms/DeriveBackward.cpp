@@ -47,15 +47,14 @@ struct AttnDeriveBackward final : mlir::attn::impl::AttnDeriveBackwardBase<AttnD
                           extra};
       // The sm_90a dK/dV kernel's epilogue, calibrated with ptxas (CUDA 13.0) on the examples at
       // hd128, whose accumulators leave no register to spare: up to 8 mask operations fit; each
-      // further mask operation costs 4 registers. A mask reading declared inputs has its tile
-      // classes precomputed (tile_classes.h), so the producer warp only reads them. Dropout (its keep bits are made while S^T and dP^T run, before their accumulators
-      // are live) and tanh (branch-free, expr.h) fit at no cost: hd128 softcap and dropout compile
-      // without spills.
+      // further mask operation costs 4 registers. Dropout (its keep bits are made while S^T and
+      // dP^T run, before their accumulators are live) and tanh (branch-free, expr.h) fit at no
+      // cost: hd128 softcap and dropout compile without spills. A mask reading declared inputs
+      // has its tile classes precomputed (tile_classes.h), so the producer warp only reads them,
+      // and its operations go to the loads' addresses, which the 4-a-step calibration does not
+      // describe: document (10 operations, 2 loads) compiles without spills at no extra cost.
       int64_t maskLoads = 0;
       if (!forward.getMask().empty()) forward.getMask().walk([&](LoadOp) { ++maskLoads; });
-      // A mask that reads declared inputs spends its operations on the loads' addresses, which
-      // the calibration above does not describe: document (10 operations, 2 loads) compiles
-      // without spills at no extra cost.
       problem.hopperBackwardExtra = maskLoads ? 0 : (maskOps > 8 ? 4 * (maskOps - 8) : 0);
       TileTarget target{forward.getTarget().str(), smemPerBlock, smemPerBlock, regsPerThread};
       FailureOr<BackwardTileChoice> tiles = deriveBackwardTiles(problem, target);

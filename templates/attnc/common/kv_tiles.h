@@ -146,44 +146,10 @@ struct TileWalk {
     }
   }
 
-  // first() and last() at once: both binary searches run in one loop, whose single call of the
-  // mask over intervals inlines the scans of the mask's declared inputs once instead of twice
-  // (the sm_90a producer: document's cold compile 1.43-1.50 s -> 1.30-1.36 s). The sm80 kernels
-  // call first() and last(): their register allocation is tight, and this loop's extra state
-  // made four of their examples spill.
+  // first() and last() together (the sm_90a producer's call).
   ATTNC_HD void bounds(int& firstTile, int& lastTile) const {
-    if constexpr (kReadsClasses) {
-      firstTile = boundsRow[0];
-      lastTile = boundsRow[1];
-    } else if constexpr (!Variant::kHasMask) {
-      firstTile = 0;
-      lastTile = numTiles - 1;
-    } else {
-      // Search 0 (firstTile): prefix(lo) is empty (vacuously for 0), prefix(hi) is not. Search 1
-      // (lastTile): suffix(hi) is empty (vacuously for numTiles), suffix(lo) is not.
-      int lo = 0, hi = numTiles + 1;
-#pragma unroll 1
-      for (int search = 0; search < 2;) {
-        if (hi - lo <= 1) {
-          if (search == 0) {
-            firstTile = lo;
-            lo = -1, hi = numTiles;
-          } else {
-            lastTile = hi - 1;
-          }
-          ++search;
-          continue;
-        }
-        const int mid = (lo + hi) / 2;
-        const int rangeLo = search == 0 ? 0 : mid * Block;
-        const int rangeHi = search == 0 ? minOf(mid * Block, length()) - 1 : length() - 1;
-        const bool empty = classifyAlong(rangeLo, rangeHi) == Tri::False;
-        if (search == 0 ? empty : !empty)
-          lo = mid;
-        else
-          hi = mid;
-      }
-    }
+    firstTile = first();
+    lastTile = last();
   }
 
   // The first tile t' >= t, t' <= last, that is not empty (last + 1 when none), and its class.

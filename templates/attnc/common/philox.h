@@ -118,9 +118,10 @@ ATTNC_HD u32 dropoutThreshold(float p) {
   return t >= 65535.0 ? 65535u : u32(t);
 }
 
-// The decision of one element alone (one Philox call each: for references and cold paths).
-ATTNC_HD bool dropoutKept(u64 seed, u64 offset, u32 batchHead, u32 threshold, u32 q, u32 k) {
-  return dropoutBits(dropoutRandom(seed, offset, batchHead, q, k), q, k) >= threshold;
+// The decision of one element alone (one Philox call each, with the launch's round keys).
+ATTNC_HD bool dropoutKept(const u32 (&keys)[kDropoutRoundKeys], u64 offset, u32 batchHead,
+                          u32 threshold, u32 q, u32 k) {
+  return dropoutBits(dropoutRandom(keys, offset, batchHead, q, k), q, k) >= threshold;
 }
 
 }  // namespace attnc

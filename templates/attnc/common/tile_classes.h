@@ -1,11 +1,12 @@
 // The body of a kernel's `<name>_tile_classes` entry: the class (expr::Tri) of every (q tile,
 // kv tile) pair of the forward's tiling, and each q tile's first and last tile that is not empty
 // (FwdParams::kv_tile_bounds/_classes, params.h); and of `<name>_bwd_tile_classes`, the same for
-// the backward's dK/dV kernel, rows of q tiles per kv tile (BwdParams::q_tile_bounds/_classes). It runs once per launch, after the block
-// summaries and before the forward kernel, for masks that read declared inputs: classifying a
-// tile there takes memory round trips, and a block that searched its kv range itself spent most
-// of its time before its first tile (docs/perf/H200.md, document). Here every pair is classified
-// in parallel, one lane per kv tile, and the forward's producer reads its row instead.
+// the backward's dK/dV kernel, rows of q tiles per kv tile (BwdParams::q_tile_bounds/_classes).
+// They run once per launch, after the block summaries and before the attention kernels, for
+// masks that read declared inputs: classifying a tile there takes memory round trips, and a block
+// that searched its kv range itself spent most of its time before its first tile
+// (docs/perf/H200.md, document). Here every pair is classified in parallel, one lane per tile,
+// and the kernels' walks read their rows instead.
 #pragma once
 
 #include "attnc/common/expr.h"

@@ -40,8 +40,7 @@ ATTNC_DEVICE float lseLog2(float lse) { return lse == -kInfinity ? kInfinity : l
 // The dropout decision of one element (philox.h): true = kept. One Philox call per element:
 // the sm80 kernels' transposed fragments hold no whole group (sm90/backward.h shares calls).
 ATTNC_DEVICE bool dropoutKeep(const BwdParams& p, u32 batchHead, u32 threshold, int q, int k) {
-  return dropoutBits(dropoutRandom(p.dropout_keys, p.dropout_offset, batchHead, u32(q), u32(k)),
-                     u32(q), u32(k)) >= threshold;
+  return dropoutKept(p.dropout_keys, p.dropout_offset, batchHead, threshold, u32(q), u32(k));
 }
 
 // The score hook recomputed on a raw score x = q.k (its indices clamped into the sequences, as
