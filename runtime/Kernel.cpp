@@ -648,15 +648,19 @@ void setSharedFields(Params& p, const KernelMetadata& m, const Args& args) {
 // the same buffer (tile_classes.h): `rows` rows of first/last live tile and of `words` class
 // words, which `bounds`, `classWords` and `wordCount` (fields of p) are pointed at; the entry is
 // launched on `stream` with p. A kernel with such an entry reads them instead of classifying
-// tiles itself, so they are not optional.
+// tiles itself, so they are not optional. With `groupWords` > 0 (the sm_90a forward), rows of
+// that many words of its consumer warpgroups' classes follow, at *groups.
 template <class Params>
 Status summarizeAndClassify(Kernel::Impl& impl, const DriverApi& driver, cu::Context context,
                             const Kernel::Impl::Loaded& loaded, Params& p, cu::Function classes,
                             const std::string& name, i64 rows, int words, const int*& bounds,
                             const u32*& classWords, int& wordCount, cu::Stream stream,
-                            std::unique_lock<std::mutex>* lock) {
+                            std::unique_lock<std::mutex>* lock, int groupWords = 0,
+                            const u32** groups = nullptr, int* groupWordCount = nullptr) {
   const size_t boundsBytes = align256(size_t(rows) * 2 * sizeof(int));
-  const size_t bytes = classes ? boundsBytes + size_t(rows) * size_t(words) * sizeof(u32) : 0;
+  const size_t wordsBytes = align256(size_t(rows) * size_t(words) * sizeof(u32));
+  const size_t bytes =
+      classes ? boundsBytes + wordsBytes + size_t(rows) * size_t(groupWords) * sizeof(u32) : 0;
   char* buffer = nullptr;
   if (Status status = impl.summarize(driver, context, loaded, p.inputs, p.batch, p.q_len, p.kv_len,
                                      stream, lock, bytes, &buffer);
@@ -670,6 +674,10 @@ Status summarizeAndClassify(Kernel::Impl& impl, const DriverApi& driver, cu::Con
   bounds = reinterpret_cast<const int*>(buffer);
   classWords = reinterpret_cast<const u32*>(buffer + boundsBytes);
   wordCount = words;
+  if (groupWords > 0) {
+    *groups = reinterpret_cast<const u32*>(buffer + boundsBytes + wordsBytes);
+    *groupWordCount = groupWords;
+  }
   void* params[] = {&p};
   std::string error;
   if (!driver.check(driver.cuLaunchKernel(classes, tileClassBlocks(rows), 1, 1, kTileClassThreads,
@@ -760,12 +768,16 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
   FwdParams p{};
   std::unique_lock<std::mutex> summaryLock;
   setSharedFields(p, m, args);
-  // Tile classes: rows (b, h, q tile) of kv tiles.
+  // Tile classes: rows (b, h, q tile) of kv tiles, 2 bits a tile; for the sm_90a kernel also
+  // 8 bits a tile of its consumer warpgroups' classes.
+  const int kvTiles = int((p.kv_len + tiles.blockKV - 1) / tiles.blockKV);
   if (Status status = summarizeAndClassify(
           *impl_, *driver, context, *loaded, p, loaded->tileClasses, tiles.tileClassesEntry,
           tileClassRows(p.batch, m.headsQ, p.q_len, tiles.blockQ),
           tileClassWords(p.kv_len, tiles.blockKV), p.kv_tile_bounds, p.kv_tile_classes,
-          p.kv_class_words, static_cast<cu::Stream>(stream), &summaryLock);
+          p.kv_class_words, static_cast<cu::Stream>(stream), &summaryLock,
+          tiles.forwardKernel == "sm90" ? (kvTiles + 3) / 4 : 0, &p.kv_group_classes,
+          &p.kv_group_words);
       !status)
     return status;
 

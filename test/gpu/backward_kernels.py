@@ -29,6 +29,7 @@ class Fwd(ctypes.Structure):
       [("scale", ctypes.c_float), ("p", ctypes.c_float), ("seed", ctypes.c_uint64), ("off", ctypes.c_uint64),
        ("keys", ctypes.c_uint32*20),  # dropout round keys (philox.h); zero: these runs drop nothing
        ("tile_bounds", ctypes.c_void_p), ("tile_classes", ctypes.c_void_p), ("class_words", ctypes.c_int),
+       ("group_classes", ctypes.c_void_p), ("group_words", ctypes.c_int),
        ("inputs", InputRef*8)]
 T = ["q","k","v","o","do","dq","dk","dv"]
 class Bwd(ctypes.Structure):

@@ -316,6 +316,28 @@ TEST(InputSummary, DocumentTileWalkAgreesWithBruteForce) {
           if (search.tileClass(t) != Tri::False) ownClassLive.push_back(t);
         ASSERT_EQ(readVisited, ownClassLive) << "round " << round;
         for (int t : live) ASSERT_TRUE(std::count(readVisited.begin(), readVisited.end(), t));
+        // The sm_90a forward's 64-row groups (two consumer warpgroups): groupClass() reads
+        // tileGroupBits' byte, and a group's class is its rows' own.
+        const int groupWords = (tiles + 3) / 4;
+        std::vector<u32> groupClasses(static_cast<size_t>(2 * groupWords), 0u);
+        for (int t = 0; t < tiles; ++t)
+          groupClasses[size_t(groupWords + t / 4)] |=
+              tileGroupBits(search, t, search.tileClass(t), q0, p.q_len, 2) << (8 * (t % 4));
+        p.kv_group_classes = groupClasses.data();
+        p.kv_group_words = groupWords;
+        KvTiles<DocumentClassesVariant, kBlock> groupsRead(p, 0, 0, q0, q1);
+        groupsRead.useTileClasses(1);
+        for (int t : ownClassLive)
+          for (int g = 0; g < 2 && q0 + 64 * g <= q1; ++g) {
+            const int lo = q0 + 64 * g, hi = std::min(lo + 63, p.q_len - 1);
+            const Tri own = search.classify(lo, hi, t * kBlock, search.tileEnd(t));
+            const Tri got = groupsRead.groupClass(t, g, lo, hi);
+            if (search.tileClass(t) == Tri::True)
+              ASSERT_EQ(got, Tri::True);
+            else
+              ASSERT_EQ(got, own) << "round " << round << " tile " << t << " group " << g;
+          }
+        p.kv_group_classes = nullptr;
         for (int t : readVisited) ASSERT_TRUE(std::count(visited.begin(), visited.end(), t));
         p.kv_tile_bounds = nullptr;
         p.kv_tile_classes = nullptr;

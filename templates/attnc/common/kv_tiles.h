@@ -62,6 +62,7 @@ template <class Variant, int Block, class Params, bool AlongKeys>
 struct TileWalk {
   using Tri = expr::Tri;
   using IntI = expr::IntI;
+  static constexpr int kBlock = Block;
 
   const Params& p;
   int b, h;
@@ -73,6 +74,7 @@ struct TileWalk {
       VariantTileClasses<Variant>::value && ParamsTileClasses<Params, AlongKeys>::value;
   const int* boundsRow = nullptr;
   const u32* classRow = nullptr;
+  const u32* groupRow = nullptr;  // FwdParams::kv_group_classes' row, where the launch made it
 
   ATTNC_HD TileWalk(const Params& params, int batch, int head, int first, int last)
       : p(params), b(batch), h(head), fixedLo(first), fixedHi(last),
@@ -83,6 +85,20 @@ struct TileWalk {
     if constexpr (kReadsClasses) {
       boundsRow = tileBoundsOf(p) + 2 * row;
       classRow = tileClassesOf(p) + row * tileClassWordsOf(p);
+      if constexpr (AlongKeys) {
+        if (p.kv_group_classes) groupRow = p.kv_group_classes + row * p.kv_group_words;
+      }
+    }
+  }
+
+  // The class of tile t for the 64-row group `group` of the fixed range (a partial tile can be
+  // empty or full for one consumer warpgroup's rows alone): read where kReadsClasses (the sm_90a
+  // forward gets FwdParams::kv_group_classes), else the mask over rows [rowLo, rowHi].
+  ATTNC_HD Tri groupClass(int t, int group, int rowLo, int rowHi) const {
+    if constexpr (kReadsClasses && AlongKeys) {
+      return Tri((groupRow[t >> 2] >> (8 * (t & 3) + 2 * group)) & 3u);
+    } else {
+      return classify(rowLo, rowHi, t * Block, tileEnd(t));
     }
   }
 

@@ -101,6 +101,11 @@ struct FwdParams {
   const int* kv_tile_bounds;
   const u32* kv_tile_classes;
   int kv_class_words;
+  // For the sm_90a forward (null otherwise): the class of each 64-row group of a q tile (one per
+  // consumer warpgroup) against each kv tile, 8 bits a tile (group g in bits 2 g, 2 g + 1):
+  // `kv_group_classes[row * kv_group_words + t / 4] >> (8 (t % 4) + 2 g)`.
+  const u32* kv_group_classes;
+  int kv_group_words;
 
   InputRef inputs[kMaxInputs];
 };

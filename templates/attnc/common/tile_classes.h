@@ -31,6 +31,25 @@ ATTNC_HD constexpr unsigned tileClassBlocks(i64 rows) {
   return unsigned(minOf(ceilDiv(rows, i64(kTileClassThreads / 32)), i64(65535)));
 }
 
+// The 8 bits of kv tile t (class `cls`) for the 64-row groups of the q tile from q0 (params.h,
+// FwdParams::kv_group_classes): group g's class in bits 2 g, 2 g + 1; 0 (empty) for a group past
+// q_len or when the whole tile is empty, 1 (full) for every group when the whole tile is full.
+template <class Walk>
+ATTNC_HD u32 tileGroupBits(const Walk& tiles, int t, expr::Tri cls, int q0, int qLen, int groups) {
+  u32 bits = 0u;
+  if (cls == expr::Tri::False) return bits;
+  for (int g = 0; g < groups; ++g) {
+    const int lo = q0 + 64 * g;
+    if (lo >= qLen) break;
+    const expr::Tri gc = cls == expr::Tri::True
+                             ? expr::Tri::True
+                             : tiles.classify(lo, minOf(lo + 63, qLen - 1), t * Walk::kBlock,
+                                              tiles.tileEnd(t));
+    bits |= u32(gc) << (2 * g);
+  }
+  return bits;
+}
+
 // One row as the entry writes it, serially (the entry does the same with a lane per tile):
 // `bounds` gets the first and last tile whose class is not False (numTiles and -1 when none), and
 // `words` (tileClassWords of them) every tile's class. The host tests check the kernels' walk of
@@ -90,6 +109,20 @@ ATTNC_DEVICE void writeTileClasses(const Params& p) {
       const u32 word = __reduce_or_sync(0xffffu << (lane & 16), cls << tileClassShift(t));
       const int w = tileClassWord(t);
       if ((lane & 15) == 0 && w < words) rowClasses[w] = word;
+      if constexpr (kAlongKeys) {
+        // The sm_90a forward's consumer warpgroups (64 rows each): a partial tile's class for
+        // each group's rows, 8 bits a tile (params.h).
+        if (p.kv_group_classes != nullptr) {
+          const u32 groups =
+              t < tiles.numTiles
+                  ? tileGroupBits(tiles, t, expr::Tri(cls), f0, fixedLength, ceilDiv(BlockQ, 64))
+                  : 0u;
+          const u32 groupWord = __reduce_or_sync(0xfu << (lane & 28), groups << (8 * (lane & 3)));
+          const int gw = t >> 2;
+          if ((lane & 3) == 0 && gw < p.kv_group_words)
+            const_cast<u32*>(p.kv_group_classes)[row * p.kv_group_words + gw] = groupWord;
+        }
+      }
     }
     if (lane == 0) {
       bounds[2 * row] = first;

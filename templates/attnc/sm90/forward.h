@@ -248,7 +248,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     Tri groupClass = tileClass;
     if constexpr (Variant::kHasMask) {
       if (tileClass == Tri::Unknown && groupHasRows)
-        groupClass = tiles.classify(groupRow, groupLast, kv0, tiles.tileEnd(tile));
+        groupClass = tiles.groupClass(tile, group, groupRow, groupLast);
     }
     if constexpr (Variant::kHasScore) sm80::applyScore<Variant>(s, p, b, h, qRow, kCol);
     const bool perElement = groupClass != Tri::True;
