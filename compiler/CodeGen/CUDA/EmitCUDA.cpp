@@ -220,9 +220,9 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
     return failure();
   }
   os << "  }\n\n";
-  os << "  // The score after `scale * q.k`.\n";
-  os << "  template <class P>\n  ATTNC_DEVICE static float score(const P& p, float score, int b, "
-        "int h, int q, int k) {\n";
+  os << "  // The score after `scale * q.k`. Q: int, or expr::Pos (sm80/epilogue.h).\n";
+  os << "  template <class P, class Q = int>\n  ATTNC_DEVICE static float score(const P& p, float "
+        "score, int b, int h, Q q, Q k) {\n";
   if (op.getScore().empty()) {
     os << "    return score;\n";
   } else if (failed(emitter.emit(op.getScore(),

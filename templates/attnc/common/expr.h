@@ -100,6 +100,27 @@ inline bool cmp_uno(double a, double b) { return a != a || b != b; }
 inline double select(bool c, double a, double b) { return c ? a : b; }
 #endif
 
+// ---- positions --------------------------------------------------------------------------------
+// A query or key position handed to a forward score hook: a base shared by a lane's whole tile
+// plus the element's offset inside the lane's accumulator fragment, which is a constant once the
+// epilogue's loops are unrolled. Sums and differences stay in this form, so `to_f32(q - k)` (ALiBi)
+// costs one conversion per tile and one add of a constant per element instead of an integer add
+// and a conversion per element. Every other use converts to the int value (same wrapping). The
+// float equals to_f32 of the int value whenever |base| and |value| are below 2^24 (each step is
+// exact); past that it may differ by an ulp of the base.
+struct Pos {
+  int base, off;
+  ATTNC_HD operator int() const { return add(base, off); }
+};
+ATTNC_HD Pos add(Pos a, Pos b) { return {add(a.base, b.base), add(a.off, b.off)}; }
+ATTNC_HD Pos add(Pos a, int b) { return {add(a.base, b), a.off}; }
+ATTNC_HD Pos add(int a, Pos b) { return {add(a, b.base), b.off}; }
+ATTNC_HD Pos sub(Pos a, Pos b) { return {sub(a.base, b.base), sub(a.off, b.off)}; }
+ATTNC_HD Pos sub(Pos a, int b) { return {sub(a.base, b), a.off}; }
+ATTNC_HD Pos sub(int a, Pos b) { return {sub(a, b.base), neg(b.off)}; }
+ATTNC_HD Pos neg(Pos a) { return {neg(a.base), neg(a.off)}; }
+ATTNC_HD float to_f32(Pos a) { return float(a.base) + float(a.off); }
+
 ATTNC_HD bool cmp_lt(int a, int b) { return a < b; }
 ATTNC_HD bool cmp_le(int a, int b) { return a <= b; }
 ATTNC_HD bool cmp_gt(int a, int b) { return a > b; }

@@ -4,6 +4,7 @@
 // kCol + 8 ni + c % 2, where qRow = first row + lane / 4 and kCol = first key + 2 (lane % 4).
 #pragma once
 
+#include "attnc/common/expr.h"
 #include "attnc/common/params.h"
 #include "attnc/common/philox.h"
 #include "attnc/common/types.h"
@@ -11,10 +12,15 @@
 namespace attnc {
 namespace sm80 {
 
-// Applies the score hook to every element: s <- score(s * scale, b, h, q, k). Indices handed to the
-// hook are clamped into the sequences, so a hook that reads a declared input (`doc[q]`) never reads
-// past it on the padding rows and keys (whose results are discarded or masked anyway).
-template <class Variant, int MTiles, int NTiles, class Params>
+// Applies the score hook to every element: s <- score(s * scale, b, h, q, k). With `Positions`
+// (the sm_90a forward) q and k go to the hook unclamped as expr::Pos, a per-lane base plus the
+// element's constant offset, so that position arithmetic (ALiBi's to_f32(q - k)) costs per tile
+// rather than per element: padding rows are discarded and padding keys masked to -inf after the
+// hook whatever it returned for them, and declared inputs clamp their own indices (expr.h). Without
+// it the indices are clamped ints, as the backward recomputes them (there a padding element's
+// derivative is multiplied by P = 0, which a non-finite value would turn into NaN); the sm_80
+// forward keeps them too, since ALiBi's sm_80 forward spills with positions.
+template <class Variant, bool Positions = false, int MTiles, int NTiles, class Params>
 ATTNC_DEVICE void applyScore(float (&s)[MTiles][NTiles][4], const Params& p, int b, int h,
                              int qRow, int kCol) {
   const int qMax = p.q_len - 1, kMax = p.kv_len - 1;
@@ -24,9 +30,15 @@ ATTNC_DEVICE void applyScore(float (&s)[MTiles][NTiles][4], const Params& p, int
     for (int ni = 0; ni < NTiles; ++ni)
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const int q = minOf(qRow + 16 * mi + 8 * (c >> 1), qMax);
-        const int k = minOf(kCol + 8 * ni + (c & 1), kMax);
-        s[mi][ni][c] = Variant::score(p, s[mi][ni][c] * p.scale, b, h, q, k);
+        if constexpr (Positions) {
+          const expr::Pos q{qRow, 16 * mi + 8 * (c >> 1)};
+          const expr::Pos k{kCol, 8 * ni + (c & 1)};
+          s[mi][ni][c] = Variant::score(p, s[mi][ni][c] * p.scale, b, h, q, k);
+        } else {
+          const int q = minOf(qRow + 16 * mi + 8 * (c >> 1), qMax);
+          const int k = minOf(kCol + 8 * ni + (c & 1), kMax);
+          s[mi][ni][c] = Variant::score(p, s[mi][ni][c] * p.scale, b, h, q, k);
+        }
       }
 }
 

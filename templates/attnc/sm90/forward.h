@@ -250,7 +250,8 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
       if (tileClass == Tri::Unknown && groupHasRows)
         groupClass = tiles.groupClass(tile, group, groupRow, groupLast);
     }
-    if constexpr (Variant::kHasScore) sm80::applyScore<Variant>(s, p, b, h, qRow, kCol);
+    if constexpr (Variant::kHasScore)
+      sm80::applyScore<Variant, /*Positions=*/true>(s, p, b, h, qRow, kCol);
     const bool perElement = groupClass != Tri::True;
     if (perElement || tiles.isTail(tile))
       sm80::applyMask<Variant>(s, p, b, h, qRow, kCol, perElement);
