@@ -22,6 +22,7 @@
 // Shared memory (config.h): [Q: Consumers x 64 rows][K_0 V_0][K_1 V_1]...[mbarriers, slots].
 #pragma once
 
+#include "attnc/common/block_order.h"
 #include "attnc/common/expr.h"
 #include "attnc/common/kv_tiles.h"
 #include "attnc/common/params.h"
@@ -156,10 +157,13 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   constexpr int kStages = Config::kStages;
   const FwdParams& p = pt.base;
 
-  const int b = blockIdx.z, h = blockIdx.y;
   // Q tiles in reverse order: under a causal mask the last ones have the most kv tiles, and
-  // starting them first leaves the short ones to fill the end of the grid.
-  const int q0 = int(gridDim.x - 1 - blockIdx.x) * Config::kBlockQ;
+  // starting them first leaves the short ones to fill the end of the grid. With a mask the ranks
+  // run across groups of heads (block_order.h); without one every block has the same length.
+  const BlockCoord order = Variant::kHasMask ? orderedBlock()
+                                             : BlockCoord{int(blockIdx.x), int(blockIdx.y), int(blockIdx.z)};
+  const int b = order.b, h = order.h;
+  const int q0 = int(gridDim.x - 1 - order.rank) * Config::kBlockQ;
   if (q0 >= p.q_len) return;
   const int qRows = minOf(Config::kBlockQ, p.q_len - q0);
   const int hKv = h / (p.heads_q / p.heads_kv);
@@ -315,13 +319,14 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   const float outScale = Variant::kHasDropout ? 1.0f / (1.0f - p.dropout_p) : 1.0f;
   softmax.finish(o, log2Scale, outScale, lse);
   if (!groupHasRows) return;
+  const BlockCoord at = Variant::kHasMask ? orderedBlockAgain() : order;
   if (p.lse != nullptr && (lane & 3) == 0) {
-    float* lseRow = p.lse + (i64(b) * p.heads_q + h) * p.q_len;
+    float* lseRow = p.lse + (i64(at.b) * p.heads_q + at.h) * p.q_len;
 #pragma unroll
     for (int r = 0; r < 2; ++r)
       if (qRow + 8 * r < p.q_len) lseRow[qRow + 8 * r] = lse[0][r];
   }
-  Element* oG = static_cast<Element*>(p.o) + b * p.o_stride_b + h * p.o_stride_h;
+  Element* oG = static_cast<Element*>(p.o) + at.b * p.o_stride_b + at.h * p.o_stride_h;
   if constexpr (Config::kOutputThroughSmem) {
     // O goes through this warpgroup's Q tile (its GEMMs are done), rows of head_dim_v elements
     // whose 16-byte chunks are XOR-swizzled within groups of 8 so that neither the 4-byte writes
