@@ -1,5 +1,6 @@
-// templates/attnc/common/block_order.h on the host: the order is a bijection of the grid, and the
-// ranks (0 = the longest tile) never decrease inside a group, so the grid ends on its shortest tiles.
+// templates/attnc/common/block_order.h on the host: the ordered grid covers every (tile, head,
+// batch) once, and in launch order (x fastest) the ranks (0 = the longest tile) never decrease
+// inside a group, so the grid ends on its shortest tiles.
 #include "attnc/common/block_order.h"
 
 #include <gtest/gtest.h>
@@ -11,45 +12,53 @@ namespace attnc {
 namespace {
 
 TEST(BlockOrder, EveryBlockOnceAndRanksAscendInsideAGroup) {
-  for (auto [tiles, heads, batch] : {std::tuple{32, 8, 4}, std::tuple{32, 16, 4}, std::tuple{128, 16, 1},
-                                     std::tuple{8, 32, 16}, std::tuple{7, 5, 3}, std::tuple{300, 1, 1},
-                                     std::tuple{1, 3, 2}, std::tuple{64, 12, 3}, std::tuple{32, 5, 2},
-                                     std::tuple{100, 7, 1}}) {
-    const int blocks = tiles * heads * batch;
+  for (auto [tiles, heads, batch] :
+       {std::tuple{32, 8, 4}, std::tuple{32, 16, 4}, std::tuple{128, 16, 1}, std::tuple{8, 32, 16},
+        std::tuple{7, 5, 3}, std::tuple{300, 1, 1}, std::tuple{1, 3, 2}, std::tuple{64, 12, 3},
+        std::tuple{32, 5, 2}, std::tuple{100, 7, 1}}) {
+    const OrderedGrid grid = orderedGrid(tiles, heads * batch);
     std::set<std::tuple<int, int, int>> seen;
-    int lastRank = -1, lastGroupStart = 0;
-    for (int linear = 0; linear < blocks; ++linear) {
-      const BlockCoord c = orderedBlock(linear, tiles, heads, batch);
-      ASSERT_GE(c.rank, 0);
-      ASSERT_LT(c.rank, tiles);
-      ASSERT_GE(c.h, 0);
-      ASSERT_LT(c.h, heads);
-      ASSERT_GE(c.b, 0);
-      ASSERT_LT(c.b, batch);
-      ASSERT_TRUE(seen.insert({c.rank, c.h, c.b}).second) << "block visited twice at " << linear;
-      if (c.rank < lastRank) {  // a new group starts over at rank 0
-        ASSERT_EQ(c.rank, 0) << tiles << "x" << heads << "x" << batch << " at " << linear;
-        ASSERT_GE(linear - lastGroupStart, tiles);
-        lastGroupStart = linear;
-      }
-      lastRank = c.rank;
+    int lastRank = -1, lastLive = -1;
+    for (unsigned z = 0; z < grid.z; ++z) {
+      for (unsigned y = 0; y < grid.y; ++y)
+        for (unsigned x = 0; x < grid.x; ++x) {
+          const BlockCoord c = orderedBlock(x, y, z, grid.x, heads, batch);
+          if (!c.live) {
+            ASSERT_EQ(z, grid.z - 1) << "only the last group has padding blocks";
+            continue;
+          }
+          ASSERT_GE(c.rank, 0);
+          ASSERT_LT(c.rank, tiles);
+          ASSERT_GE(c.h, 0);
+          ASSERT_LT(c.h, heads);
+          ASSERT_GE(c.b, 0);
+          ASSERT_LT(c.b, batch);
+          ASSERT_TRUE(seen.insert({c.rank, c.h, c.b}).second) << "block visited twice";
+          ASSERT_GE(c.rank, lastRank) << "ranks ascend in launch order inside a group";
+          lastRank = c.rank;
+          lastLive = c.rank;
+        }
+      lastRank = -1;  // the next group starts over at rank 0
     }
-    EXPECT_EQ(int(seen.size()), blocks);
-    EXPECT_EQ(orderedBlock(blocks - 1, tiles, heads, batch).rank, tiles - 1)
-        << "the grid ends on the shortest tiles";
+    EXPECT_EQ(int(seen.size()), tiles * heads * batch) << tiles << "x" << heads << "x" << batch;
+    EXPECT_EQ(lastLive, tiles - 1) << "the grid ends on the shortest tiles";
+    EXPECT_LE(int(grid.x) * tiles, kOrderGroupBlocks + tiles) << "a group is about kOrderGroupBlocks";
   }
 }
 
-TEST(BlockOrder, GroupsHoldAboutTwoWaves) {
-  // 32 q tiles x 64 (head, batch) pairs: groups of 8 pairs, 256 blocks each.
-  EXPECT_EQ(orderedBlock(0, 32, 16, 4).rank, 0);
-  EXPECT_EQ(orderedBlock(7, 32, 16, 4).rank, 0);
-  EXPECT_EQ(orderedBlock(8, 32, 16, 4).rank, 1);
-  EXPECT_EQ(orderedBlock(255, 32, 16, 4).rank, 31);
-  const BlockCoord second = orderedBlock(256, 32, 16, 4);
-  EXPECT_EQ(second.rank, 0);
-  EXPECT_EQ(second.h, 8);
-  EXPECT_EQ(second.b, 0);
+TEST(BlockOrder, GroupsOfEightHeadsAtThirtyTwoTiles) {
+  const OrderedGrid grid = orderedGrid(32, 64);
+  EXPECT_EQ(grid.x, 8u);
+  EXPECT_EQ(grid.y, 32u);
+  EXPECT_EQ(grid.z, 8u);
+  const BlockCoord c = orderedBlock(3, 5, 2, grid.x, 16, 4);  // pair 2 * 8 + 3 = 19
+  EXPECT_EQ(c.rank, 5);
+  EXPECT_EQ(c.h, 3);
+  EXPECT_EQ(c.b, 1);
+  EXPECT_TRUE(c.live);
+  // 6 heads x 3 batches in groups of 5: the last group (z = 3) holds pairs 15-17 and 2 padding blocks.
+  EXPECT_TRUE(orderedBlock(2, 0, 3, 5, 6, 3).live);
+  EXPECT_FALSE(orderedBlock(3, 0, 3, 5, 6, 3).live);
 }
 
 }  // namespace

@@ -1,13 +1,18 @@
-// Which tile of which (head, batch) a block of a (tiles, heads, batch) grid computes, for kernels
-// whose tiles differ in length under a mask (causal: a q tile's kv range grows with its index).
-// The hardware starts blocks roughly in the order of their linear index (x fastest). Taking
-// (tile, head, batch) = (x, y, z) runs every head's tiles longest to shortest one head after
-// another, so the grid ends on a mix of long and short tiles and SMs fall idle while the last
-// long ones finish (ncu, hd256 causal N = 4K: SMs idle 12% of the kernel). Instead the (head,
-// batch) pairs form groups of about kOrderGroupBlocks blocks; the groups run one after another,
-// and inside a group the tile rank is the slowest index, so the grid ends on the shortest tiles of
-// its last group. A group is small enough that the blocks running at once share each head's K/V
-// in L2 (about a dozen blocks per head at N = 4K).
+// The block order of the sm_90a forward and dK/dV kernels, whose tiles differ in length under a
+// mask (causal: a q tile's kv range grows with its index; a kv tile's q range shrinks).
+//
+// The hardware starts blocks roughly in the order of their linear index (x fastest). A (tiles,
+// heads, batch) grid runs each head's tiles longest to shortest, one head after another, so it
+// ends on a mix of long and short tiles and SMs fall idle while the last long ones finish (ncu,
+// hd256 causal N = 4K: SMs idle 12% of the kernel). Instead the launch makes groups of about
+// kOrderGroupBlocks blocks out of its (head, batch) pairs; the groups run one after another, and
+// inside a group the tile rank is the slower index, so the grid ends on the shortest tiles of its
+// last group. A group is small enough that the blocks running at once share each head's K/V in
+// L2 (at N = 4K, 8 heads of 32 tiles).
+//
+// The grid is (pairs per group, tiles, groups): the rank is blockIdx.y, which the compiler can
+// re-read at any time, so no register holds it through the kernel (computing it from a linear
+// index made six examples spill).
 #pragma once
 
 #include "attnc/common/types.h"
@@ -17,41 +22,44 @@ namespace attnc {
 // About two waves of an H100/H200 (132 SMs, one block each).
 constexpr int kOrderGroupBlocks = 256;
 
-struct BlockCoord {
-  int rank;  // 0 for the block to start first (the longest tile), gridDim.x - 1 for the last
-  int h, b;  // blockIdx.y's and blockIdx.z's dimension
+struct OrderedGrid {
+  unsigned x, y, z;  // (head, batch) pairs per group, tiles, groups
 };
 
-// Pure index arithmetic over the grid's shape, so the host tests can check it is a bijection.
-ATTNC_HD BlockCoord orderedBlock(int linear, int tiles, int heads, int batch) {
-  const int pairs = heads * batch;
+// The launch's grid for `tiles` tiles of each of `pairs` (head, batch) pairs.
+ATTNC_HD OrderedGrid orderedGrid(int tiles, int pairs) {
   const int perGroup = minOf(pairs, ceilDiv(kOrderGroupBlocks, tiles));
-  const int group = linear / (perGroup * tiles);
-  const int within = linear - group * perGroup * tiles;
-  const int groupPairs = minOf(perGroup, pairs - group * perGroup);  // the last group may be smaller
-  const int pair = group * perGroup + within % groupPairs;
-  return {within / groupPairs, pair % heads, pair / heads};
+  return {unsigned(perGroup), unsigned(tiles), unsigned(ceilDiv(pairs, perGroup))};
+}
+
+struct BlockCoord {
+  int rank;  // 0 for the tile to start first (the longest), tiles - 1 for the last
+  int h, b;
+  bool live;  // false for the padding blocks of a smaller last group
+};
+
+// Block (x, y, z) of an orderedGrid over `heads` x batch pairs.
+ATTNC_HD BlockCoord orderedBlock(unsigned x, unsigned y, unsigned z, unsigned gridX, int heads,
+                                 int batch) {
+  const int pair = int(z * gridX + x);
+  return {int(y), pair % heads, pair / heads, pair < heads * batch};
 }
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-ATTNC_DEVICE BlockCoord orderedBlock() {
-  const int linear = int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
-  return orderedBlock(linear, int(gridDim.x), int(gridDim.y), int(gridDim.z));
+ATTNC_DEVICE BlockCoord orderedBlock(int heads, int batch) {
+  return orderedBlock(blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, heads, batch);
 }
 
-// The same coordinates from fresh (volatile) reads of the block's special registers. A kernel
-// calls this after its main loop where it needs them again, so they need not stay in registers
-// through the loop: plain blockIdx reads the compiler re-issues at will, but a computed (head,
-// batch) it would keep, and one register more made head_dim_v's sm_90a forward spill.
-ATTNC_DEVICE BlockCoord orderedBlockAgain() {
-  unsigned x, y, z, nx, ny, nz;
+// The same from fresh (volatile) reads of the special registers, for a kernel's epilogue: a
+// (head, batch) computed at the start would otherwise stay in registers through the main loop
+// (causal_hd64's sm_90a forward spilled one), where plain blockIdx reads are re-issued at will.
+ATTNC_DEVICE BlockCoord orderedBlockAgain(int heads, int batch) {
+  unsigned x, y, z, nx;
   asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(x));
   asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(y));
   asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(z));
   asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(nx));
-  asm volatile("mov.u32 %0, %%nctaid.y;" : "=r"(ny));
-  asm volatile("mov.u32 %0, %%nctaid.z;" : "=r"(nz));
-  return orderedBlock(int(x + nx * (y + ny * z)), int(nx), int(ny), int(nz));
+  return orderedBlock(x, y, z, nx, heads, batch);
 }
 #endif
 

@@ -27,7 +27,6 @@
 // [dQ fp32 per consumer][stats per stage][mbarriers, slots].
 #pragma once
 
-#include "attnc/common/block_order.h"
 #include "attnc/common/expr.h"
 #include "attnc/common/kv_tiles.h"
 #include "attnc/common/params.h"
@@ -220,11 +219,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   constexpr int kDvN = 8 * Config::kDvTiles;
   const BwdParams& p = pt.base;
 
-  // Under a causal mask the first kv tiles meet the most q tiles; with a mask the ranks run across
-  // groups of heads, longest first (block_order.h).
-  const BlockCoord order = Variant::kHasMask ? orderedBlock()
-                                             : BlockCoord{int(blockIdx.x), int(blockIdx.y), int(blockIdx.z)};
-  const int b = order.b, hKv = order.h, kv0 = order.rank * Config::kBlockKV;
+  const int b = blockIdx.z, hKv = blockIdx.y, kv0 = blockIdx.x * Config::kBlockKV;
   if (kv0 >= p.kv_len) return;
   const int kvLast = minOf(kv0 + Config::kBlockKV, p.kv_len) - 1;
   const int warpGroup = threadIdx.x / 128;
