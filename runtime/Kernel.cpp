@@ -793,13 +793,14 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
     params[0] = &withMaps;
   }
   const int qTiles = int((args.q_len + tiles.blockQ - 1) / tiles.blockQ);
-  // sm90: block_order.h's grid (pairs per group, q tiles, groups); sm80: (q tiles, heads, batch).
+  // The sm_90a forward of a masked spec: block_order.h's grid (pairs per group, q tiles, groups);
+  // otherwise (q tiles, heads, batch).
   OrderedGrid grid{unsigned(qTiles), unsigned(m.headsQ), unsigned(args.batch)};
-  if (tiles.forwardKernel == "sm90") grid = orderedGrid(qTiles, int(m.headsQ * args.batch));
+  if (tiles.orderedGrid) grid = orderedGrid(qTiles, int(m.headsQ * args.batch));
   if (grid.y > kMaxGridYZ || grid.z > kMaxGridYZ)
     return Status::error("kernel '" + m.name + "': q_len " + std::to_string(args.q_len) + " makes " +
                          std::to_string(qTiles) + " q tiles of " + std::to_string(tiles.blockQ) +
-                         " rows; the sm_90a forward takes at most 65535 (the grid's y dimension)");
+                         " rows; this kernel's ordered grid takes at most 65535 (its y dimension)");
   if (!driver->check(driver->cuLaunchKernel(loaded->function, grid.x, grid.y, grid.z,
                                             unsigned(tiles.threads), 1, 1,
                                             unsigned(tiles.smemBytes), static_cast<cu::Stream>(stream),

@@ -32,6 +32,17 @@ ATTNC_HD OrderedGrid orderedGrid(int tiles, int pairs) {
   return {unsigned(perGroup), unsigned(tiles), unsigned(ceilDiv(pairs, perGroup))};
 }
 
+// Whether a Variant's forward takes the ordered grid (its `kOrderedGrid`, which CodeGen emits
+// together with the launch's KernelMetadata::orderedGrid); false for a Variant without the member.
+template <class V, class = void>
+struct VariantOrderedGrid {
+  static constexpr bool value = false;
+};
+template <class V>
+struct VariantOrderedGrid<V, decltype(void(V::kOrderedGrid))> {
+  static constexpr bool value = V::kOrderedGrid;
+};
+
 struct BlockCoord {
   int rank;  // 0 for the tile to start first (the longest), tiles - 1 for the last
   int h, b;
@@ -46,6 +57,11 @@ ATTNC_HD BlockCoord orderedBlock(unsigned x, unsigned y, unsigned z, unsigned gr
 }
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+// A (tiles, heads, batch) grid's block, rank 0 first.
+ATTNC_DEVICE BlockCoord plainBlock() {
+  return {int(blockIdx.x), int(blockIdx.y), int(blockIdx.z), true};
+}
+
 ATTNC_DEVICE BlockCoord orderedBlock(int heads, int batch) {
   return orderedBlock(blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, heads, batch);
 }
