@@ -167,6 +167,7 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
   kernel.summaryEntry = source->summaryEntry;
   kernel.summarySlots = source->summarySlots;
   kernel.tileClassesEntry = source->tileClassesEntry;
+  kernel.orderedGrid = source->orderedGrid;
   if (stage == Stage::CUDA) return kernel;
 
   std::string error;

@@ -60,6 +60,7 @@ struct CompiledKernel {
   std::string summaryEntry;
   std::vector<int> summarySlots;
   std::string tileClassesEntry;  // KernelSource::tileClassesEntry
+  bool orderedGrid = false;      // KernelSource::orderedGrid
   std::string nvrtcLog;
   double nvrtcSeconds = 0;
 };

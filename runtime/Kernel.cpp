@@ -1,6 +1,7 @@
 // attnc::Kernel: argument validation, per-context module loading and the launch of one forward
 // kernel through the dlopen-ed driver. The launch ABI is attnc::FwdParams (templates/attnc/common/
-// params.h): grid (ceil(q_len / block_q), heads_q, batch), block `threads`, dynamic shared memory
+// params.h): grid (ceil(q_len / block_q), heads_q, batch) for the sm80 kernel, orderedGrid(q tiles,
+// heads_q x batch) for the sm_90a one (common/block_order.h), block `threads`, dynamic shared memory
 // `smemBytes` (opted into above 48 KiB). A kernel whose mask reads declared inputs along positions
 // first runs its summary entry (KernelMetadata::summaryEntry, attnc::SummaryParams) on the same
 // stream: grid summaryBlocks(entries), block kSummaryThreads, into a buffer per (context, stream).
@@ -14,6 +15,7 @@
 // convert_dq. Deterministic: preprocess (dq_accum null), kv_nodq, q.
 #include "attnc/attnc.h"
 
+#include "attnc/common/block_order.h"
 #include "attnc/common/params.h"
 #include "attnc/common/tile_classes.h"
 #include "runtime/Driver.h"
@@ -790,9 +792,17 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
     if (!status) return status;
     params[0] = &withMaps;
   }
-  unsigned gridX = unsigned((args.q_len + tiles.blockQ - 1) / tiles.blockQ);
-  if (!driver->check(driver->cuLaunchKernel(loaded->function, gridX, unsigned(m.headsQ),
-                                            unsigned(args.batch), unsigned(tiles.threads), 1, 1,
+  const int qTiles = int((args.q_len + tiles.blockQ - 1) / tiles.blockQ);
+  // The sm_90a forward of a masked spec: block_order.h's grid (pairs per group, q tiles, groups);
+  // otherwise (q tiles, heads, batch).
+  OrderedGrid grid{unsigned(qTiles), unsigned(m.headsQ), unsigned(args.batch)};
+  if (tiles.orderedGrid) grid = orderedGrid(qTiles, int(m.headsQ * args.batch));
+  if (grid.y > kMaxGridYZ || grid.z > kMaxGridYZ)
+    return Status::error("kernel '" + m.name + "': q_len " + std::to_string(args.q_len) + " makes " +
+                         std::to_string(qTiles) + " q tiles of " + std::to_string(tiles.blockQ) +
+                         " rows; this kernel's ordered grid takes at most 65535 (its y dimension)");
+  if (!driver->check(driver->cuLaunchKernel(loaded->function, grid.x, grid.y, grid.z,
+                                            unsigned(tiles.threads), 1, 1,
                                             unsigned(tiles.smemBytes), static_cast<cu::Stream>(stream),
                                             params, nullptr),
                      "cuLaunchKernel", &error))

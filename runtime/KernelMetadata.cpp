@@ -28,6 +28,7 @@ std::string KernelMetadata::serialize() const {
        << "\nbwd_preprocess_threads " << backward->preprocessThreads << "\n";
   if (!summaryEntry.empty()) os << "summary_entry " << summaryEntry << "\n";
   if (!tileClassesEntry.empty()) os << "tile_classes_entry " << tileClassesEntry << "\n";
+  if (orderedGrid) os << "fwd_grid ordered\n";
   for (const InputInfo& input : inputs)
     os << "input " << input.name << " " << input.type << " " << input.dims
        << (input.summarized ? " summarized" : "") << "\n";
@@ -97,6 +98,11 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
     if (key == "tile_classes_entry") {  // optional
       m.tileClassesEntry = value;
       if (value.empty()) return fail("bad value in '" + line + "'");
+      continue;
+    }
+    if (key == "fwd_grid") {  // optional: absent means (q tiles, heads_q, batch)
+      if (value != "ordered") return fail("bad value in '" + line + "'");
+      m.orderedGrid = true;
       continue;
     }
     if (key == "name") m.name = value;

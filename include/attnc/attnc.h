@@ -139,6 +139,10 @@ struct KernelMetadata {
   // (FwdParams::kv_tile_bounds/_classes), launched by forward() after the summaries; empty when
   // the kernel has none (it then searches and classifies its tiles itself).
   std::string tileClassesEntry;
+  // The forward's grid is orderedGrid(q tiles, heads_q x batch) (templates/attnc/common/
+  // block_order.h: longest tiles first across groups of heads) instead of (q tiles, heads_q,
+  // batch): the sm_90a forward of a masked spec.
+  bool orderedGrid = false;
 
   // A line-based "key value" text; parse() rejects anything it does not fully understand.
   std::string serialize() const;

@@ -249,6 +249,23 @@ TEST(KernelMetadata, RoundTripsWithSummaries) {
   EXPECT_FALSE(KernelMetadata::parse(documentMetadata().serialize() + "input x i32 pos maybe\n", &error));
 }
 
+// The forward's ordered grid (block_order.h) survives the cache; only "ordered" is understood.
+TEST(KernelMetadata, RoundTripsTheOrderedGrid) {
+  KernelMetadata m = documentMetadata();
+  std::string error;
+  std::optional<KernelMetadata> back = KernelMetadata::parse(m.serialize(), &error);
+  ASSERT_TRUE(back) << error;
+  EXPECT_FALSE(back->orderedGrid);
+  EXPECT_EQ(m.serialize().find("fwd_grid"), std::string::npos);
+  m.orderedGrid = true;
+  back = KernelMetadata::parse(m.serialize(), &error);
+  ASSERT_TRUE(back) << error;
+  EXPECT_TRUE(back->orderedGrid);
+  EXPECT_EQ(back->serialize(), m.serialize());
+  EXPECT_FALSE(KernelMetadata::parse(documentMetadata().serialize() + "fwd_grid tiles\n", &error));
+  EXPECT_NE(error.find("fwd_grid"), std::string::npos) << error;
+}
+
 // One 256-byte aligned region per summarized input, sized by the layout the kernels index with:
 // a broadcast (stride 0) batch keeps one row of entries; positions are max(q_len, kv_len).
 TEST(Kernel, SummaryPlanSizes) {

@@ -207,6 +207,11 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
   // A mask that reads declared inputs: the launch classifies every tile pair first
   // (<name>_tile_classes), and the forward's walk reads those classes (kv_tiles.h).
   os << "  static constexpr bool kTileClasses = " << (summarized.empty() ? "false" : "true")
+     << ";\n";
+  // The sm_90a forward of a masked spec orders its blocks longest first across groups of heads
+  // (block_order.h); the launch reads the same choice from KernelSource::orderedGrid.
+  result.orderedGrid = hopper && !op.getMask().empty();
+  os << "  static constexpr bool kOrderedGrid = " << (result.orderedGrid ? "true" : "false")
      << ";\n\n";
 
   RegionEmitter emitter(os, op.getInputs());

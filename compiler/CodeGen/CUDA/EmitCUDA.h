@@ -38,6 +38,10 @@ struct KernelSource {
   // (<name>_tile_classes, tile_classes.h), launched between the summaries and the forward. Grid
   // tileClassBlocks(rows), kTileClassThreads threads, attnc::FwdParams.
   std::string tileClassesEntry;
+  // The forward takes block_order.h's grid (orderedGrid(q tiles, heads_q x batch)) rather than
+  // (q tiles, heads_q, batch): the sm_90a forward of a masked spec, whose blocks differ in length.
+  // The Variant's kOrderedGrid says the same to the kernel.
+  bool orderedGrid = false;
 };
 
 // Fails (with an error on the op) for an op in a region that has no device form. With

@@ -22,6 +22,7 @@
 // Shared memory (config.h): [Q: Consumers x 64 rows][K_0 V_0][K_1 V_1]...[mbarriers, slots].
 #pragma once
 
+#include "attnc/common/block_order.h"
 #include "attnc/common/expr.h"
 #include "attnc/common/kv_tiles.h"
 #include "attnc/common/params.h"
@@ -156,10 +157,16 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   constexpr int kStages = Config::kStages;
   const FwdParams& p = pt.base;
 
-  const int b = blockIdx.z, h = blockIdx.y;
-  // Q tiles in reverse order: under a causal mask the last ones have the most kv tiles, and
-  // starting them first leaves the short ones to fill the end of the grid.
-  const int q0 = int(gridDim.x - 1 - blockIdx.x) * Config::kBlockQ;
+  // The grid is orderedGrid(q tiles, heads_q x batch) for a masked spec (block_order.h), else
+  // (q tiles, heads_q, batch); rank 0 starts first. Q tiles in reverse order: under a causal mask
+  // the last ones have the most kv tiles, and starting them first leaves the short ones to fill
+  // the end of the grid.
+  constexpr bool kOrdered = VariantOrderedGrid<Variant>::value;
+  const BlockCoord order = kOrdered ? orderedBlock(p.heads_q, p.batch) : plainBlock();
+  if (!order.live) return;
+  const int b = order.b, h = order.h;
+  const int qTiles = kOrdered ? int(gridDim.y) : int(gridDim.x);
+  const int q0 = (qTiles - 1 - order.rank) * Config::kBlockQ;
   if (q0 >= p.q_len) return;
   const int qRows = minOf(Config::kBlockQ, p.q_len - q0);
   const int hKv = h / (p.heads_q / p.heads_kv);
@@ -315,21 +322,28 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   const float outScale = Variant::kHasDropout ? 1.0f / (1.0f - p.dropout_p) : 1.0f;
   softmax.finish(o, log2Scale, outScale, lse);
   if (!groupHasRows) return;
+  // (b, h) again, not kept live through the loop
+  const BlockCoord at = kOrdered ? orderedBlockAgain(p.heads_q, p.batch) : plainBlock();
   if (p.lse != nullptr && (lane & 3) == 0) {
-    float* lseRow = p.lse + (i64(b) * p.heads_q + h) * p.q_len;
+    float* lseRow = p.lse + (i64(at.b) * p.heads_q + at.h) * p.q_len;
 #pragma unroll
     for (int r = 0; r < 2; ++r)
       if (qRow + 8 * r < p.q_len) lseRow[qRow + 8 * r] = lse[0][r];
   }
-  Element* oG = static_cast<Element*>(p.o) + b * p.o_stride_b + h * p.o_stride_h;
+  Element* oG = static_cast<Element*>(p.o) + at.b * p.o_stride_b + at.h * p.o_stride_h;
   if constexpr (Config::kOutputThroughSmem) {
     // O goes through this warpgroup's Q tile (its GEMMs are done), rows of head_dim_v elements
     // whose 16-byte chunks are XOR-swizzled within groups of 8 so that neither the 4-byte writes
     // of a quad's rows nor the 16-byte reads conflict on banks; then whole 16-byte global stores.
     constexpr int kChunks = Config::kHeadDimV / 8;
+    // With the ordered grid, Q's tile address again from a fresh read of the thread index, so
+    // that it is not kept in a register through the loop (it spilled in causal_hd64).
+    unsigned tid = threadIdx.x;
+    if constexpr (kOrdered) asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+    const u32 outTile = kOrdered ? smem.q(int(tid / 128) - 1) : qTile;
     const auto chunkAt = [&](int row, int chunk) {
       const int swizzled = chunk < kChunks / 8 * 8 ? (chunk ^ (row & 7)) : chunk;
-      return qTile + u32(row * Config::kHeadDimV * 2 + swizzled * 16);
+      return outTile + u32(row * Config::kHeadDimV * 2 + swizzled * 16);
     };
 #pragma unroll
     for (int r = 0; r < 2; ++r) {

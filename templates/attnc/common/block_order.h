@@ -1,0 +1,82 @@
+// The block order of the sm_90a forward and dK/dV kernels, whose tiles differ in length under a
+// mask (causal: a q tile's kv range grows with its index; a kv tile's q range shrinks).
+//
+// The hardware starts blocks roughly in the order of their linear index (x fastest). A (tiles,
+// heads, batch) grid runs each head's tiles longest to shortest, one head after another, so it
+// ends on a mix of long and short tiles and SMs fall idle while the last long ones finish (ncu,
+// hd256 causal N = 4K: SMs idle 12% of the kernel). Instead the launch makes groups of about
+// kOrderGroupBlocks blocks out of its (head, batch) pairs; the groups run one after another, and
+// inside a group the tile rank is the slower index, so the grid ends on the shortest tiles of its
+// last group. A group is small enough that the blocks running at once share each head's K/V in
+// L2 (at N = 4K, 8 heads of 32 tiles).
+//
+// The grid is (pairs per group, tiles, groups): the rank is blockIdx.y, which the compiler can
+// re-read at any time, so no register holds it through the kernel (computing it from a linear
+// index made six examples spill).
+#pragma once
+
+#include "attnc/common/types.h"
+
+namespace attnc {
+
+// About two waves of an H100/H200 (132 SMs, one block each).
+constexpr int kOrderGroupBlocks = 256;
+
+struct OrderedGrid {
+  unsigned x, y, z;  // (head, batch) pairs per group, tiles, groups
+};
+
+// The launch's grid for `tiles` tiles of each of `pairs` (head, batch) pairs.
+ATTNC_HD OrderedGrid orderedGrid(int tiles, int pairs) {
+  const int perGroup = minOf(pairs, ceilDiv(kOrderGroupBlocks, tiles));
+  return {unsigned(perGroup), unsigned(tiles), unsigned(ceilDiv(pairs, perGroup))};
+}
+
+// Whether a Variant's forward takes the ordered grid (its `kOrderedGrid`, which CodeGen emits
+// together with the launch's KernelMetadata::orderedGrid); false for a Variant without the member.
+template <class V, class = void>
+struct VariantOrderedGrid {
+  static constexpr bool value = false;
+};
+template <class V>
+struct VariantOrderedGrid<V, decltype(void(V::kOrderedGrid))> {
+  static constexpr bool value = V::kOrderedGrid;
+};
+
+struct BlockCoord {
+  int rank;  // 0 for the tile to start first (the longest), tiles - 1 for the last
+  int h, b;
+  bool live;  // false for the padding blocks of a smaller last group
+};
+
+// Block (x, y, z) of an orderedGrid over `heads` x batch pairs.
+ATTNC_HD BlockCoord orderedBlock(unsigned x, unsigned y, unsigned z, unsigned gridX, int heads,
+                                 int batch) {
+  const int pair = int(z * gridX + x);
+  return {int(y), pair % heads, pair / heads, pair < heads * batch};
+}
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+// A (tiles, heads, batch) grid's block, rank 0 first.
+ATTNC_DEVICE BlockCoord plainBlock() {
+  return {int(blockIdx.x), int(blockIdx.y), int(blockIdx.z), true};
+}
+
+ATTNC_DEVICE BlockCoord orderedBlock(int heads, int batch) {
+  return orderedBlock(blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, heads, batch);
+}
+
+// The same from fresh (volatile) reads of the special registers, for a kernel's epilogue: a
+// (head, batch) computed at the start would otherwise stay in registers through the main loop
+// (causal_hd64's sm_90a forward spilled one), where plain blockIdx reads are re-issued at will.
+ATTNC_DEVICE BlockCoord orderedBlockAgain(int heads, int batch) {
+  unsigned x, y, z, nx;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(x));
+  asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(y));
+  asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(z));
+  asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(nx));
+  return orderedBlock(x, y, z, nx, heads, batch);
+}
+#endif
+
+}  // namespace attnc

@@ -1,0 +1,65 @@
+// templates/attnc/common/block_order.h on the host: the ordered grid covers every (tile, head,
+// batch) once, and in launch order (x fastest) the ranks (0 = the longest tile) never decrease
+// inside a group, so the grid ends on its shortest tiles.
+#include "attnc/common/block_order.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <tuple>
+
+namespace attnc {
+namespace {
+
+TEST(BlockOrder, EveryBlockOnceAndRanksAscendInsideAGroup) {
+  for (auto [tiles, heads, batch] :
+       {std::tuple{32, 8, 4}, std::tuple{32, 16, 4}, std::tuple{128, 16, 1}, std::tuple{8, 32, 16},
+        std::tuple{7, 5, 3}, std::tuple{300, 1, 1}, std::tuple{1, 3, 2}, std::tuple{64, 12, 3},
+        std::tuple{32, 5, 2}, std::tuple{100, 7, 1}}) {
+    const OrderedGrid grid = orderedGrid(tiles, heads * batch);
+    std::set<std::tuple<int, int, int>> seen;
+    int lastRank = -1, lastLive = -1;
+    for (unsigned z = 0; z < grid.z; ++z) {
+      for (unsigned y = 0; y < grid.y; ++y)
+        for (unsigned x = 0; x < grid.x; ++x) {
+          const BlockCoord c = orderedBlock(x, y, z, grid.x, heads, batch);
+          if (!c.live) {
+            ASSERT_EQ(z, grid.z - 1) << "only the last group has padding blocks";
+            continue;
+          }
+          ASSERT_GE(c.rank, 0);
+          ASSERT_LT(c.rank, tiles);
+          ASSERT_GE(c.h, 0);
+          ASSERT_LT(c.h, heads);
+          ASSERT_GE(c.b, 0);
+          ASSERT_LT(c.b, batch);
+          ASSERT_TRUE(seen.insert({c.rank, c.h, c.b}).second) << "block visited twice";
+          ASSERT_GE(c.rank, lastRank) << "ranks ascend in launch order inside a group";
+          lastRank = c.rank;
+          lastLive = c.rank;
+        }
+      lastRank = -1;  // the next group starts over at rank 0
+    }
+    EXPECT_EQ(int(seen.size()), tiles * heads * batch) << tiles << "x" << heads << "x" << batch;
+    EXPECT_EQ(lastLive, tiles - 1) << "the grid ends on the shortest tiles";
+    EXPECT_LE(int(grid.x) * tiles, kOrderGroupBlocks + tiles) << "a group is about kOrderGroupBlocks";
+  }
+}
+
+TEST(BlockOrder, GroupsOfEightHeadsAtThirtyTwoTiles) {
+  const OrderedGrid grid = orderedGrid(32, 64);
+  EXPECT_EQ(grid.x, 8u);
+  EXPECT_EQ(grid.y, 32u);
+  EXPECT_EQ(grid.z, 8u);
+  const BlockCoord c = orderedBlock(3, 5, 2, grid.x, 16, 4);  // pair 2 * 8 + 3 = 19
+  EXPECT_EQ(c.rank, 5);
+  EXPECT_EQ(c.h, 3);
+  EXPECT_EQ(c.b, 1);
+  EXPECT_TRUE(c.live);
+  // 6 heads x 3 batches in groups of 5: the last group (z = 3) holds pairs 15-17 and 2 padding blocks.
+  EXPECT_TRUE(orderedBlock(2, 0, 3, 5, 6, 3).live);
+  EXPECT_FALSE(orderedBlock(3, 0, 3, 5, 6, 3).live);
+}
+
+}  // namespace
+}  // namespace attnc
