@@ -51,13 +51,16 @@ def fn(name, entry, smem):
     f = ctypes.c_void_p(); ck(cuda.cuModuleGetFunction(ctypes.byref(f), mods[name], entry.encode()), entry)
     if smem: ck(cuda.cuFuncSetAttribute(f, 8, int(smem)), "smem")
     return f
-def ordered(tiles, heads, batch, warps=12):
-    """The grid of the sm_90a forward (templates/attnc/common/block_order.h), told apart from the
-    sm80 one (grid (tiles, heads, batch)) by its 12 warps."""
-    if warps != 12:
+def ordered(tiles, heads, batch, on):
+    """The forward's grid: block_order.h's orderedGrid where the kernel was built for it (a masked
+    spec's sm_90a forward: fwd_ordered in the .meta), else (tiles, heads, batch)."""
+    if not on:
         return (tiles, heads, batch)
     per_group = min(heads * batch, -(-256 // tiles))
     return (per_group, tiles, -(-(heads * batch) // per_group))
+def kv_grid(tiles, heads, batch, on):
+    """The dK/dV kernel's grid: (heads, tiles, batch) where it was built for the ordered one."""
+    return (heads, tiles, batch) if on else (tiles, heads, batch)
 def launch(f, grid, threads, smem, prm):
     args = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.pointer(prm), ctypes.c_void_p))
     ck(cuda.cuLaunchKernel(f, *grid, int(threads), 1, 1, int(smem), None, args, None), "launch")
@@ -89,7 +92,7 @@ for name, (d, dt, hq, hkv, mask, score) in ([] if args.skip_check else CASES.ite
         for t, x in zip("qkvo", (q, k, v, o)): setattr(f, t+"b", x.stride(0)); setattr(f, t+"h", x.stride(2)); setattr(f, t+"s", x.stride(1))
         f.batch, f.hq, f.hkv, f.ql, f.kl = B, hq, hkv, ql, kl; f.scale = m["scale"]
         f.inputs[0].ptr = doc.data_ptr(); f.inputs[0].sp = 1
-        launch(fn(name, name + "_fwd", m["smem_bytes"]), ordered(math.ceil(ql / m["block_q"]), hq, B, m["warps"]), m["warps"] * 32, m["smem_bytes"], f)
+        launch(fn(name, name + "_fwd", m["smem_bytes"]), ordered(math.ceil(ql / m["block_q"]), hq, B, m.get("fwd_ordered")), m["warps"] * 32, m["smem_bytes"], f)
         def backward(deterministic):
             dq = torch.full_like(q, float("nan")); dk = torch.full_like(k, float("nan")); dv = torch.full_like(v, float("nan"))
             acc = torch.full((B * hq * ql * d,), float("nan"), device=dev); delta = torch.full((B, hq, ql), float("nan"), device=dev)
@@ -102,10 +105,10 @@ for name, (d, dt, hq, hkv, mask, score) in ([] if args.skip_check else CASES.ite
             kvt = m["kv_warps"] * 32
             launch(fn(name, name + "_bwd_preprocess", 0), (math.ceil(ql / 64), hq, B), kvt, 0, p)
             if deterministic:
-                launch(fn(name, name + "_bwd_kv_nodq", m["kv_smem_bytes"]), (math.ceil(kl / m["kv_block_kv"]), hkv, B), kvt, m["kv_smem_bytes"], p)
+                launch(fn(name, name + "_bwd_kv_nodq", m["kv_smem_bytes"]), kv_grid(math.ceil(kl / m["kv_block_kv"]), hkv, B, m.get("kv_ordered")), kvt, m["kv_smem_bytes"], p)
                 launch(fn(name, name + "_bwd_q", m["q_smem_bytes"]), (math.ceil(ql / m["q_block_q"]), hq, B), m["q_warps"] * 32, m["q_smem_bytes"], p)
             else:
-                launch(fn(name, name + "_bwd_kv", m["kv_smem_bytes"]), (math.ceil(kl / m["kv_block_kv"]), hkv, B), kvt, m["kv_smem_bytes"], p)
+                launch(fn(name, name + "_bwd_kv", m["kv_smem_bytes"]), kv_grid(math.ceil(kl / m["kv_block_kv"]), hkv, B, m.get("kv_ordered")), kvt, m["kv_smem_bytes"], p)
                 launch(fn(name, name + "_bwd_convert_dq", 0), (math.ceil(ql / 64), hq, B), kvt, 0, p)
             torch.cuda.synchronize()
             return dq, dk, dv
@@ -155,7 +158,7 @@ def bench():
         f = Fwd(); f.q, f.k, f.v, f.o, f.lse = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr()
         for t, x in zip("qkvo", (q, k, v, o)): setattr(f, t+"b", x.stride(0)); setattr(f, t+"h", x.stride(2)); setattr(f, t+"s", x.stride(1))
         f.batch, f.hq, f.hkv, f.ql, f.kl = B, H, H, N, N; f.scale = m["scale"]
-        launch(fn(name, name + "_fwd", m["smem_bytes"]), ordered(math.ceil(N / m["block_q"]), H, B, m["warps"]), m["warps"] * 32, m["smem_bytes"], f)
+        launch(fn(name, name + "_fwd", m["smem_bytes"]), ordered(math.ceil(N / m["block_q"]), H, B, m.get("fwd_ordered")), m["warps"] * 32, m["smem_bytes"], f)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         acc = torch.empty(B * H * N * d, device=dev); delta = torch.empty(B, H, N, device=dev)
         p = Bwd(); p.q, p.k, p.v, p.o, p.do, p.lse = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), do.data_ptr(), lse.data_ptr()
@@ -166,7 +169,7 @@ def bench():
         fp, fk, fc = fn(name, name + "_bwd_preprocess", 0), fn(name, name + "_bwd_kv", m["kv_smem_bytes"]), fn(name, name + "_bwd_convert_dq", 0)
         def run():
             launch(fp, (math.ceil(N / 64), H, B), kvt, 0, p)
-            launch(fk, (math.ceil(N / m["kv_block_kv"]), H, B), kvt, m["kv_smem_bytes"], p)
+            launch(fk, kv_grid(math.ceil(N / m["kv_block_kv"]), H, B, m.get("kv_ordered")), kvt, m["kv_smem_bytes"], p)
             launch(fc, (math.ceil(N / 64), H, B), kvt, 0, p)
         ms = timeit(run)
         qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
@@ -194,7 +197,7 @@ def memory():
     f.batch, f.hq, f.hkv, f.ql, f.kl = B, H, H, N, N; f.scale = m["scale"]
     a = torch.cuda.Event(enable_timing=True); b = torch.cuda.Event(enable_timing=True); c = torch.cuda.Event(enable_timing=True)
     a.record()
-    launch(fn(name, name + "_fwd", m["smem_bytes"]), ordered(math.ceil(N / m["block_q"]), H, B, m["warps"]), m["warps"] * 32, m["smem_bytes"], f)
+    launch(fn(name, name + "_fwd", m["smem_bytes"]), ordered(math.ceil(N / m["block_q"]), H, B, m.get("fwd_ordered")), m["warps"] * 32, m["smem_bytes"], f)
     b.record()
     p = Bwd(); p.q, p.k, p.v, p.o, p.do, p.lse = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), do.data_ptr(), lse.data_ptr()
     p.dq, p.dk, p.dv, p.dq_accum, p.delta = dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), acc.data_ptr(), delta.data_ptr()
@@ -202,7 +205,7 @@ def memory():
     p.batch, p.hq, p.hkv, p.ql, p.kl = B, H, H, N, N; p.scale = m["scale"]
     kvt = m["kv_warps"] * 32
     launch(fn(name, name + "_bwd_preprocess", 0), (math.ceil(N / 64), H, B), kvt, 0, p)
-    launch(fn(name, name + "_bwd_kv", m["kv_smem_bytes"]), (math.ceil(N / m["kv_block_kv"]), H, B), kvt, m["kv_smem_bytes"], p)
+    launch(fn(name, name + "_bwd_kv", m["kv_smem_bytes"]), kv_grid(math.ceil(N / m["kv_block_kv"]), H, B, m.get("kv_ordered")), kvt, m["kv_smem_bytes"], p)
     launch(fn(name, name + "_bwd_convert_dq", 0), (math.ceil(N / 64), H, B), kvt, 0, p)
     c.record(); c.synchronize()
     finite = all(bool(torch.isfinite(x).all()) for x in (o, dq, dk, dv))
