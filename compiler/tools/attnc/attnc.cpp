@@ -236,6 +236,13 @@ int runExplain(const Common& common, long long seqLen, long long kvSeqLen, long 
     os << "  warp roles: 1 producer warpgroup (TMA; setmaxnreg down to 40 registers) and "
        << kernel->blockQ / 64 << " consumer warpgroups of 64 rows (wgmma; setmaxnreg up to the "
        << "rest of the register file, at most 240)\n";
+  if (kernel->forwardKernel == "sm90")
+    os << "  block order: "
+       << (kernel->orderedGrid
+               ? "grid (pairs per group, q tiles, groups): the longest q tiles first across groups "
+                 "of (head, batch) pairs of about 256 blocks (block_order.h)"
+               : "grid (q tiles, heads_q, batch): each head's q tiles in turn (all the same length)")
+       << "\n";
   os << "  spills: " << r.spillStoreBytes << " B stores, " << r.spillLoadBytes << " B loads; stack "
      << r.stackBytes << " B" << (r.spillStoreBytes || r.spillLoadBytes ? "  <-- SPILLS" : "")
      << "\n";
