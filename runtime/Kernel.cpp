@@ -19,6 +19,7 @@
 #include "attnc/common/params.h"
 #include "attnc/common/tile_classes.h"
 #include "runtime/Driver.h"
+#include "runtime/LaunchGrid.h"
 #include "runtime/Summaries.h"
 
 #include <climits>
@@ -792,15 +793,8 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
     if (!status) return status;
     params[0] = &withMaps;
   }
-  const int qTiles = int((args.q_len + tiles.blockQ - 1) / tiles.blockQ);
-  // The sm_90a forward of a masked spec: block_order.h's grid (pairs per group, q tiles, groups);
-  // otherwise (q tiles, heads, batch).
-  OrderedGrid grid{unsigned(qTiles), unsigned(m.headsQ), unsigned(args.batch)};
-  if (tiles.orderedGrid) grid = orderedGrid(qTiles, int(m.headsQ * args.batch));
-  if (grid.y > kMaxGridYZ || grid.z > kMaxGridYZ)
-    return Status::error("kernel '" + m.name + "': q_len " + std::to_string(args.q_len) + " makes " +
-                         std::to_string(qTiles) + " q tiles of " + std::to_string(tiles.blockQ) +
-                         " rows; this kernel's ordered grid takes at most 65535 (its y dimension)");
+  OrderedGrid grid;
+  if (Status status = forwardGrid(tiles, args.batch, args.q_len, grid); !status) return status;
   if (!driver->check(driver->cuLaunchKernel(loaded->function, grid.x, grid.y, grid.z,
                                             unsigned(tiles.threads), 1, 1,
                                             unsigned(tiles.smemBytes), static_cast<cu::Stream>(stream),
@@ -947,6 +941,30 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
                 b.kvSmemBytes) &&
          launch(4, blocks(args.q_len, b.qBlockQ), unsigned(m.headsQ), b.qThreads, b.qSmemBytes);
   if (!ok) return Status::error("kernel '" + m.name + "' (backward): " + error);
+  return Status::success();
+}
+
+
+Status forwardGrid(const KernelMetadata& m, int64_t batch, int64_t q_len, OrderedGrid& grid) {
+  const int64_t qTiles = (q_len + m.blockQ - 1) / m.blockQ;
+  const int64_t pairs = int64_t(m.headsQ) * batch;
+  if (!m.orderedGrid) {
+    grid = {unsigned(qTiles), unsigned(m.headsQ), unsigned(batch)};
+    return Status::success();
+  }
+  // The ordered grid (block_order.h): the q tiles along y, groups of (head, batch) pairs along z.
+  if (qTiles > kMaxGridYZ)
+    return Status::error("kernel '" + m.name + "': q_len " + std::to_string(q_len) + " makes " +
+                         std::to_string(qTiles) + " q tiles of " + std::to_string(m.blockQ) +
+                         " rows; this kernel's ordered grid takes at most 65535 (its y dimension)");
+  if (pairs > INT32_MAX)
+    return Status::error("kernel '" + m.name + "': heads_q x batch = " + std::to_string(pairs) +
+                         "; this kernel's ordered grid takes at most 2147483647 (head, batch) pairs");
+  grid = orderedGrid(int(qTiles), int(pairs));
+  if (grid.z > kMaxGridYZ)
+    return Status::error("kernel '" + m.name + "': heads_q x batch = " + std::to_string(pairs) +
+                         " makes " + std::to_string(grid.z) +
+                         " groups; this kernel's ordered grid takes at most 65535 (its z dimension)");
   return Status::success();
 }
 

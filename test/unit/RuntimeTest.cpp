@@ -3,6 +3,7 @@
 // format (truncation and flipped bits are caught, the entry deleted).
 #include "attnc/attnc.h"
 #include "runtime/KernelCache.h"
+#include "runtime/LaunchGrid.h"
 #include "runtime/Summaries.h"
 
 #include <gtest/gtest.h>
@@ -247,6 +248,35 @@ TEST(KernelMetadata, RoundTripsWithSummaries) {
   flagOnly.inputs[0].summarized = true;
   EXPECT_FALSE(KernelMetadata::parse(flagOnly.serialize(), &error));
   EXPECT_FALSE(KernelMetadata::parse(documentMetadata().serialize() + "input x i32 pos maybe\n", &error));
+}
+
+// The forward's launch grid: plain (q tiles, heads_q, batch), or the ordered grid the kernel was
+// built for, and clear errors where either would pass the hardware's limits.
+TEST(Kernel, ForwardGrid) {
+  KernelMetadata m = documentMetadata();  // 16 heads, 64-row q tiles
+  OrderedGrid grid;
+  ASSERT_TRUE(forwardGrid(m, 4, 4096, grid));
+  EXPECT_EQ(grid.x, 64u);
+  EXPECT_EQ(grid.y, 16u);
+  EXPECT_EQ(grid.z, 4u);
+  m.orderedGrid = true;
+  ASSERT_TRUE(forwardGrid(m, 4, 4096, grid));
+  EXPECT_EQ(grid.x, 4u);  // 256 / 64 q tiles: groups of 4 (head, batch) pairs
+  EXPECT_EQ(grid.y, 64u);
+  EXPECT_EQ(grid.z, 16u);
+  ASSERT_TRUE(forwardGrid(m, 3, 100, grid));  // 2 q tiles: one group of all 48 pairs
+  EXPECT_EQ(grid.x, 48u);
+  EXPECT_EQ(grid.y, 2u);
+  EXPECT_EQ(grid.z, 1u);
+  Status tooLong = forwardGrid(m, 1, int64_t(65536) * 64, grid);
+  EXPECT_FALSE(tooLong);
+  EXPECT_NE(tooLong.message.find("65536 q tiles"), std::string::npos) << tooLong.message;
+  m.headsQ = 65535;
+  Status tooMany = forwardGrid(m, 65535, 64, grid);
+  EXPECT_FALSE(tooMany);
+  EXPECT_NE(tooMany.message.find("4294836225"), std::string::npos) << tooMany.message;
+  m.orderedGrid = false;
+  EXPECT_TRUE(forwardGrid(m, 65535, 64, grid));  // the plain grid takes them
 }
 
 // The forward's ordered grid (block_order.h) survives the cache; only "ordered" is understood.
