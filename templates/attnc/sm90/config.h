@@ -13,13 +13,20 @@ namespace sm90 {
 // (dialects/Attn/Transforms/TileRule.cpp includes this header on the host).
 //
 // setmaxnreg: the producer keeps kProducerRegisters a thread, the consumers share the rest of the
-// 64K register file (at most 240 each, setmaxnreg's limit). 24 producer registers spill the
+// block's registers (at most 240 each, setmaxnreg's limit). 24 producer registers spilled the
 // classification of masks that read declared inputs (document). (The backward's producer keeps
-// fewer: bwd_config.h.)
+// fewer: bwd_config.h.) The block's pool is what it was launched with: ptxas gives each of its
+// 128 (consumers + 1) threads 65536 / threads registers rounded down to 8 (168 at 384 threads),
+// and a setmaxnreg.inc that asks for more than the pool holds waits forever (a producer raised to
+// 48 with consumers at 232 hung the GPU: docs/perf/H200.md).
 constexpr int kProducerRegisters = 40;
 ATTNC_HD constexpr int consumerRegisters(int consumers, int producerRegisters = kProducerRegisters) {
-  return minOf(240, (65536 / 128 - producerRegisters) / consumers / 8 * 8);
+  return minOf(240, ((65536 / (128 * (consumers + 1))) / 8 * 8 * (consumers + 1) - producerRegisters) /
+                        consumers / 8 * 8);
 }
+static_assert(consumerRegisters(2) == 232 && consumerRegisters(2, 24) == 240 &&
+                  consumerRegisters(2, 48) == 224,
+              "two consumers share 168 x 3 registers a thread row with the producer");
 // Shared memory: 1024 bytes of alignment slack, Q (64 rows per consumer), the K/V stages
 // (128-byte-swizzled boxes 64 elements wide) and, per stage, four mbarriers and a schedule slot,
 // plus Q's mbarrier.
