@@ -1,7 +1,7 @@
 // attnc::Kernel: argument validation, per-context module loading and the launch of one forward
 // kernel through the dlopen-ed driver. The launch ABI is attnc::FwdParams (templates/attnc/common/
-// params.h): grid (ceil(q_len / block_q), heads_q, batch) for the sm80 kernel, orderedGrid(q tiles,
-// heads_q x batch) for the sm_90a one (common/block_order.h), block `threads`, dynamic shared memory
+// params.h): grid (ceil(q_len / block_q), heads_q, batch), or orderedGrid(q tiles, heads_q x batch)
+// for a kernel built for it (forwardGrid, runtime/LaunchGrid.h), block `threads`, dynamic shared memory
 // `smemBytes` (opted into above 48 KiB). A kernel whose mask reads declared inputs along positions
 // first runs its summary entry (KernelMetadata::summaryEntry, attnc::SummaryParams) on the same
 // stream: grid summaryBlocks(entries), block kSummaryThreads, into a buffer per (context, stream).
@@ -768,18 +768,22 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
   // The chosen image's tile sizes: images for other architectures may tile differently.
   const KernelMetadata& tiles = loaded->image->metadata;
 
+  // The grid first: a launch it cannot make starts nothing.
+  OrderedGrid grid;
+  if (Status status = forwardGrid(tiles, args.batch, args.q_len, grid); !status) return status;
+
   FwdParams p{};
   std::unique_lock<std::mutex> summaryLock;
   setSharedFields(p, m, args);
   // Tile classes: rows (b, h, q tile) of kv tiles, 2 bits a tile; for the sm_90a kernel also
   // 8 bits a tile of its consumer warpgroups' classes.
-  const int kvTiles = int((p.kv_len + tiles.blockKV - 1) / tiles.blockKV);
   if (Status status = summarizeAndClassify(
           *impl_, *driver, context, *loaded, p, loaded->tileClasses, tiles.tileClassesEntry,
           tileClassRows(p.batch, m.headsQ, p.q_len, tiles.blockQ),
           tileClassWords(p.kv_len, tiles.blockKV), p.kv_tile_bounds, p.kv_tile_classes,
           p.kv_class_words, static_cast<cu::Stream>(stream), &summaryLock,
-          tiles.forwardKernel == "sm90" ? (kvTiles + 3) / 4 : 0, &p.kv_group_classes,
+          tiles.forwardKernel == "sm90" ? tileGroupWords(p.kv_len, tiles.blockKV) : 0,
+          &p.kv_group_classes,
           &p.kv_group_words);
       !status)
     return status;
@@ -793,8 +797,6 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
     if (!status) return status;
     params[0] = &withMaps;
   }
-  OrderedGrid grid;
-  if (Status status = forwardGrid(tiles, args.batch, args.q_len, grid); !status) return status;
   if (!driver->check(driver->cuLaunchKernel(loaded->function, grid.x, grid.y, grid.z,
                                             unsigned(tiles.threads), 1, 1,
                                             unsigned(tiles.smemBytes), static_cast<cu::Stream>(stream),
@@ -943,7 +945,6 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
   if (!ok) return Status::error("kernel '" + m.name + "' (backward): " + error);
   return Status::success();
 }
-
 
 Status forwardGrid(const KernelMetadata& m, int64_t batch, int64_t q_len, OrderedGrid& grid) {
   const int64_t qTiles = (q_len + m.blockQ - 1) / m.blockQ;

@@ -217,6 +217,18 @@ struct DocumentClassesVariant : DocumentVariant {
 };
 
 // Random documents: packed (ids 0, 1, 2, ... in order, random lengths) or shuffled ids.
+// One head of one batch with kv_len in [1, 1500] and q_len equal to it three times in four, else
+// shorter.
+template <class Params>
+Params randomLengths(std::mt19937& rng) {
+  Params p{};
+  p.batch = 1;
+  p.heads_q = p.heads_kv = 1;
+  p.kv_len = 1 + int(rng() % 1500);
+  p.q_len = rng() % 4 ? p.kv_len : 1 + int(rng() % unsigned(p.kv_len));
+  return p;
+}
+
 std::vector<int> randomDocuments(std::mt19937& rng, int positions, bool packed) {
   std::vector<int> doc(static_cast<size_t>(positions));
   int id = 0, left = 0;
@@ -239,11 +251,7 @@ TEST(InputSummary, DocumentTileWalkAgreesWithBruteForce) {
   int liveTiles = 0, skippedTiles = 0;
   for (int round = 0; round < 120; ++round) {
     const bool packed = round % 3 != 0;
-    FwdParams p{};
-    p.batch = 1;
-    p.heads_q = p.heads_kv = 1;
-    p.kv_len = 1 + int(rng() % 1500);
-    p.q_len = rng() % 4 ? p.kv_len : 1 + int(rng() % unsigned(p.kv_len));
+    FwdParams p = randomLengths<FwdParams>(rng);
     const InputExtents e = expr::input_extents(p);
     std::vector<int> doc = randomDocuments(rng, e.positions, packed);
     p.inputs[0] = InputRef{doc.data(), 0, 0, 1, nullptr};
@@ -371,11 +379,7 @@ TEST(InputSummary, BackwardQTileWalkReadsPrecomputedClasses) {
   using Tri = expr::Tri;
   int visitedTiles = 0;
   for (int round = 0; round < 60; ++round) {
-    BwdParams p{};
-    p.batch = 1;
-    p.heads_q = p.heads_kv = 1;
-    p.kv_len = 1 + int(rng() % 1500);
-    p.q_len = rng() % 4 ? p.kv_len : 1 + int(rng() % unsigned(p.kv_len));
+    BwdParams p = randomLengths<BwdParams>(rng);
     const InputExtents e = expr::input_extents(p);
     std::vector<int> doc = randomDocuments(rng, e.positions, round % 2 == 0);
     std::vector<SummaryEntry> summaries;

@@ -1,6 +1,7 @@
 // attnc: compiles attention specs to kernels (compile) and explains what it derived (explain).
 #include "compiler/LauncherHeader.h"
 #include "compiler/Pipeline.h"
+#include "attnc/sm90/config.h"
 
 #include "CLI/CLI.hpp"
 #include "llvm/ADT/StringExtras.h"
@@ -233,9 +234,10 @@ int runExplain(const Common& common, long long seqLen, long long kvSeqLen, long 
      << " registers/thread, " << kernel->smemBytes << " B dynamic + " << r.staticSharedBytes
      << " B static shared memory\n";
   if (kernel->forwardKernel == "sm90")
-    os << "  warp roles: 1 producer warpgroup (TMA; setmaxnreg down to 40 registers) and "
-       << kernel->blockQ / 64 << " consumer warpgroups of 64 rows (wgmma; setmaxnreg up to the "
-       << "rest of the register file, at most 240)\n";
+    os << "  warp roles: 1 producer warpgroup (TMA; setmaxnreg down to "
+       << attnc::sm90::kProducerRegisters << " registers) and " << kernel->blockQ / 64
+       << " consumer warpgroups of 64 rows (wgmma; setmaxnreg up to "
+       << attnc::sm90::consumerRegisters(int(kernel->blockQ / 64)) << ")\n";
   if (kernel->forwardKernel == "sm90")
     os << "  block order: "
        << (kernel->orderedGrid

@@ -22,6 +22,10 @@ namespace attnc {
 // Where tile t's class (2 bits) sits in a row of precomputed classes (FwdParams::kv_tile_classes).
 ATTNC_HD constexpr int tileClassWord(int t) { return t >> 4; }
 ATTNC_HD constexpr int tileClassShift(int t) { return 2 * (t & 15); }
+// Where tile t's 64-row group classes (8 bits, group g's class in bits 2 g, 2 g + 1) sit in a row
+// of FwdParams::kv_group_classes.
+ATTNC_HD constexpr int tileGroupWord(int t) { return t >> 2; }
+ATTNC_HD constexpr int tileGroupShift(int t) { return 8 * (t & 3); }
 
 // Whether a Variant's forward launches always precompute their tile classes (its
 // `kTileClasses`, true for masks that read declared inputs: tile_classes.h), so that a forward
@@ -96,7 +100,7 @@ struct TileWalk {
   // forward gets FwdParams::kv_group_classes), else the mask over rows [rowLo, rowHi].
   ATTNC_HD Tri groupClass(int t, int group, int rowLo, int rowHi) const {
     if constexpr (kReadsClasses && AlongKeys) {
-      return Tri((groupRow[t >> 2] >> (8 * (t & 3) + 2 * group)) & 3u);
+      return Tri((groupRow[tileGroupWord(t)] >> (tileGroupShift(t) + 2 * group)) & 3u);
     } else {
       return classify(rowLo, rowHi, t * Block, tileEnd(t));
     }

@@ -25,6 +25,10 @@ ATTNC_HD constexpr i64 tileClassRows(int batch, int heads_q, int length, int blo
 ATTNC_HD constexpr int tileClassWords(int walked, int walkBlock) {
   return ceilDiv(ceilDiv(walked, walkBlock), 16);
 }
+// The words a row of 64-row group classes (FwdParams::kv_group_classes) needs: 4 tiles a word.
+ATTNC_HD constexpr int tileGroupWords(int walked, int walkBlock) {
+  return ceilDiv(ceilDiv(walked, walkBlock), 4);
+}
 // Blocks of kTileClassThreads for `rows` rows, one warp a row in a grid-stride loop (any grid size
 // is correct).
 ATTNC_HD constexpr unsigned tileClassBlocks(i64 rows) {
@@ -117,8 +121,8 @@ ATTNC_DEVICE void writeTileClasses(const Params& p) {
               t < tiles.numTiles
                   ? tileGroupBits(tiles, t, expr::Tri(cls), f0, fixedLength, ceilDiv(BlockQ, 64))
                   : 0u;
-          const u32 groupWord = __reduce_or_sync(0xfu << (lane & 28), groups << (8 * (lane & 3)));
-          const int gw = t >> 2;
+          const u32 groupWord = __reduce_or_sync(0xfu << (lane & 28), groups << tileGroupShift(t));
+          const int gw = tileGroupWord(t);
           if ((lane & 3) == 0 && gw < p.kv_group_words)
             const_cast<u32*>(p.kv_group_classes)[row * p.kv_group_words + gw] = groupWord;
         }
