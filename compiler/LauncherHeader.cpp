@@ -39,7 +39,7 @@ KernelMetadata kernelMetadata(const Spec& spec, const CompiledKernel& kernel, co
     const BackwardSource& b = *kernel.backward;
     m.backward = BackwardMetadata{b.entryStem,      b.kvThreads,   b.qThreads,  b.kvBlockKV,
                                   b.qBlockQ,        b.preprocessRows, b.kvSmemBytes, b.qSmemBytes,
-                                  b.kvKernel,       b.preprocessThreads};
+                                  b.kvKernel,       b.preprocessThreads, b.kvOrderedGrid};
   }
   return m;
 }
@@ -108,7 +108,8 @@ std::string emitLauncherHeader(const std::string& specPath, const std::vector<La
       os << "  m.backward = attnc::BackwardMetadata{" << quoted(b->entryStem) << ", "
          << b->kvThreads << ", " << b->qThreads << ", " << b->kvBlockKV << ", " << b->qBlockQ
          << ", " << b->preprocessRows << ", " << b->kvSmemBytes << ", " << b->qSmemBytes << ", "
-         << quoted(b->kvKernel) << ", " << b->preprocessThreads << "};\n";
+         << quoted(b->kvKernel) << ", " << b->preprocessThreads << ", "
+         << (b->kvOrderedGrid ? "true" : "false") << "};\n";
     os << "  m.attncVersion = " << quoted(m.attncVersion) << ";\n  return m;\n}\n\n";
   }
   os << "}  // namespace " << ns << "\n\n"

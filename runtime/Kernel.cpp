@@ -8,8 +8,8 @@
 // The backward (attnc::BwdParams, or BwdParamsTma for the sm_90a dK/dV entries):
 //   <stem>_preprocess, <stem>_convert_dq: grid (ceil(q_len / preprocessRows), heads_q, batch),
 //     block preprocessThreads, no dynamic shared memory;
-//   <stem>_kv, <stem>_kv_nodq: grid (ceil(kv_len / kvBlockKV), heads_kv, batch), block kvThreads,
-//     kvSmemBytes;
+//   <stem>_kv, <stem>_kv_nodq: grid (ceil(kv_len / kvBlockKV), heads_kv, batch), or
+//     (heads_kv, ceil(kv_len / kvBlockKV), batch) with kvOrderedGrid, block kvThreads, kvSmemBytes;
 //   <stem>_q: grid (ceil(q_len / qBlockQ), heads_q, batch), block qThreads, qSmemBytes.
 // Default: preprocess (zeroes dq_accum, writes delta), kv (dK, dV, atomics into dq_accum),
 // convert_dq. Deterministic: preprocess (dq_accum null), kv_nodq, q.
@@ -925,8 +925,16 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
   auto blocks = [](int64_t n, int per) { return unsigned((n + per - 1) / per); };
   auto launch = [&](int which, unsigned gridX, unsigned heads, int threads, long long smem) {
     std::string what = "cuLaunchKernel(" + b.entryStem + Impl::kBackwardSuffixes[which] + ")";
-    return driver->check(driver->cuLaunchKernel(loaded->backward[which], gridX, heads,
-                                                unsigned(args.batch), unsigned(threads), 1, 1,
+    // The ordered dK/dV grid: (heads_kv, kv tiles, batch), the tile rank in blockIdx.y.
+    const bool ordered = (which == 1 || which == 2) && b.kvOrderedGrid;
+    if (ordered && gridX > kMaxGridYZ) {
+      error = "kv_len " + std::to_string(args.kv_len) + " makes " + std::to_string(gridX) +
+              " kv tiles; this dK/dV kernel's ordered grid takes at most 65535 (its y dimension)";
+      return false;
+    }
+    return driver->check(driver->cuLaunchKernel(loaded->backward[which], ordered ? heads : gridX,
+                                                ordered ? gridX : heads, unsigned(args.batch),
+                                                unsigned(threads), 1, 1,
                                                 unsigned(smem), static_cast<cu::Stream>(stream),
                                                 which == 1 || which == 2 ? kvParams : params,
                                                 nullptr),

@@ -25,7 +25,8 @@ std::string KernelMetadata::serialize() const {
        << "\nbwd_q_block_q " << backward->qBlockQ << "\nbwd_preprocess_rows "
        << backward->preprocessRows << "\nbwd_kv_smem_bytes " << backward->kvSmemBytes
        << "\nbwd_q_smem_bytes " << backward->qSmemBytes << "\nbwd_kv_kernel " << backward->kvKernel
-       << "\nbwd_preprocess_threads " << backward->preprocessThreads << "\n";
+       << "\nbwd_preprocess_threads " << backward->preprocessThreads << "\n"
+       << (backward->kvOrderedGrid ? "bwd_kv_grid ordered\n" : "");
   if (!summaryEntry.empty()) os << "summary_entry " << summaryEntry << "\n";
   if (!tileClassesEntry.empty()) os << "tile_classes_entry " << tileClassesEntry << "\n";
   if (orderedGrid) os << "fwd_grid ordered\n";
@@ -74,6 +75,11 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
       return !value.empty() && !*end;
     };
     bool ok = true;
+    if (key == "bwd_kv_grid") {  // optional: absent means (kv tiles, heads_kv, batch)
+      if (value != "ordered") return fail("bad value in '" + line + "'");
+      b.kvOrderedGrid = true;
+      continue;
+    }
     if (key.rfind("bwd_", 0) == 0) {
       if (key == "bwd_entry_stem") b.entryStem = value;
       else if (key == "bwd_kv_threads") ok = integer(b.kvThreads);
@@ -136,6 +142,7 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
   if (m.name.empty() || m.entry.empty() || m.target.empty() || m.threads <= 0 || m.headDim <= 0 ||
       m.headDimV <= 0 || m.headsQ <= 0 || m.headsKV <= 0 || !(m.scale > 0))
     return fail("missing or non-positive fields");
+  if (b.kvOrderedGrid && seenBackward == 0) return fail("a bwd_kv_grid line needs the backward fields");
   if (seenBackward != 0) {
     if (seenBackward != 10)
       return fail("expected 10 backward fields, got " + std::to_string(seenBackward));

@@ -277,6 +277,23 @@ TEST(Kernel, ForwardGrid) {
   EXPECT_NE(tooMany.message.find("4294836225"), std::string::npos) << tooMany.message;
   m.orderedGrid = false;
   EXPECT_TRUE(forwardGrid(m, 65535, 64, grid));  // the plain grid takes them
+
+// The dK/dV kernel's ordered grid survives the cache, and needs the backward fields.
+TEST(KernelMetadata, RoundTripsTheBackwardOrderedGrid) {
+  KernelMetadata m = backwardMetadata();
+  m.backward->kvOrderedGrid = true;
+  std::string error;
+  std::optional<KernelMetadata> back = KernelMetadata::parse(m.serialize(), &error);
+  ASSERT_TRUE(back) << error;
+  ASSERT_TRUE(back->hasBackward());
+  EXPECT_TRUE(back->backward->kvOrderedGrid);
+  EXPECT_EQ(back->serialize(), m.serialize());
+  back = KernelMetadata::parse(backwardMetadata().serialize(), &error);
+  ASSERT_TRUE(back) << error;
+  EXPECT_FALSE(back->backward->kvOrderedGrid);
+  EXPECT_FALSE(KernelMetadata::parse(documentMetadata().serialize() + "bwd_kv_grid ordered\n", &error));
+  EXPECT_NE(error.find("bwd_kv_grid"), std::string::npos) << error;
+  EXPECT_FALSE(KernelMetadata::parse(backwardMetadata().serialize() + "bwd_kv_grid tiles\n", &error));
 }
 
 // The forward's ordered grid (block_order.h) survives the cache; only "ordered" is understood.

@@ -212,6 +212,11 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
   // (block_order.h); the launch reads the same choice from KernelSource::orderedGrid.
   result.orderedGrid = hopper && !op.getMask().empty();
   os << "  static constexpr bool kOrderedGrid = " << (result.orderedGrid ? "true" : "false")
+     << ";\n";
+  // Likewise the sm_90a dK/dV kernel of a masked spec: grid (heads_kv, kv tiles, batch), rank in
+  // blockIdx.y (BackwardSource::kvOrderedGrid).
+  const bool kvOrderedGrid = hopperBackward && !op.getMask().empty();
+  os << "  static constexpr bool kKvOrderedGrid = " << (kvOrderedGrid ? "true" : "false")
      << ";\n\n";
 
   RegionEmitter emitter(os, op.getInputs());
@@ -286,6 +291,7 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
       os << "static_assert(BwdHopperConfig::kSmemBytes == " << tile("hopper_smem_bytes")
          << ", \"attn-derive-backward and the sm_90a backward template disagree on shared memory\");\n";
       info.kvKernel = "sm90";
+      info.kvOrderedGrid = kvOrderedGrid;
       info.kvThreads = 128 * (attnc::sm90::kBwdConsumers + 1);
       info.kvBlockKV = 64 * attnc::sm90::kBwdConsumers;
       info.kvSmemBytes = tile("hopper_smem_bytes");

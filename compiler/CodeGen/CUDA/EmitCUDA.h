@@ -21,6 +21,7 @@ struct BackwardSource {
   long long kvSmemBytes = 0, qSmemBytes = 0;
   std::string kvKernel = "sm80";  // "sm90": the dK/dV entries take attnc::BwdParamsTma
   int preprocessThreads = 0;
+  bool kvOrderedGrid = false;  // BackwardMetadata::kvOrderedGrid; the Variant's kKvOrderedGrid
 };
 
 struct KernelSource {

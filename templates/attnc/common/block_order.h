@@ -43,6 +43,17 @@ struct VariantOrderedGrid<V, decltype(void(V::kOrderedGrid))> {
   static constexpr bool value = V::kOrderedGrid;
 };
 
+// Whether a Variant's sm_90a dK/dV kernel takes the grid (heads_kv, kv tiles, batch) (its
+// `kKvOrderedGrid`, emitted with BackwardMetadata::kvOrderedGrid); false without the member.
+template <class V, class = void>
+struct VariantKvOrderedGrid {
+  static constexpr bool value = false;
+};
+template <class V>
+struct VariantKvOrderedGrid<V, decltype(void(V::kKvOrderedGrid))> {
+  static constexpr bool value = V::kKvOrderedGrid;
+};
+
 struct BlockCoord {
   int rank;  // 0 for the tile to start first (the longest), tiles - 1 for the last
   int h, b;

@@ -27,6 +27,7 @@
 // [dQ fp32 per consumer][stats per stage][mbarriers, slots].
 #pragma once
 
+#include "attnc/common/block_order.h"
 #include "attnc/common/expr.h"
 #include "attnc/common/kv_tiles.h"
 #include "attnc/common/params.h"
@@ -219,7 +220,13 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   constexpr int kDvN = 8 * Config::kDvTiles;
   const BwdParams& p = pt.base;
 
-  const int b = blockIdx.z, hKv = blockIdx.y, kv0 = blockIdx.x * Config::kBlockKV;
+  // The grid is (heads_kv, kv tiles, batch) for a masked spec (Variant::kKvOrderedGrid): under a
+  // causal mask the first kv tiles meet the most q tiles, and with the rank the slower index every
+  // batch's grid starts them first across its heads and ends on its shortest tiles
+  // (block_order.h says why the rank is a block index). Else (kv tiles, heads_kv, batch).
+  constexpr bool kOrdered = VariantKvOrderedGrid<Variant>::value;
+  const int b = blockIdx.z, hKv = kOrdered ? blockIdx.x : blockIdx.y;
+  const int kv0 = (kOrdered ? blockIdx.y : blockIdx.x) * Config::kBlockKV;
   if (kv0 >= p.kv_len) return;
   const int kvLast = minOf(kv0 + Config::kBlockKV, p.kv_len) - 1;
   const int warpGroup = threadIdx.x / 128;
