@@ -277,6 +277,7 @@ TEST(Kernel, ForwardGrid) {
   EXPECT_NE(tooMany.message.find("4294836225"), std::string::npos) << tooMany.message;
   m.orderedGrid = false;
   EXPECT_TRUE(forwardGrid(m, 65535, 64, grid));  // the plain grid takes them
+}
 
 // The dK/dV kernel's ordered grid survives the cache, and needs the backward fields.
 TEST(KernelMetadata, RoundTripsTheBackwardOrderedGrid) {
