@@ -161,13 +161,18 @@ FailureOr<TileChoice> mlir::attn::deriveTiles(const TileProblem& problem, const 
 namespace {
 
 // The sm_90a kernel (templates/attnc/sm90/config.h, whose resource functions this rule calls): a
-// producer warpgroup and consumer warpgroups of 64 rows.
+// producer warpgroup and consumer warpgroups of 64 rows; two, or three for head dims up to 64
+// (their O is small, so a third warpgroup's softmax can overlap the others' GEMMs) when B_c stays
+// at least kHopperMinBlockKV3 with them.
 constexpr int64_t kHopperConsumers = 2;
 constexpr int64_t kHopperMaxStages = 4;
 // Registers a consumer thread needs beyond its accumulators: the softmax state, shared and global
 // addresses, loop counters and the tile classification. Every example compiles without spills
-// with this reserve (ctest checks it).
+// with this reserve (ctest checks it). With three consumers (160 registers each) hd64 compiles
+// without spills at B_c = 112 and spills 4 bytes (causal) at 128: a reserve of 40 gives 112.
 constexpr int64_t kHopperReserveRegisters = 56;
+constexpr int64_t kHopperReserveRegisters3 = 40;
+constexpr int64_t kHopperMinBlockKV3 = 96;
 // Registers per 3 per-element score operations, 8 (ptxas, CUDA 13.0): custom_score's 7 spill at
 // B_c = 128 (they need more than 16) and not at 112; ALiBi's 6 (its slope is per head) fit 128.
 constexpr int64_t kHopperRegistersPer3ScoreOps = 8;
@@ -199,32 +204,40 @@ FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
                      target.smemPerBlock, target.arch, problem.elementBytes, m, 4 * dMax, blockKV));
 
   // 2. Instruction shapes and warp roles: wgmma's M is 64 rows per warpgroup, so B_r = 64 per
-  // consumer warpgroup; two consumers let one's softmax overlap the other's GEMMs. B_c is a
-  // multiple of 16 (the k16 steps of P V) up to wgmma's largest N, 256.
-  int64_t consumers = kHopperConsumers;
-  int64_t blockQ = 64 * consumers;
+  // consumer warpgroup; two consumers let one's softmax overlap the other's GEMMs, three (head
+  // dims up to 64, step 3) two softmaxes with one's GEMMs. B_c is a multiple of 16 (the k16 steps
+  // of P V) up to wgmma's largest N, 256.
+  int64_t epilogue =
+      problem.epilogueRegisters + llvm::divideCeil(kHopperRegistersPer3ScoreOps * problem.scoreOps, 3);
+  auto live = [&](int64_t kv) { return llvm::alignTo(dv, 8) / 2 + kv / 2 + kv / 4; };
+  auto registerFitFor = [&](int64_t consumers, int64_t reserve, int64_t kv) {
+    const int64_t budget = hopperConsumerRegisters(consumers) - reserve - epilogue;
+    while (kv > 16 && live(kv) > budget) kv -= 16;
+    return live(kv) <= budget ? kv : int64_t(0);
+  };
   blockKV = std::clamp<int64_t>(blockKV / 16 * 16, 16, 256);
+  const bool three = llvm::alignTo(d, 16) <= 64 && llvm::alignTo(dv, 16) <= 64 &&
+                     registerFitFor(3, kHopperReserveRegisters3, blockKV) >= kHopperMinBlockKV3;
+  int64_t consumers = three ? 3 : kHopperConsumers;
+  int64_t blockQ = 64 * consumers;
   note(llvm::formatv("wgmma m64nNk16: B_r = 64 x {0} consumer warpgroups = {1}; B_c = {2} (a "
                      "multiple of 16, at most 256); + 1 producer warpgroup = {3} threads",
                      consumers, blockQ, blockKV, 128 * (consumers + 1)));
 
   // 3. Registers: a consumer thread holds O (d_v / 2 fp32), S (B_c / 2 fp32) and P (B_c / 4
   // packed pairs) of its warpgroup's 64 rows; B_c shrinks by 16 until they fit.
-  int64_t epilogue =
-      problem.epilogueRegisters + llvm::divideCeil(kHopperRegistersPer3ScoreOps * problem.scoreOps, 3);
-  int64_t budget = hopperConsumerRegisters(consumers) - kHopperReserveRegisters - epilogue;
-  auto live = [&](int64_t kv) { return llvm::alignTo(dv, 8) / 2 + kv / 2 + kv / 4; };
-  while (blockKV > 16 && live(blockKV) > budget) blockKV -= 16;
-  if (live(blockKV) > budget) return failure();
-  // Whole 64-key steps where the registers allow them. Measured on the H200 (docs/perf/H200.md):
-  // hd128 at B_c = 144 ran 583 TFLOP/s against 638 at 128 (full, N = 4K); hd256 at 64 ran 601
-  // against 572 at 48.
+  const int64_t reserve = three ? kHopperReserveRegisters3 : kHopperReserveRegisters;
+  blockKV = registerFitFor(consumers, reserve, blockKV);
+  if (blockKV == 0) return failure();
+  // Whole 64-key steps where the registers allow them (two consumers). Measured on the H200
+  // (docs/perf/H200.md): hd128 at B_c = 144 ran 583 TFLOP/s against 638 at 128 (full, N = 4K);
+  // hd256 at 64 ran 601 against 572 at 48.
   const int64_t registerFit = blockKV;
-  if (blockKV > 64) blockKV = blockKV / 64 * 64;
+  if (!three && blockKV > 64) blockKV = blockKV / 64 * 64;
   note(llvm::formatv("registers: setmaxnreg gives a consumer {0}; O + S + P = {1} / 2 + {2} / 2 + "
                      "{2} / 4 = {3} <= {0} - {4} reserved{5}: B_c = {2}{6}",
                      hopperConsumerRegisters(consumers), dv, registerFit, live(registerFit),
-                     kHopperReserveRegisters,
+                     reserve,
                      epilogue ? llvm::formatv(" - {0} for the epilogue", epilogue).str()
                               : std::string(),
                      blockKV != registerFit

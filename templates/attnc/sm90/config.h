@@ -12,21 +12,25 @@ namespace sm90 {
 // The kernel's resources as plain functions, shared with the compiler's tile rule
 // (dialects/Attn/Transforms/TileRule.cpp includes this header on the host).
 //
-// setmaxnreg: the producer keeps kProducerRegisters a thread, the consumers share the rest of the
-// block's registers (at most 240 each, setmaxnreg's limit). 24 producer registers spilled the
-// classification of masks that read declared inputs (document). (The backward's producer keeps
-// fewer: bwd_config.h.) The block's pool is what it was launched with: ptxas gives each of its
-// 128 (consumers + 1) threads 65536 / threads registers rounded down to 8 (168 at 384 threads),
-// and a setmaxnreg.inc that asks for more than the pool holds waits forever (a producer raised to
-// 48 with consumers at 232 hung the GPU: docs/perf/H200.md).
-constexpr int kProducerRegisters = 40;
-ATTNC_HD constexpr int consumerRegisters(int consumers, int producerRegisters = kProducerRegisters) {
+// setmaxnreg: the producer keeps producerRegisters() a thread and the consumers share the rest of
+// the block's registers (at most 240 each, setmaxnreg's limit). The block's pool is what it was
+// launched with: ptxas gives each of its 128 (consumers + 1) threads 65536 / threads registers,
+// rounded down to 8 (168 at 384 threads, 128 at 512), and a setmaxnreg.inc that asks for more
+// than the pool holds waits forever (a producer raised to 48 with consumers at 232 hung the GPU:
+// docs/perf/H200.md). 40 producer registers with two consumers (24 spilled the
+// classification of masks that read declared inputs, before the tile classes); 24 with three,
+// which leaves each 160. (The backward's producer keeps 24: bwd_config.h.)
+ATTNC_HD constexpr int producerRegisters(int consumers) { return consumers >= 3 ? 24 : 40; }
+ATTNC_HD constexpr int consumerRegisters(int consumers, int producerRegisters) {
   return minOf(240, ((65536 / (128 * (consumers + 1))) / 8 * 8 * (consumers + 1) - producerRegisters) /
                         consumers / 8 * 8);
 }
+ATTNC_HD constexpr int consumerRegisters(int consumers) {
+  return consumerRegisters(consumers, producerRegisters(consumers));
+}
 static_assert(consumerRegisters(2) == 232 && consumerRegisters(2, 24) == 240 &&
-                  consumerRegisters(2, 48) == 224,
-              "two consumers share 168 x 3 registers a thread row with the producer");
+                  consumerRegisters(2, 48) == 224 && consumerRegisters(3) == 160,
+              "consumers share the launch's registers (168 x 3, 128 x 4 a thread row) with the producer");
 // Shared memory: 1024 bytes of alignment slack, Q (64 rows per consumer), the K/V stages
 // (128-byte-swizzled boxes 64 elements wide) and, per stage, four mbarriers and a schedule slot,
 // plus Q's mbarrier.
@@ -76,7 +80,7 @@ struct FwdConfig {
   static constexpr bool kOutputThroughSmem = HeadDimV <= 64 * kKChunks;
   static constexpr int kOutputBarrier = 4;
 
-  static constexpr int kProducerRegisters = sm90::kProducerRegisters;
+  static constexpr int kProducerRegisters = producerRegisters(Consumers);
   static constexpr int kConsumerRegisters = consumerRegisters(Consumers);
 
   static_assert(HeadDim % 8 == 0 && HeadDim >= 8 && HeadDim <= 256, "head_dim: multiple of 8 in 8..256");
