@@ -7,6 +7,8 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
@@ -173,6 +175,34 @@ std::vector<std::pair<int, bool>> summarizedInputs(attn::TiledForwardOp op) {
   return {slots.begin(), slots.end()};
 }
 
+// Whether a hook region (arguments score, b, h, q, k, q_len, kv_len) stays finite on the padding
+// rows and keys, a tile past the sequences' ends, wherever it is finite inside them: the positions
+// reach only sums, differences, products, conversions, comparisons, selections, min, max, abs, the
+// dividend of a division and the indices of loads (which clamp them; a loaded value is an
+// in-range one). Then the sm_90a backward may hand the hook its positions unclamped.
+bool finitePastTheEnds(Region& region) {
+  static const llvm::StringSet<> kThrough = {
+      "arith.addi",   "arith.addf",    "arith.subi",  "arith.subf",  "arith.muli",
+      "arith.mulf",   "arith.negf",    "arith.minsi", "arith.maxsi", "arith.minnumf",
+      "arith.maxnumf", "math.absi",    "math.absf",   "arith.sitofp", "arith.select",
+      "arith.cmpi",   "arith.cmpf",    "arith.andi",  "arith.ori",   "arith.xori"};
+  if (region.empty() || region.getNumArguments() < 5) return true;
+  llvm::DenseSet<Value> positional = {region.getArgument(3), region.getArgument(4)};
+  bool finite = true;
+  region.walk([&](Operation* op) {
+    auto reaches = [&](Value v) { return positional.contains(v); };
+    if (!llvm::any_of(op->getOperands(), reaches)) return;
+    StringRef name = op->getName().getStringRef();
+    if (isa<attn::LoadOp, attn::YieldOp>(op)) return;  // clamped indices; the result
+    const bool dividendOnly = (name == "arith.divf" || name == "arith.divsi" ||
+                               name == "arith.remsi" || name == "arith.remf") &&
+                              !reaches(op->getOperand(1));
+    if (!kThrough.contains(name) && !dividendOnly) finite = false;
+    for (Value result : op->getResults()) positional.insert(result);
+  });
+  return finite;
+}
+
 }  // namespace
 
 FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp backward) {
@@ -217,6 +247,14 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
   // blockIdx.y (BackwardSource::kvOrderedGrid).
   const bool kvOrderedGrid = hopperBackward && !op.getMask().empty();
   os << "  static constexpr bool kKvOrderedGrid = " << (kvOrderedGrid ? "true" : "false")
+     << ";\n";
+  // The sm_90a dK/dV kernel hands the score hook and its derivative unclamped expr::Pos positions
+  // where both stay finite past the sequences' ends (a padding element's derivative is multiplied
+  // by P = 0, and its P by dO = 0, so either being NaN would poison dK and dV).
+  const bool backwardPositions = hopperBackward && !op.getScore().empty() &&
+                                 finitePastTheEnds(op.getScore()) &&
+                                 finitePastTheEnds(backward.getScoreGrad());
+  os << "  static constexpr bool kBackwardPositions = " << (backwardPositions ? "true" : "false")
      << ";\n\n";
 
   RegionEmitter emitter(os, op.getInputs());
@@ -243,8 +281,8 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
   os << "  }\n";
   if (backward) {
     os << "\n  // d score(s) / d s, derived by attn-derive-backward.\n";
-    os << "  template <class P>\n  ATTNC_DEVICE static float score_grad(const P& p, float score, "
-          "int b, int h, int q, int k) {\n";
+    os << "  template <class P, class Q = int>\n  ATTNC_DEVICE static float score_grad(const P& p, "
+          "float score, int b, int h, Q q, Q k) {\n";
     RegionEmitter gradEmitter(os, backward.getInputs());
     if (failed(gradEmitter.emit(backward.getScoreGrad(),
                                 {"score", "b", "h", "q", "k", "p.q_len", "p.kv_len"},

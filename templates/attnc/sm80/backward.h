@@ -58,6 +58,27 @@ ATTNC_DEVICE float scoreWithGrad(const BwdParams& p, float& x, int b, int h, int
   }
 }
 
+// The same on unclamped positions (expr::Pos: a per-lane base and the element's constant offset),
+// for a Variant whose kBackwardPositions says its hook and derivative stay finite past the ends.
+template <class Variant>
+ATTNC_DEVICE float scoreWithGrad(const BwdParams& p, float& x, int b, int h, expr::Pos q,
+                                 expr::Pos k) {
+  const float scaled = x * p.scale;
+  x = Variant::score(p, scaled, b, h, q, k);
+  return Variant::score_grad(p, scaled, b, h, q, k);
+}
+
+// Whether a Variant's backward may take unclamped positions (its `kBackwardPositions`; false
+// without the member).
+template <class V, class = void>
+struct BackwardPositions {
+  static constexpr bool value = false;
+};
+template <class V>
+struct BackwardPositions<V, decltype(void(V::kBackwardPositions))> {
+  static constexpr bool value = V::kBackwardPositions;
+};
+
 template <class Element>
 ATTNC_DEVICE void unpack2(u32 w, float& lo, float& hi) {
   lo = Convert<Element>::toFloat(Element{u16(w & 0xffffu)});

@@ -371,7 +371,13 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
           for (int r = 0; r < 2; ++r) {
             const int kv = kvRow + 8 * r;
             float& x = s[0][ni][2 * r + j];
-            const float grad = sm80::bwd::scoreWithGrad<Variant>(p, x, b, h, q, kv);
+            float grad;
+            if constexpr (sm80::bwd::BackwardPositions<Variant>::value)
+              grad = sm80::bwd::scoreWithGrad<Variant>(p, x, b, h,
+                                                       expr::Pos{q0 + colInQuad, 8 * ni + j},
+                                                       expr::Pos{kvRow, 8 * r});
+            else
+              grad = sm80::bwd::scoreWithGrad<Variant>(p, x, b, h, q, kv);
             bool keep = rowKept[r];
             if constexpr (decltype(masked)::value) keep = keep & bool(Variant::mask(p, b, h, q, kv));
             const float prob = exp2Approx(keep ? x * log2Scale - lse2 : -kInfinity);
