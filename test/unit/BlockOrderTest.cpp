@@ -7,6 +7,7 @@
 
 #include <set>
 #include <tuple>
+#include <utility>
 
 namespace attnc {
 namespace {
@@ -59,6 +60,20 @@ TEST(BlockOrder, GroupsOfEightHeadsAtThirtyTwoTiles) {
   // 6 heads x 3 batches in groups of 5: the last group (z = 3) holds pairs 15-17 and 2 padding blocks.
   EXPECT_TRUE(orderedBlock(2, 0, 3, 5, 6, 3).live);
   EXPECT_FALSE(orderedBlock(3, 0, 3, 5, 6, 3).live);
+}
+
+TEST(BlockOrder, EndAlignedQTilesEndAtTheSequenceEnd) {
+  for (auto [qLen, block] : {std::pair{4096, 192}, std::pair{4096, 128}, std::pair{1, 192},
+                             std::pair{1000, 192}, std::pair{191, 64}, std::pair{193, 192}}) {
+    const int tiles = ceilDiv(qLen, block);
+    EXPECT_EQ(qTileStart<true>(tiles - 1, qLen, block) + block, qLen) << "the last tile is whole";
+    EXPECT_LE(qTileStart<true>(0, qLen, block), 0) << "the first tile holds row 0";
+    EXPECT_GT(qTileStart<true>(0, qLen, block) + block, 0);
+    for (int t = 0; t + 1 < tiles; ++t)
+      EXPECT_EQ(qTileStart<true>(t + 1, qLen, block), qTileStart<true>(t, qLen, block) + block);
+    EXPECT_EQ(qTileStart<false>(tiles - 1, qLen, block), (tiles - 1) * block);
+  }
+  EXPECT_EQ(qTileStart<true>(0, 4096, 192), -128);  // 4096 = 21 x 192 + 64: rows -128 .. 63
 }
 
 }  // namespace

@@ -386,15 +386,17 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
     }
     os << "}\n";
     result.tileClassesEntry = (op.getSymName() + "_tile_classes").str();
+    // minBlocks = 1 here too: without it ptxas capped the entry at 48 registers and kept a
+    // variable on the stack (document).
     os << "\n// The class of every (q tile, kv tile) pair of the forward, launched after the summaries "
           "and\n// before the forward (docs/templates.md).\n";
-    os << "extern \"C\" __global__ void __launch_bounds__(attnc::kTileClassThreads) "
+    os << "extern \"C\" __global__ void __launch_bounds__(attnc::kTileClassThreads, 1) "
        << result.tileClassesEntry << "(const attnc::FwdParams p) {\n"
        << "  attnc::writeTileClasses<Variant, Config::kBlockQ, Config::kBlockKV>(p);\n}\n";
     if (result.backward) {
       // The same for the dK/dV kernel's walk (q tiles per kv tile), launched by the backward.
       const char* kvConfig = hopperBackward ? "BwdHopperConfig" : "BwdKVConfig";
-      os << "extern \"C\" __global__ void __launch_bounds__(attnc::kTileClassThreads) "
+      os << "extern \"C\" __global__ void __launch_bounds__(attnc::kTileClassThreads, 1) "
          << result.backward->entryStem << "_tile_classes(const attnc::BwdParams p) {\n"
          << "  attnc::writeTileClasses<Variant, " << kvConfig << "::kBlockQ, " << kvConfig
          << "::kBlockKV>(p);\n}\n";

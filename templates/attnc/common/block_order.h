@@ -54,6 +54,18 @@ struct VariantKvOrderedGrid<V, decltype(void(V::kKvOrderedGrid))> {
   static constexpr bool value = V::kKvOrderedGrid;
 };
 
+// The first row of q tile `tile` (0 .. ceilDiv(qLen, block) - 1) of the sm_90a forward. On the
+// ordered grid (masked specs) the tiles end at the sequence's end: where `block` does not divide
+// q_len, the partial tile is the first one, whose first row is negative (rows below 0 are padding
+// like rows past q_len: Q's copy fills them with zeros and nothing of them is stored). Under a
+// causal mask the first tile has the fewest keys, so its idle rows cost little; a partial last
+// tile runs every kv tile (hd64's 192-row tiles: 4096 = 21 x 192 + 64). Its tile classes
+// (tile_classes.h) use the same rows.
+template <bool EndAligned>
+ATTNC_HD constexpr int qTileStart(int tile, int qLen, int block) {
+  return EndAligned ? qLen - (ceilDiv(qLen, block) - tile) * block : tile * block;
+}
+
 struct BlockCoord {
   int rank;  // 0 for the tile to start first (the longest), tiles - 1 for the last
   int h, b;

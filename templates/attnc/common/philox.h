@@ -106,6 +106,13 @@ ATTNC_HD u32 dropoutHalf(u32x4 words, u32 word, u32 half) {
   return (w >> (16u * half)) & 0xffffu;
 }
 
+// dropoutHalf(words, word, half) >= threshold (threshold < 2^16), without extracting the high
+// half: (w >> 16) >= t exactly when w >= t << 16, one compare instead of a shift and a compare.
+ATTNC_HD bool dropoutHalfKept(u32x4 words, u32 word, u32 half, u32 threshold) {
+  const u32 w = word == 0 ? words.x : (word == 1 ? words.y : (word == 2 ? words.z : words.w));
+  return half != 0u ? w >= (threshold << 16) : (w & 0xffffu) >= threshold;
+}
+
 // Element (q, k)'s 16 random bits out of its group's words.
 ATTNC_HD u32 dropoutBits(u32x4 words, u32 q, u32 k) {
   return dropoutHalf(words, 2u * ((q >> 3) & 1u) + ((k >> 3) & 1u), k & 1u);

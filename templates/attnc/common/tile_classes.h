@@ -9,6 +9,7 @@
 // and the kernels' walks read their rows instead.
 #pragma once
 
+#include "attnc/common/block_order.h"
 #include "attnc/common/expr.h"
 #include "attnc/common/kv_tiles.h"
 #include "attnc/common/params.h"
@@ -45,10 +46,12 @@ ATTNC_HD u32 tileGroupBits(const Walk& tiles, int t, expr::Tri cls, int q0, int 
   for (int g = 0; g < groups; ++g) {
     const int lo = q0 + 64 * g;
     if (lo >= qLen) break;
+    // Rows below 0 are padding (an end-aligned first tile, block_order.h): a group of them only
+    // gets row 0's class, which the kernel never reads.
     const expr::Tri gc = cls == expr::Tri::True
                              ? expr::Tri::True
-                             : tiles.classify(lo, minOf(lo + 63, qLen - 1), t * Walk::kBlock,
-                                              tiles.tileEnd(t));
+                             : tiles.classify(maxOf(lo, 0), minOf(maxOf(lo + 63, 0), qLen - 1),
+                                              t * Walk::kBlock, tiles.tileEnd(t));
     bits |= u32(gc) << (2 * g);
   }
   return bits;
@@ -94,8 +97,12 @@ ATTNC_DEVICE void writeTileClasses(const Params& p) {
        row += i64(gridDim.x) * kWarps) {
     const int fixedTile = int(row % fixedTiles), bh = int(row / fixedTiles);
     const int b = bh / p.heads_q, h = bh % p.heads_q;
-    const int f0 = fixedTile * kFixedBlock;
-    const Walk tiles(p, b, h, f0, minOf(f0 + kFixedBlock, fixedLength) - 1);
+    // The forward's q tiles start where the kernel's do (qTileStart, block_order.h: end-aligned
+    // on the ordered grid, where the first row can be negative).
+    const int f0 = kAlongKeys ? qTileStart<VariantOrderedGrid<Variant>::value>(fixedTile, fixedLength,
+                                                                              kFixedBlock)
+                              : fixedTile * kFixedBlock;
+    const Walk tiles(p, b, h, maxOf(f0, 0), minOf(f0 + kFixedBlock, fixedLength) - 1);
     int first = tiles.numTiles, last = -1;
     u32* rowClasses = classes + row * words;
     for (int t0 = 0; t0 < tiles.numTiles; t0 += 32) {

@@ -85,7 +85,7 @@ ATTNC_DEVICE void forEachDropoutDecision(const Params& p, u32 batchHead, u32 thr
         for (int t = 0; t < 2; ++t)
 #pragma unroll
           for (int j = 0; j < 2; ++j)
-            visit(mi, 2 * m + t, 2 * r + j, dropoutHalf(w, 2 * r + t, j) >= threshold);
+            visit(mi, 2 * m + t, 2 * r + j, dropoutHalfKept(w, 2 * r + t, j, threshold));
     }
 }
 

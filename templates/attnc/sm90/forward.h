@@ -166,9 +166,11 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   if (!order.live) return;
   const int b = order.b, h = order.h;
   const int qTiles = kOrdered ? int(gridDim.y) : int(gridDim.x);
-  const int q0 = (qTiles - 1 - order.rank) * Config::kBlockQ;
+  const int qTileIndex = qTiles - 1 - order.rank;
+  // The tile's rows [q0, q0 + kBlockQ), of which [qFirst, qLast] are in the sequence.
+  const int q0 = qTileStart<kOrdered>(qTileIndex, p.q_len, Config::kBlockQ);
   if (q0 >= p.q_len) return;
-  const int qRows = minOf(Config::kBlockQ, p.q_len - q0);
+  const int qFirst = maxOf(q0, 0), qLast = minOf(q0 + Config::kBlockQ, p.q_len) - 1;
   const int hKv = h / (p.heads_q / p.heads_kv);
   const int warpGroup = threadIdx.x / 128;
   const int groupThread = threadIdx.x % 128;
@@ -187,10 +189,9 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   }
   sm80::blockSync();
 
-  KvTiles<Variant, Config::kBlockKV> tiles(p, b, h, q0, q0 + qRows - 1);
+  KvTiles<Variant, Config::kBlockKV> tiles(p, b, h, qFirst, qLast);
   // The launch's precomputed tile classes (tile_classes.h), when it made them.
-  tiles.useTileClasses((b * p.heads_q + h) * ceilDiv(p.q_len, Config::kBlockQ) +
-                       q0 / Config::kBlockQ);
+  tiles.useTileClasses((b * p.heads_q + h) * ceilDiv(p.q_len, Config::kBlockQ) + qTileIndex);
   if (warpGroup == 0) {
     setMaxRegistersDec<Config::kProducerRegisters>();
     if (groupThread < 32) produce<Config, Variant>(pt, smem, tiles, q0, b, h, hKv);
@@ -203,7 +204,8 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   const int lane = groupThread & 31, warp = groupThread >> 5;
   const int groupRow = q0 + 64 * group;
   const int groupLast = minOf(groupRow + 63, p.q_len - 1);
-  const bool groupHasRows = groupRow < p.q_len;
+  // -64 < groupRow < q_len: rows below 0 are padding (an end-aligned first tile, block_order.h)
+  const bool groupHasRows = unsigned(groupRow + 63) < unsigned(p.q_len + 63);
   const int qRow = groupRow + 16 * warp + (lane >> 2);
 
   float o[1][kNv][4];
@@ -254,6 +256,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     // A partial tile can still be empty or full for this warpgroup's rows alone.
     Tri groupClass = tileClass;
     if constexpr (Variant::kHasMask) {
+      // From groupRow even when it is negative: a class over more rows holds for the group's own.
       if (tileClass == Tri::Unknown && groupHasRows)
         groupClass = tiles.groupClass(tile, group, groupRow, groupLast);
     }
@@ -328,7 +331,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     float* lseRow = p.lse + (i64(at.b) * p.heads_q + at.h) * p.q_len;
 #pragma unroll
     for (int r = 0; r < 2; ++r)
-      if (qRow + 8 * r < p.q_len) lseRow[qRow + 8 * r] = lse[0][r];
+      if (unsigned(qRow + 8 * r) < unsigned(p.q_len)) lseRow[qRow + 8 * r] = lse[0][r];
   }
   Element* oG = static_cast<Element*>(p.o) + at.b * p.o_stride_b + at.h * p.o_stride_h;
   if constexpr (Config::kOutputThroughSmem) {
@@ -360,14 +363,14 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
       if ((64 * kChunks) % 128 != 0 && idx >= 64 * kChunks) break;
       const int row = idx / kChunks, chunk = idx % kChunks;
       const int q = groupRow + row;
-      if (q < p.q_len)
+      if (unsigned(q) < unsigned(p.q_len))  // 0 <= q < q_len
         sm80::storeGlobal128(oG + q * p.o_stride_s + chunk * 8, sm80::loadShared128(chunkAt(row, chunk)));
     }
   } else {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int q = qRow + 8 * r;
-      if (q >= p.q_len) continue;
+      if (unsigned(q) >= unsigned(p.q_len)) continue;  // q < 0 or q >= q_len
       u32* row = reinterpret_cast<u32*>(oG + q * p.o_stride_s + 2 * (lane & 3));
 #pragma unroll
       for (int nv = 0; nv < kNv; ++nv)
