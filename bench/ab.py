@@ -8,6 +8,7 @@ Needs what bench/run.sh needs.
 """
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -32,7 +33,9 @@ def table(md_path):
             continue
         row = dict(zip(columns, cells))
         number = lambda v: float(v) if v not in ("", "-") else None
-        out[cells[0]] = (number(row.get("attnc", "-")), number(row.get("cuDNN", "-")))
+        # A row's name without what varies between runs (the dropout row names SDPA's own speed).
+        name = re.sub(r"\s*\(SDPA efficient:[^)]*\)$", "", cells[0])
+        out[name] = (number(row.get("attnc", "-")), number(row.get("cuDNN", "-")))
     return out
 
 

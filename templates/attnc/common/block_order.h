@@ -60,10 +60,13 @@ struct VariantKvOrderedGrid<V, decltype(void(V::kKvOrderedGrid))> {
 // like rows past q_len: Q's copy fills them with zeros and nothing of them is stored). Under a
 // causal mask the first tile has the fewest keys, so its idle rows cost little; a partial last
 // tile runs every kv tile (hd64's 192-row tiles: 4096 = 21 x 192 + 64). Its tile classes
-// (tile_classes.h) use the same rows.
+// (tile_classes.h) use the same rows. The shift is rounded down to a multiple of 16, so that every
+// tile starts at a multiple of 16 as plain tiles do (the dropout mapping, philox.h, gives rows q
+// and q + 8 of a 16-row block one Philox call; end-aligned tiles without the rounding failed the
+// dropout tests), and the last tile may still reach up to 15 rows past q_len.
 template <bool EndAligned>
 ATTNC_HD constexpr int qTileStart(int tile, int qLen, int block) {
-  return EndAligned ? qLen - (ceilDiv(qLen, block) - tile) * block : tile * block;
+  return tile * block - (EndAligned ? (ceilDiv(qLen, block) * block - qLen) & ~15 : 0);
 }
 
 struct BlockCoord {

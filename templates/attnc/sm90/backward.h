@@ -133,8 +133,8 @@ ATTNC_DEVICE u32 dropoutKeepBits(const BwdParams& p, u32 batchHead, u32 threshol
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int e = ((2 * m + t) * 2 + r) * 2 + half;
-        mine |= u32(dropoutHalfKept(w, 2 * t + r, half, threshold)) << e;
-        theirs |= u32(dropoutHalfKept(w, 2 * t + r, half ^ 1, threshold)) << e;
+        mine |= u32(dropoutHalf(w, 2 * t + r, half) >= threshold) << e;
+        theirs |= u32(dropoutHalf(w, 2 * t + r, half ^ 1) >= threshold) << e;
       }
   }
   return mine | __shfl_xor_sync(0xffffffffu, theirs, 4);
