@@ -197,7 +197,7 @@ def plan(subset):
         return [("full", 64, "bf16", small, 2), ("causal", 128, "fp16", small, 2),
                 ("document_causal", 64, "bf16", small, 2), ("gqa8", 128, "bf16", small, 2),
                 ("custom_score", 64, "bf16", small, 2), ("dropout0.1", 64, "bf16", [(128, 128)], 2),
-                # hd128: two consumer warpgroups, whose keep bits the producer warpgroup makes
+                # hd128: two consumer warpgroups on sm_90a (hd64 takes three); q tiles end-aligned
                 ("dropout0.1", 128, "bf16", [(129, 300)], 2),
                 ("causal", (128, 64), "bf16", [(129, 129)], 2)]
     groups = []

@@ -110,24 +110,6 @@ TEST(HopperTileRule, OtherTargetsKeepTheSm80FamilyKernel) {
 static_assert(attnc::sm90::FwdConfig<attnc::bf16, 64, 64, 2, 192, 4>::kSmemBytes == 214184);
 static_assert(attnc::sm90::FwdConfig<attnc::bf16, 128, 128, 2, 128, 3>::kSmemBytes == 230528);
 static_assert(attnc::sm90::FwdConfig<attnc::bf16, 256, 256, 2, 64, 2>::kSmemBytes == 197720);
-// Dropout: two consumers keep 2 KiB of keep bits a stage (and a barrier); three decide it
-// themselves, so their layout is the one without dropout.
-static_assert(attnc::sm90::FwdConfig<attnc::bf16, 128, 128, 2, 128, 2, true>::kSmemBytes ==
-              attnc::sm90::FwdConfig<attnc::bf16, 128, 128, 2, 128, 2>::kSmemBytes + 2 * (2048 + 8));
-static_assert(attnc::sm90::FwdConfig<attnc::bf16, 128, 128, 2, 128, 2, true>::kDropoutBits);
-static_assert(!attnc::sm90::FwdConfig<attnc::bf16, 64, 64, 3, 112, 4, true>::kDropoutBits);
-static_assert(attnc::sm90::FwdConfig<attnc::bf16, 64, 64, 3, 112, 4, true>::kSmemBytes ==
-              attnc::sm90::FwdConfig<attnc::bf16, 64, 64, 3, 112, 4>::kSmemBytes);
-
-TEST(HopperTileRule, DropoutBitsTakeAStageWhereTheyDoNotFit) {
-  TileProblem problem{128, 128, 2};
-  problem.dropout = true;
-  mlir::FailureOr<TileChoice> choice = deriveTiles(problem, tileTarget("sm_90a"));
-  ASSERT_TRUE(mlir::succeeded(choice));
-  EXPECT_EQ(choice->kernel, "sm90");
-  EXPECT_EQ(choice->stages, 2) << "3 stages (230528 B) and their bits do not fit in 232448 B";
-  EXPECT_EQ(choice->smemBytes, attnc::sm90::smemBytes(128, 128, 2, int(choice->blockKV), 2, true));
-}
 
 }  // namespace
 

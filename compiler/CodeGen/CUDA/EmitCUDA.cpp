@@ -292,10 +292,9 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
   }
   os << "};\n\n";
   if (hopper)
-    os << llvm::formatv("using Config = attnc::sm90::FwdConfig<{0}, {1}, {2}, {3}, {4}, {5}, {6}>;\n",
+    os << llvm::formatv("using Config = attnc::sm90::FwdConfig<{0}, {1}, {2}, {3}, {4}, {5}>;\n",
                         element, op.getHeadDim(), op.getHeadDimV(), op.getBlockQ() / 64,
-                        op.getBlockKv(), op.getStages(),
-                        op.getDropout().convertToDouble() > 0 ? "true" : "false");
+                        op.getBlockKv(), op.getStages());
   else
     os << llvm::formatv("using Config = attnc::sm80::FwdConfig<{0}, {1}, {2}, {3}, {4}, {5}, {6}>;\n",
                         element, op.getHeadDim(), op.getHeadDimV(), op.getBlockQ(),

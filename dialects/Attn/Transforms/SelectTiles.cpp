@@ -50,7 +50,6 @@ struct AttnSelectTiles final : mlir::attn::impl::AttnSelectTilesBase<AttnSelectT
                           blockKV,
                           epilogueRegisters(op.getDropout().convertToDouble() > 0, loads),
                           scoreOps};
-      problem.dropout = op.getDropout().convertToDouble() > 0;
       FailureOr<TileChoice> choice = deriveTiles(problem, target);
       if (failed(choice)) {
         InFlightDiagnostic error = op.emitOpError()

@@ -181,9 +181,8 @@ int64_t hopperConsumerRegisters(int64_t consumers) {
   return attnc::sm90::consumerRegisters(int(consumers));
 }
 
-int64_t hopperSmemBytes(int64_t consumers, int64_t blockKV, int64_t stages, int64_t d, int64_t dv,
-                        bool dropout) {
-  return attnc::sm90::smemBytes(int(d), int(dv), int(consumers), int(blockKV), int(stages), dropout);
+int64_t hopperSmemBytes(int64_t consumers, int64_t blockKV, int64_t stages, int64_t d, int64_t dv) {
+  return attnc::sm90::smemBytes(int(d), int(dv), int(consumers), int(blockKV), int(stages));
 }
 
 }  // namespace
@@ -246,19 +245,18 @@ FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
                          : std::string()));
 
   // 4. Shared memory: Q, then as many K/V stages as fit (2 to 4), shrinking B_c if even 2 do not.
-  while (blockKV > 16 && hopperSmemBytes(consumers, blockKV, 2, d, dv, problem.dropout) > target.smemPerBlock)
+  while (blockKV > 16 && hopperSmemBytes(consumers, blockKV, 2, d, dv) > target.smemPerBlock)
     blockKV -= 16;
   int64_t stages = 2;
   while (stages < kHopperMaxStages &&
-         hopperSmemBytes(consumers, blockKV, stages + 1, d, dv, problem.dropout) <= target.smemPerBlock)
+         hopperSmemBytes(consumers, blockKV, stages + 1, d, dv) <= target.smemPerBlock)
     ++stages;
-  int64_t smem = hopperSmemBytes(consumers, blockKV, stages, d, dv, problem.dropout);
+  int64_t smem = hopperSmemBytes(consumers, blockKV, stages, d, dv);
   if (smem > target.smemPerBlock) return failure();
   note(llvm::formatv("shared memory: Q {0} rows + {1} stages of K and V ({2} rows each), 64-element "
-                     "swizzled column chunks of head dims {3} / {4}{7}, + barriers and alignment = "
-                     "{5} B <= {6} B",
-                     blockQ, stages, blockKV, d, dv, smem, target.smemPerBlock,
-                     problem.dropout ? ", dropout's keep bits per stage" : ""));
+                     "swizzled column chunks of head dims {3} / {4}, + barriers and alignment = {5} "
+                     "B <= {6} B",
+                     blockQ, stages, blockKV, d, dv, smem, target.smemPerBlock));
 
   if (problem.blockQOverride || problem.blockKVOverride) {
     if (problem.blockQOverride) {
@@ -271,7 +269,7 @@ FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
       blockKV = problem.blockKVOverride;
     }
     stages = 2;
-    smem = hopperSmemBytes(consumers, blockKV, stages, d, dv, problem.dropout);
+    smem = hopperSmemBytes(consumers, blockKV, stages, d, dv);
     note(llvm::formatv("override: B_r = {0}, B_c = {1} ({2} B shared memory)", blockQ, blockKV, smem));
     if (smem > target.smemPerBlock) return failure();
   }

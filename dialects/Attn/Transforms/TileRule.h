@@ -31,8 +31,6 @@ struct TileProblem {
   // The sm_90a backward dK/dV kernel: registers its recomputed epilogue needs beyond the
   // accumulators (see attn-derive-backward), or -1 when it cannot run there at all.
   int64_t hopperBackwardExtra = 0;
-  // Dropout: the sm_90a forward keeps each stage's keep bits in shared memory.
-  bool dropout = false;
 };
 
 struct TileChoice {

@@ -31,35 +31,17 @@ ATTNC_HD constexpr int consumerRegisters(int consumers) {
 static_assert(consumerRegisters(2) == 232 && consumerRegisters(2, 24) == 240 &&
                   consumerRegisters(2, 48) == 224 && consumerRegisters(3) == 160,
               "consumers share the launch's registers (168 x 3, 128 x 4 a thread row) with the producer");
-// Dropout's keep bits per stage (dropoutBitsFor): one bit an element of the tile; a consumer thread
-// holds 2 x 2 elements of every 8 keys, so one 32-bit word covers 64 keys of its rows (forward.h,
-// generateDropoutBits).
-ATTNC_HD constexpr int dropoutBitsBytes(int consumers, int blockKV) {
-  return 128 * consumers * ceilDiv(blockKV, 64) * 4;
-}
-// Whether a kernel with dropout takes its keep bits from the producer warpgroup: with two
-// consumers. Three leave the producer 24 registers, too few for a Philox call (hd64 spilled 300
-// bytes), and their consumers decide dropout themselves.
-ATTNC_HD constexpr bool dropoutBitsFor(int consumers, bool dropout) {
-  return dropout && consumers == 2;
-}
 // Shared memory: 1024 bytes of alignment slack, Q (64 rows per consumer), the K/V stages
-// (128-byte-swizzled boxes 64 elements wide), with dropout bits each stage's keep bits, and per
-// stage four mbarriers (five with dropout bits) and a schedule slot, plus Q's mbarrier.
-ATTNC_HD constexpr int smemBytes(int headDim, int headDimV, int consumers, int blockKV, int stages,
-                                 bool dropout = false) {
+// (128-byte-swizzled boxes 64 elements wide) and, per stage, four mbarriers and a schedule slot,
+// plus Q's mbarrier.
+ATTNC_HD constexpr int smemBytes(int headDim, int headDimV, int consumers, int blockKV, int stages) {
   return 1024 + consumers * 64 * ceilDiv(headDim, 64) * 128 +
-         stages * blockKV * (ceilDiv(headDim, 64) + ceilDiv(headDimV, 64)) * 128 +
-         (dropoutBitsFor(consumers, dropout) ? stages * (dropoutBitsBytes(consumers, blockKV) + 8) : 0) +
-         8 * (1 + 5 * stages);
+         stages * blockKV * (ceilDiv(headDim, 64) + ceilDiv(headDimV, 64)) * 128 + 8 * (1 + 5 * stages);
 }
 
 // Element: attnc::bf16 or attnc::half. HeadDim, HeadDimV: multiples of 8 in [8, 256].
 // BlockKV: keys per kv tile, a multiple of 16 up to 256. Stages: K/V tile pairs in flight (>= 2).
-// Dropout: the spec has dropout; with two consumers the producer warpgroup's other three warps
-// then make the keep bits of each stage (dropoutBitsFor).
-template <class Element_, int HeadDim, int HeadDimV, int Consumers, int BlockKV, int Stages,
-          bool Dropout = false>
+template <class Element_, int HeadDim, int HeadDimV, int Consumers, int BlockKV, int Stages>
 struct FwdConfig {
   using Element = Element_;
   static constexpr int kHeadDim = HeadDim;
@@ -85,16 +67,11 @@ struct FwdConfig {
   static constexpr int kKBytes = BlockKV * kKChunks * 128;
   static constexpr int kVBytes = BlockKV * kVChunks * 128;
   static constexpr int kStageBytes = kKBytes + kVBytes;
-  static constexpr bool kDropoutBits = dropoutBitsFor(Consumers, Dropout);
-  static constexpr int kDropoutWords = ceilDiv(BlockKV, 64);  // keep-bit words a consumer thread
-  static constexpr int kDropoutBitsBytes = kDropoutBits ? dropoutBitsBytes(Consumers, BlockKV) : 0;
-  // mbarriers (Q full; per stage K full, V full, K empty, V empty), the stages' schedule slots
-  // and, with dropout bits, per stage a "bits full" mbarrier.
-  static constexpr int kBarrierBytes = 8 * (1 + 5 * Stages + (kDropoutBits ? Stages : 0));
+  // mbarriers (Q full; per stage K full, V full, K empty, V empty) and the stages' schedule slots.
+  static constexpr int kBarrierBytes = 8 * (1 + 5 * Stages);
   static constexpr int kAlignSlack = 1024;  // the dynamic shared base is rounded up to 1024
-  static constexpr int kSmemBytes =
-      kAlignSlack + kQBytes + Stages * (kStageBytes + kDropoutBitsBytes) + kBarrierBytes;
-  static_assert(kSmemBytes == smemBytes(HeadDim, HeadDimV, Consumers, BlockKV, Stages, Dropout),
+  static constexpr int kSmemBytes = kAlignSlack + kQBytes + Stages * kStageBytes + kBarrierBytes;
+  static_assert(kSmemBytes == smemBytes(HeadDim, HeadDimV, Consumers, BlockKV, Stages),
                 "the layout above and smemBytes() disagree");
 
   // O leaves through the warpgroup's Q tile when its rows fit there (head_dim_v <= the Q tile's

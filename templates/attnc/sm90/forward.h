@@ -57,14 +57,8 @@ struct ForwardSmem {
     return base + u32(Config::kQBytes + stage * Config::kStageBytes);
   }
   ATTNC_DEVICE u32 v(int stage) const { return k(stage) + u32(Config::kKBytes); }
-  // With dropout bits: each stage's keep-bit words, word j of consumer thread c at [j][c].
-  ATTNC_DEVICE u32 dropoutBits(int stage) const {
-    return base + u32(Config::kQBytes + Config::kStages * Config::kStageBytes +
-                      stage * Config::kDropoutBitsBytes);
-  }
   ATTNC_DEVICE u32 barrier(int i) const {
-    return base + u32(Config::kQBytes +
-                      Config::kStages * (Config::kStageBytes + Config::kDropoutBitsBytes) + 8 * i);
+    return base + u32(Config::kQBytes + Config::kStages * Config::kStageBytes + 8 * i);
   }
   ATTNC_DEVICE u32 qFull() const { return barrier(0); }
   ATTNC_DEVICE u32 kFull(int stage) const { return barrier(1 + stage); }
@@ -78,8 +72,6 @@ struct ForwardSmem {
     sm80::storeShared32(slot(stage), u32(tile));
     sm80::storeShared32(slot(stage) + 4, u32(cls));
   }
-  // With dropout bits: the stage's bits are written (the generator warps arrive).
-  ATTNC_DEVICE u32 bitsFull(int stage) const { return barrier(1 + 5 * Config::kStages + stage); }
   ATTNC_DEVICE int scheduledTile(int stage) const { return int(loadShared32(slot(stage))); }
   ATTNC_DEVICE expr::Tri scheduledClass(int stage) const {
     return expr::Tri(loadShared32(slot(stage) + 4));
@@ -151,52 +143,6 @@ ATTNC_DEVICE void produce(const FwdParamsTma& pt, const ForwardSmem<Config>& sme
   }
 }
 
-// Dropout's keep bits (Config::kDropoutBits), made by the producer warpgroup's warps 1-3 (96
-// threads) off the consumers' critical path: for every tile the stream publishes, bit
-// (ni % 8) * 4 + c of word ni / 8 of consumer thread t is the decision of its accumulator element
-// [0][ni][c] (sm80 layout; the same Philox calls as sm80::forEachDropoutDecision, philox.h), and
-// the stage's bitsFull barrier completes when all of them are written. Before rewriting a stage
-// they wait for its V to be released, which the consumers do after the tile's P V, after they
-// read its bits.
-constexpr int kDropoutGenerators = 96;
-template <class Config>
-ATTNC_DEVICE void generateDropoutBits(const FwdParams& p, const ForwardSmem<Config>& smem, int q0,
-                                      u32 batchHead, u32 threshold, int generator) {
-  constexpr int kConsumerThreads = 128 * Config::kConsumers;
-  constexpr int kWords = kConsumerThreads * Config::kDropoutWords;
-  for (int iteration = 0;; ++iteration) {
-    const int stage = iteration % Config::kStages;
-    const u32 phase = u32(iteration / Config::kStages) & 1u;
-    mbarrierWait(smem.kFull(stage), phase);
-    const int tile = smem.scheduledTile(stage);
-    if (tile < 0) return;
-    mbarrierWait(smem.vEmpty(stage), phase ^ 1u);
-    for (int idx = generator; idx < kWords; idx += kDropoutGenerators) {
-      const int t = idx % kConsumerThreads, j = idx / kConsumerThreads;
-      const int lane = t & 31;
-      const u32 q = u32(q0 + 64 * (t / 128) + 16 * ((t / 32) & 3) + (lane >> 2));
-      const u32 k = u32(tile * Config::kBlockKV + 64 * j + 2 * (lane & 3));
-      u32 word = 0u;
-      // One Philox call at a time: the producer warpgroup keeps 40 registers.
-#pragma unroll 1
-      for (int m = 0; m < 4; ++m) {  // n8 tiles 8 j + 2 m and 8 j + 2 m + 1
-        if (8 * j + 2 * m >= Config::kNTiles) break;
-        const u32x4 w = dropoutRandom(p.dropout_keys, p.dropout_offset, batchHead, q, k + u32(16 * m));
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-#pragma unroll
-          for (int tt = 0; tt < 2; ++tt)
-#pragma unroll
-            for (int half = 0; half < 2; ++half)
-              word |= u32(dropoutHalfKept(w, u32(2 * r + tt), u32(half), threshold))
-                      << ((2 * m + tt) * 4 + 2 * r + half);
-      }
-      sm80::storeShared32(smem.dropoutBits(stage) + u32(4 * idx), word);
-    }
-    mbarrierArrive(smem.bitsFull(stage));
-  }
-}
-
 template <int A, int B, int C>
 ATTNC_DEVICE float (&flat(float (&x)[A][B][C]))[A * B * C] {
   return reinterpret_cast<float(&)[A * B * C]>(x);
@@ -238,7 +184,6 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
       mbarrierInit(smem.vFull(s), 1);
       mbarrierInit(smem.kEmpty(s), 128 * Config::kConsumers);
       mbarrierInit(smem.vEmpty(s), 128 * Config::kConsumers);
-      if constexpr (Config::kDropoutBits) mbarrierInit(smem.bitsFull(s), kDropoutGenerators);
     }
     fenceBarrierInit();
   }
@@ -249,12 +194,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   tiles.useTileClasses((b * p.heads_q + h) * ceilDiv(p.q_len, Config::kBlockQ) + qTileIndex);
   if (warpGroup == 0) {
     setMaxRegistersDec<Config::kProducerRegisters>();
-    if (groupThread < 32) {
-      produce<Config, Variant>(pt, smem, tiles, q0, b, h, hKv);
-    } else if constexpr (Config::kDropoutBits) {
-      generateDropoutBits<Config>(p, smem, q0, u32(b * p.heads_q + h),
-                                  dropoutThreshold(p.dropout_p), groupThread - 32);
-    }
+    if (groupThread < 32) produce<Config, Variant>(pt, smem, tiles, q0, b, h, hKv);
     return;
   }
   setMaxRegistersInc<Config::kConsumerRegisters>();
@@ -326,22 +266,8 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     if (perElement || tiles.isTail(tile))
       sm80::applyMask<Variant>(s, p, b, h, qRow, kCol, perElement);
     softmax.advance(s, log2Scale, factors);
-    if constexpr (Config::kDropoutBits) {
-      // The generator warps' keep bits of this stage (generateDropoutBits).
-      mbarrierWait(smem.bitsFull(stage), phase);
-      const u32 words = smem.dropoutBits(stage) + u32(4 * (int(threadIdx.x) - 128));
-#pragma unroll
-      for (int j = 0; j < Config::kDropoutWords; ++j) {
-        const u32 bits = loadShared32(words + u32(4 * 128 * Config::kConsumers * j));
-#pragma unroll
-        for (int ni = 8 * j; ni < minOf(8 * j + 8, kN); ++ni)
-#pragma unroll
-          for (int c = 0; c < 4; ++c)
-            if (((bits >> ((ni % 8) * 4 + c)) & 1u) == 0u) s[0][ni][c] = 0.0f;
-      }
-    } else if constexpr (Variant::kHasDropout) {
+    if constexpr (Variant::kHasDropout)
       sm80::applyDropout(s, p, batchHead, dropThreshold, qRow, kCol);
-    }
   };
 
   mbarrierWait(smem.kFull(stage), phase);
