@@ -242,7 +242,8 @@ int runExplain(const Common& common, long long seqLen, long long kvSeqLen, long 
     os << "  block order: "
        << (kernel->orderedGrid
                ? "grid (pairs per group, q tiles, groups): the longest q tiles first across groups "
-                 "of (head, batch) pairs of about 256 blocks (block_order.h)"
+                 "of (head, batch) pairs of about 256 blocks; q tiles end-aligned, a partial tile "
+                 "first (block_order.h)"
                : "grid (q tiles, heads_q, batch): each head's q tiles in turn (all the same length)")
        << "\n";
   os << "  spills: " << r.spillStoreBytes << " B stores, " << r.spillLoadBytes << " B loads; stack "
