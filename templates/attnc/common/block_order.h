@@ -34,25 +34,11 @@ ATTNC_HD OrderedGrid orderedGrid(int tiles, int pairs) {
 
 // Whether a Variant's forward takes the ordered grid (its `kOrderedGrid`, which CodeGen emits
 // together with the launch's KernelMetadata::orderedGrid); false for a Variant without the member.
-template <class V, class = void>
-struct VariantOrderedGrid {
-  static constexpr bool value = false;
-};
-template <class V>
-struct VariantOrderedGrid<V, decltype(void(V::kOrderedGrid))> {
-  static constexpr bool value = V::kOrderedGrid;
-};
+ATTNC_VARIANT_FLAG(VariantOrderedGrid, kOrderedGrid);
 
 // Whether a Variant's sm_90a dK/dV kernel takes the grid (heads_kv, kv tiles, batch) (its
 // `kKvOrderedGrid`, emitted with BackwardMetadata::kvOrderedGrid); false without the member.
-template <class V, class = void>
-struct VariantKvOrderedGrid {
-  static constexpr bool value = false;
-};
-template <class V>
-struct VariantKvOrderedGrid<V, decltype(void(V::kKvOrderedGrid))> {
-  static constexpr bool value = V::kKvOrderedGrid;
-};
+ATTNC_VARIANT_FLAG(VariantKvOrderedGrid, kKvOrderedGrid);
 
 // The first row of q tile `tile` (0 .. ceilDiv(qLen, block) - 1) of the sm_90a forward. On the
 // ordered grid (masked specs) the tiles end at the sequence's end: where `block` does not divide

@@ -31,14 +31,7 @@ ATTNC_HD constexpr int tileGroupShift(int t) { return 8 * (t & 3); }
 // `kTileClasses`, true for masks that read declared inputs: tile_classes.h), so that a forward
 // kernel's walk reads them and never searches or classifies whole tiles itself; false for a
 // Variant without the member. Only FwdParams carries them (the backward's walks search).
-template <class V, class = void>
-struct VariantTileClasses {
-  static constexpr bool value = false;
-};
-template <class V>
-struct VariantTileClasses<V, decltype(void(V::kTileClasses))> {
-  static constexpr bool value = V::kTileClasses;
-};
+ATTNC_VARIANT_FLAG(VariantTileClasses, kTileClasses);
 // The walks that read precomputed classes: the forward's along the keys (FwdParams::kv_tile_*)
 // and the dK/dV kernel's along the queries (BwdParams::q_tile_*).
 template <class P, bool AlongKeys>

@@ -10,6 +10,19 @@
 #define ATTNC_DEVICE inline
 #endif
 
+// Name<V>::value is V::Member where the Variant V declares that flag, else false: a Variant's
+// optional flags (kOrderedGrid, kTileClasses, ...), which host tests' Variants may leave out.
+// (NVRTC has no <type_traits>: detection by partial specialization.)
+#define ATTNC_VARIANT_FLAG(Name, Member)                        \
+  template <class V, class = void>                              \
+  struct Name {                                                 \
+    static constexpr bool value = false;                        \
+  };                                                            \
+  template <class V>                                            \
+  struct Name<V, decltype(void(V::Member))> {                   \
+    static constexpr bool value = V::Member;                    \
+  }
+
 namespace attnc {
 using i32 = int;
 using u32 = unsigned int;

@@ -70,14 +70,7 @@ ATTNC_DEVICE float scoreWithGrad(const BwdParams& p, float& x, int b, int h, exp
 
 // Whether a Variant's backward may take unclamped positions (its `kBackwardPositions`; false
 // without the member).
-template <class V, class = void>
-struct BackwardPositions {
-  static constexpr bool value = false;
-};
-template <class V>
-struct BackwardPositions<V, decltype(void(V::kBackwardPositions))> {
-  static constexpr bool value = V::kBackwardPositions;
-};
+ATTNC_VARIANT_FLAG(BackwardPositions, kBackwardPositions);
 
 template <class Element>
 ATTNC_DEVICE void unpack2(u32 w, float& lo, float& hi) {
