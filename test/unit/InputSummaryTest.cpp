@@ -2,6 +2,7 @@
 // interval loads that read whole blocks from the summaries give the exact hull of every range, as
 // the element-by-element scan does, and the tile walk (kv_tiles.h) of a document mask over them
 // agrees with a brute-force classification of every element.
+#include "attnc/common/block_order.h"
 #include "attnc/common/kv_tiles.h"
 #include "attnc/common/tile_classes.h"
 
@@ -242,6 +243,56 @@ std::vector<int> randomDocuments(std::mt19937& rng, int positions, bool packed) 
     --left;
   }
   return doc;
+}
+
+// The sm_90a forward's end-aligned first q tile (block_order.h qTileStart) starts below row 0:
+// the tile-classes pass gives each 64-row group the class of its rows inside the sequence
+// (tileGroupBits), and a kernel without precomputed classes classifies the group's rows from its
+// negative first row (a superset). Both must be sound for the group's real rows: True only if
+// every (row, key) is kept, False only if none is.
+TEST(InputSummary, EndAlignedFirstTileGroupClassesAreSound) {
+  std::mt19937 rng(5);
+  constexpr int kBlock = 64, kBlockQ = 192, kGroups = kBlockQ / 64;
+  using Tri = expr::Tri;
+  int checked = 0, negativeStarts = 0;
+  for (int round = 0; round < 200; ++round) {
+    FwdParams p = randomLengths<FwdParams>(rng);
+    const InputExtents e = expr::input_extents(p);
+    std::vector<int> doc = randomDocuments(rng, e.positions, round % 3 != 0);
+    p.inputs[0] = InputRef{doc.data(), 0, 0, 1, nullptr};
+    const int shift = p.kv_len - p.q_len;
+    auto keep = [&](int q, int k) {
+      const int aligned = q + shift;
+      return doc[size_t(expr::clamp_index(aligned, e.positions))] == doc[size_t(k)] && aligned >= k;
+    };
+    const int q0 = qTileStart<true>(0, p.q_len, kBlockQ);
+    ASSERT_LE(q0, 0);
+    negativeStarts += q0 < 0;
+    const KvTiles<DocumentVariant, kBlock> walk(p, 0, 0, std::max(q0, 0),
+                                                 std::min(q0 + kBlockQ, p.q_len) - 1);
+    for (int t = 0; t < walk.numTiles; ++t) {
+      const Tri cls = walk.tileClass(t);
+      const u32 bits = tileGroupBits(walk, t, cls, q0, p.q_len, kGroups);
+      for (int g = 0; g < kGroups; ++g) {
+        const int lo = q0 + 64 * g, hi = std::min(lo + 63, p.q_len - 1);
+        if (hi < 0 || lo >= p.q_len) continue;  // no row in the sequence: never read
+        int kept = 0, total = 0;
+        for (int q = std::max(lo, 0); q <= hi; ++q)
+          for (int k = t * kBlock; k < std::min(p.kv_len, (t + 1) * kBlock); ++k, ++total)
+            kept += keep(q, k);
+        const Tri truth = kept == 0 ? Tri::False : kept == total ? Tri::True : Tri::Unknown;
+        for (Tri got : {Tri((bits >> (2 * g)) & 3u),
+                        walk.classify(lo, hi, t * kBlock, walk.tileEnd(t))}) {
+          if (got != Tri::Unknown)
+            ASSERT_EQ(got, truth) << "round " << round << " tile " << t << " group " << g
+                                  << " rows [" << lo << ", " << hi << "]";
+        }
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(negativeStarts, 100);
+  EXPECT_GT(checked, 1000);
 }
 
 TEST(InputSummary, DocumentTileWalkAgreesWithBruteForce) {
