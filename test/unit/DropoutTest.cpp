@@ -1,6 +1,8 @@
-// templates/attnc/common/philox.h on the host: Philox4x32-10 against the generator's published
-// known-answer vectors, the launch's precomputed round keys against the rounds' own key bumps,
-// and the kernels' one-compare decision (dropoutHalfKept) against the 16-bit halves it stands for.
+// templates/attnc/common/philox.h on the host: Philox4x32-10 against the Random123 known-answer
+// vectors (kat_vectors), the attnc mapping (counter, key, group, 16-bit halves) against plain
+// calls and test/gpu/philox_host.py, the launch's precomputed round keys against the rounds' own
+// key bumps, the threshold's rounding at the edges, and the kernels' one-compare decision
+// (dropoutHalfKept) against the 16-bit halves it stands for.
 #include "attnc/common/philox.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +12,13 @@
 
 namespace attnc {
 namespace {
+
+void expectWords(u32x4 got, u32x4 want) {
+  EXPECT_EQ(got.x, want.x);
+  EXPECT_EQ(got.y, want.y);
+  EXPECT_EQ(got.z, want.z);
+  EXPECT_EQ(got.w, want.w);
+}
 
 TEST(Dropout, PhiloxKnownAnswers) {
   struct Case {
@@ -25,13 +34,40 @@ TEST(Dropout, PhiloxKnownAnswers) {
        0x299f31d0u,
        {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}},
   };
-  for (const Case& c : cases) {
-    const u32x4 got = philox4x32_10(c.counter, c.k0, c.k1);
-    EXPECT_EQ(got.x, c.expected.x);
-    EXPECT_EQ(got.y, c.expected.y);
-    EXPECT_EQ(got.z, c.expected.z);
-    EXPECT_EQ(got.w, c.expected.w);
-  }
+  for (const Case& c : cases) expectWords(philox4x32_10(c.counter, c.k0, c.k1), c.expected);
+}
+
+// Element (q, k)'s group is one plain Philox call on the documented counter and key, and the 8
+// elements (q | 8 r, k | 8 t | j) of a group share it and take its 8 distinct 16-bit halves:
+// word 2 r + t, half j.
+TEST(Dropout, MappingIsThePhiloxCallOfTheGroup) {
+  expectWords(dropoutRandom(0x299f31d0a4093822ull, 0x0370734400000000ull, 0x13198a2e,
+                            /*q=*/16 * 5 + 8 + 3, /*k=*/16 * 7 + 8 + 2 * 2 + 1),
+              philox4x32_10(u32x4{7 * 4 + 2, 5 * 8 + 3, 0x13198a2e, 0x00000000}, 0xa4093822,
+                            0x299f31d0 ^ 0x03707344));
+  const u64 seed = 0x123456789abcdef0ull, offset = 0xfedcba9876543210ull;
+  const u32 q = 32 + 5, k = 48 + 6;
+  const u32x4 w = dropoutRandom(seed, offset, 5, q, k);
+  const u32 words[4] = {w.x, w.y, w.z, w.w};
+  for (u32 r = 0; r < 2; ++r)
+    for (u32 t = 0; t < 2; ++t)
+      for (u32 j = 0; j < 2; ++j) {
+        const u32 qe = q | 8 * r, ke = k | 8 * t | j;
+        expectWords(dropoutRandom(seed, offset, 5, qe, ke), w);
+        EXPECT_EQ(dropoutBits(w, qe, ke), (words[2 * r + t] >> (16 * j)) & 0xffffu);
+      }
+  // The same values from test/gpu/philox_host.py (numpy), b = 1, h = 2 of 3 heads.
+  const u32 known[4][3] = {{0, 0, 14816}, {9, 3, 28872}, {17, 26, 724}, {31, 31, 5623}};
+  for (const auto& e : known)
+    EXPECT_EQ(dropoutBits(dropoutRandom(seed, offset, 5, e[0], e[1]), e[0], e[1]), e[2]);
+}
+
+TEST(Dropout, ThresholdRoundsDown) {
+  EXPECT_EQ(dropoutThreshold(0.0f), 0u);
+  EXPECT_EQ(dropoutThreshold(0.5f), 0x8000u);
+  EXPECT_EQ(dropoutThreshold(0.1f), 6553u);
+  EXPECT_EQ(dropoutThreshold(1.0f), 0xffffu);
+  EXPECT_EQ(dropoutThreshold(-0.25f), 0u);
 }
 
 TEST(Dropout, RoundKeysMatchTheRounds) {
