@@ -9,7 +9,8 @@
 //   <stem>_preprocess, <stem>_convert_dq: grid (ceil(q_len / preprocessRows), heads_q, batch),
 //     block preprocessThreads, no dynamic shared memory;
 //   <stem>_kv, <stem>_kv_nodq: grid (ceil(kv_len / kvBlockKV), heads_kv, batch), or
-//     (heads_kv, ceil(kv_len / kvBlockKV), batch) with kvOrderedGrid, block kvThreads, kvSmemBytes;
+//     (heads_kv, ceil(kv_len / kvBlockKV), batch) with kvOrderedGrid (backwardKvGrid,
+//     runtime/LaunchGrid.h), block kvThreads, kvSmemBytes;
 //   <stem>_q: grid (ceil(q_len / qBlockQ), heads_q, batch), block qThreads, qSmemBytes.
 // Default: preprocess (zeroes dq_accum, writes delta), kv (dK, dV, atomics into dq_accum),
 // convert_dq. Deterministic: preprocess (dq_accum null), kv_nodq, q.
@@ -860,6 +861,10 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
   // The chosen image's geometry (other architectures may tile differently; the workspace size
   // does not depend on it).
   const BackwardMetadata& b = *loaded->image->metadata.backward;
+  // The dK/dV grid first, as the forward's: a launch it cannot make starts nothing.
+  OrderedGrid kvGrid;
+  if (Status status = backwardKvGrid(m.name, b, m.headsKV, args.batch, args.kv_len, kvGrid); !status)
+    return status;
   WorkspaceLayout layout = workspaceLayout(m, args.batch, args.q_len, args.deterministic);
 
   // The caller's workspace, or this kernel's (held for the launches: they are enqueued in order).
@@ -923,34 +928,43 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
     kvParams[0] = &withMaps;
   }
   auto blocks = [](int64_t n, int per) { return unsigned((n + per - 1) / per); };
-  auto launch = [&](int which, unsigned gridX, unsigned heads, int threads, long long smem) {
+  auto launch = [&](int which, OrderedGrid grid, int threads, long long smem) {
     std::string what = "cuLaunchKernel(" + b.entryStem + Impl::kBackwardSuffixes[which] + ")";
-    // The ordered dK/dV grid: (heads_kv, kv tiles, batch), the tile rank in blockIdx.y.
-    const bool ordered = (which == 1 || which == 2) && b.kvOrderedGrid;
-    if (ordered && gridX > kMaxGridYZ) {
-      error = "kv_len " + std::to_string(args.kv_len) + " makes " + std::to_string(gridX) +
-              " kv tiles; this dK/dV kernel's ordered grid takes at most 65535 (its y dimension)";
-      return false;
-    }
-    return driver->check(driver->cuLaunchKernel(loaded->backward[which], ordered ? heads : gridX,
-                                                ordered ? gridX : heads, unsigned(args.batch),
+    return driver->check(driver->cuLaunchKernel(loaded->backward[which], grid.x, grid.y, grid.z,
                                                 unsigned(threads), 1, 1,
                                                 unsigned(smem), static_cast<cu::Stream>(stream),
                                                 which == 1 || which == 2 ? kvParams : params,
                                                 nullptr),
                          what.c_str(), &error);
   };
-  unsigned rowBlocks = blocks(args.q_len, b.preprocessRows);
-  bool ok = launch(0, rowBlocks, unsigned(m.headsQ), b.preprocessThreads, 0);
+  const OrderedGrid rowGrid{blocks(args.q_len, b.preprocessRows), unsigned(m.headsQ),
+                            unsigned(args.batch)};
+  bool ok = launch(0, rowGrid, b.preprocessThreads, 0);
   if (ok && !args.deterministic)
-    ok = launch(1, blocks(args.kv_len, b.kvBlockKV), unsigned(m.headsKV), b.kvThreads,
-                b.kvSmemBytes) &&
-         launch(3, rowBlocks, unsigned(m.headsQ), b.preprocessThreads, 0);
+    ok = launch(1, kvGrid, b.kvThreads, b.kvSmemBytes) &&
+         launch(3, rowGrid, b.preprocessThreads, 0);
   else if (ok)
-    ok = launch(2, blocks(args.kv_len, b.kvBlockKV), unsigned(m.headsKV), b.kvThreads,
-                b.kvSmemBytes) &&
-         launch(4, blocks(args.q_len, b.qBlockQ), unsigned(m.headsQ), b.qThreads, b.qSmemBytes);
+    ok = launch(2, kvGrid, b.kvThreads, b.kvSmemBytes) &&
+         launch(4, {blocks(args.q_len, b.qBlockQ), unsigned(m.headsQ), unsigned(args.batch)},
+                b.qThreads, b.qSmemBytes);
   if (!ok) return Status::error("kernel '" + m.name + "' (backward): " + error);
+  return Status::success();
+}
+
+Status backwardKvGrid(const std::string& kernel, const BackwardMetadata& b, int64_t heads_kv,
+                      int64_t batch, int64_t kv_len, OrderedGrid& grid) {
+  const int64_t kvTiles = (kv_len + b.kvBlockKV - 1) / b.kvBlockKV;
+  if (!b.kvOrderedGrid) {
+    grid = {unsigned(kvTiles), unsigned(heads_kv), unsigned(batch)};
+    return Status::success();
+  }
+  // The ordered dK/dV grid: (heads_kv, kv tiles, batch), the tile rank in blockIdx.y.
+  if (kvTiles > kMaxGridYZ)
+    return Status::error("kernel '" + kernel + "' (backward): kv_len " + std::to_string(kv_len) +
+                         " makes " + std::to_string(kvTiles) +
+                         " kv tiles; this dK/dV kernel's ordered grid takes at most 65535 (its y "
+                         "dimension)");
+  grid = {unsigned(heads_kv), unsigned(kvTiles), unsigned(batch)};
   return Status::success();
 }
 

@@ -279,6 +279,26 @@ TEST(Kernel, ForwardGrid) {
   EXPECT_TRUE(forwardGrid(m, 65535, 64, grid));  // the plain grid takes them
 }
 
+TEST(Kernel, BackwardKvGrid) {
+  BackwardMetadata b;
+  b.kvBlockKV = 128;
+  OrderedGrid grid;
+  ASSERT_TRUE(backwardKvGrid("k", b, 8, 4, 4096, grid));
+  EXPECT_EQ(grid.x, 32u);
+  EXPECT_EQ(grid.y, 8u);
+  EXPECT_EQ(grid.z, 4u);
+  b.kvOrderedGrid = true;  // (heads_kv, kv tiles, batch)
+  ASSERT_TRUE(backwardKvGrid("k", b, 8, 4, 4000, grid));
+  EXPECT_EQ(grid.x, 8u);
+  EXPECT_EQ(grid.y, 32u);
+  EXPECT_EQ(grid.z, 4u);
+  Status tooLong = backwardKvGrid("k", b, 8, 1, int64_t(65536) * 128, grid);
+  EXPECT_FALSE(tooLong);
+  EXPECT_NE(tooLong.message.find("65536 kv tiles"), std::string::npos) << tooLong.message;
+  b.kvOrderedGrid = false;
+  EXPECT_TRUE(backwardKvGrid("k", b, 8, 1, int64_t(65536) * 128, grid));  // along x
+}
+
 // The dK/dV kernel's ordered grid survives the cache, and needs the backward fields.
 TEST(KernelMetadata, RoundTripsTheBackwardOrderedGrid) {
   KernelMetadata m = backwardMetadata();

@@ -237,9 +237,8 @@ int runExplain(const Common& common, long long seqLen, long long kvSeqLen, long 
     os << "  warp roles: 1 producer warpgroup (TMA; setmaxnreg down to "
        << attnc::sm90::producerRegisters(int(kernel->blockQ / 64)) << " registers) and "
        << kernel->blockQ / 64 << " consumer warpgroups of 64 rows (wgmma; setmaxnreg up to "
-       << attnc::sm90::consumerRegisters(int(kernel->blockQ / 64)) << ")\n";
-  if (kernel->forwardKernel == "sm90")
-    os << "  block order: "
+       << attnc::sm90::consumerRegisters(int(kernel->blockQ / 64)) << ")\n"
+       << "  block order: "
        << (kernel->orderedGrid
                ? "grid (pairs per group, q tiles, groups): the longest q tiles first across groups "
                  "of (head, batch) pairs of about 256 blocks; q tiles end-aligned, a partial tile "

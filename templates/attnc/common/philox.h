@@ -99,17 +99,21 @@ ATTNC_HD u32x4 dropoutRandom(const u32 (&keys)[kDropoutRoundKeys], u64 offset, u
   return philox4x32_10(dropoutCounter(offset, batchHead, q, k), keys);
 }
 
+// Word `word` (0-3) of a group's words.
+ATTNC_HD u32 dropoutWord(u32x4 words, u32 word) {
+  return word == 0 ? words.x : (word == 1 ? words.y : (word == 2 ? words.z : words.w));
+}
+
 // 16-bit half `half` of word `word` of a group's words: the random bits of the element with
 // word = 2 ((q >> 3) & 1) + ((k >> 3) & 1) and half = k & 1.
 ATTNC_HD u32 dropoutHalf(u32x4 words, u32 word, u32 half) {
-  const u32 w = word == 0 ? words.x : (word == 1 ? words.y : (word == 2 ? words.z : words.w));
-  return (w >> (16u * half)) & 0xffffu;
+  return (dropoutWord(words, word) >> (16u * half)) & 0xffffu;
 }
 
 // dropoutHalf(words, word, half) >= threshold (threshold < 2^16), without extracting the high
 // half: (w >> 16) >= t exactly when w >= t << 16, one compare instead of a shift and a compare.
 ATTNC_HD bool dropoutHalfKept(u32x4 words, u32 word, u32 half, u32 threshold) {
-  const u32 w = word == 0 ? words.x : (word == 1 ? words.y : (word == 2 ? words.z : words.w));
+  const u32 w = dropoutWord(words, word);
   return half != 0u ? w >= (threshold << 16) : (w & 0xffffu) >= threshold;
 }
 

@@ -99,9 +99,8 @@ ATTNC_DEVICE void writeTileClasses(const Params& p) {
     const int b = bh / p.heads_q, h = bh % p.heads_q;
     // The forward's q tiles start where the kernel's do (qTileStart, block_order.h: end-aligned
     // on the ordered grid, where the first row can be negative).
-    const int f0 = kAlongKeys ? qTileStart<VariantOrderedGrid<Variant>::value>(fixedTile, fixedLength,
-                                                                              kFixedBlock)
-                              : fixedTile * kFixedBlock;
+    const int f0 = qTileStart<kAlongKeys && VariantOrderedGrid<Variant>::value>(
+        fixedTile, fixedLength, kFixedBlock);
     const Walk tiles(p, b, h, maxOf(f0, 0), minOf(f0 + kFixedBlock, fixedLength) - 1);
     int first = tiles.numTiles, last = -1;
     u32* rowClasses = classes + row * words;

@@ -43,16 +43,22 @@ ATTNC_DEVICE bool dropoutKeep(const BwdParams& p, u32 batchHead, u32 threshold, 
   return dropoutKept(p.dropout_keys, p.dropout_offset, batchHead, threshold, u32(q), u32(k));
 }
 
+// x becomes score(x scale) at positions q, k (ints or expr::Pos), and the result is
+// d score / d (x scale).
+template <class Variant, class Q>
+ATTNC_DEVICE float hookWithGrad(const BwdParams& p, float& x, int b, int h, Q q, Q k) {
+  const float scaled = x * p.scale;
+  x = Variant::score(p, scaled, b, h, q, k);
+  return Variant::score_grad(p, scaled, b, h, q, k);
+}
+
 // The score hook recomputed on a raw score x = q.k (its indices clamped into the sequences, as
 // the forward sees them): x becomes score(x scale), and the result is d score / d (x scale), 1
 // without a hook.
 template <class Variant>
 ATTNC_DEVICE float scoreWithGrad(const BwdParams& p, float& x, int b, int h, int q, int k) {
   if constexpr (Variant::kHasScore) {
-    const int qc = minOf(q, p.q_len - 1), kc = minOf(k, p.kv_len - 1);
-    const float scaled = x * p.scale;
-    x = Variant::score(p, scaled, b, h, qc, kc);
-    return Variant::score_grad(p, scaled, b, h, qc, kc);
+    return hookWithGrad<Variant>(p, x, b, h, minOf(q, p.q_len - 1), minOf(k, p.kv_len - 1));
   } else {
     return 1.0f;
   }
@@ -63,9 +69,7 @@ ATTNC_DEVICE float scoreWithGrad(const BwdParams& p, float& x, int b, int h, int
 template <class Variant>
 ATTNC_DEVICE float scoreWithGrad(const BwdParams& p, float& x, int b, int h, expr::Pos q,
                                  expr::Pos k) {
-  const float scaled = x * p.scale;
-  x = Variant::score(p, scaled, b, h, q, k);
-  return Variant::score_grad(p, scaled, b, h, q, k);
+  return hookWithGrad<Variant>(p, x, b, h, q, k);
 }
 
 // Whether a Variant's backward may take unclamped positions (its `kBackwardPositions`; false
