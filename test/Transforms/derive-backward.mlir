@@ -131,7 +131,7 @@ attn.tiled_forward @tiles_hd256_dropout attributes {dropout = 0.1, element_type 
 // fits its 240 registers (208 modelled + 32 reserved) and 3 Q/dO stages fit the 227 KiB; the
 // sm80 tiles stay for the delta and dQ-conversion kernels.
 // HOPPER-LABEL: attn.tiled_backward @hopper_hd128_bwd
-// HOPPER-SAME: hopper_smem_bytes = 232072 : i64, hopper_stages = 3 : i64
+// HOPPER-SAME: hopper_smem_bytes = 232072 : i64, hopper_split = 0 : i64, hopper_stages = 3 : i64
 // HOPPER-SAME: kv_kernel = "sm90"
 attn.tiled_forward @hopper_hd128 attributes {dropout = 0.0, element_type = bf16, head_dim = 128,
     head_dim_v = 128, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.088,
@@ -157,9 +157,12 @@ attn.tiled_forward @hopper_dropout attributes {dropout = 0.1, element_type = bf1
 
 // -----
 
-// sm_90a at head dim 256: dK and dV alone take 256 registers; the sm80 kernel serves.
+// sm_90a at head dim 256: dK and dV alone take 256 registers, so the consumers share 64 kv rows
+// and each keeps 128 columns of dK and dV (the head-dim split); 2 stages fit without dQ tiles.
 // HOPPER-LABEL: attn.tiled_backward @hopper_hd256_bwd
-// HOPPER-SAME: kv_kernel = "sm80"
+// HOPPER-SAME: the head-dim split, the consumers sharing 64 kv rows and each keeping 128 of dK's and 128 of dV's columns
+// HOPPER-SAME: hopper_smem_bytes = 231528 : i64, hopper_split = 1 : i64, hopper_stages = 2 : i64
+// HOPPER-SAME: kv_kernel = "sm90"
 attn.tiled_forward @hopper_hd256 attributes {dropout = 0.0, element_type = bf16, head_dim = 256,
     head_dim_v = 256, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.0625,
     kernel = "sm90", block_q = 128, block_kv = 64, warps = 12, stages = 2, smem_bytes = 230528,

@@ -26,7 +26,9 @@ SDPA_FACTOR, SDPA_FLOOR = 2.0, 1e-4
 def plan(subset):
     if subset == "small":
         return [("causal", 128, "bf16", [(129, 300), (300, 129)], 2),
-                ("full", 64, "fp16", [(17, 17), (200, 200)], 2)]
+                ("full", 64, "fp16", [(17, 17), (200, 200)], 2),
+                # the sm_90a dK/dV kernel's head-dim split (bwd_config.h)
+                ("causal", 256, "bf16", [(129, 300)], 1)]
     lens = [(1, 1), (17, 17), (127, 1000), (1000, 127), (1000, 1000)]
     groups = []
     for hd in (32, 64, 72, 96, 128, 160, 256):

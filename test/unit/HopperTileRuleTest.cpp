@@ -128,11 +128,19 @@ TEST(HopperTileRule, BackwardTakesTheWgmmaKernelWhereItsRegistersFit) {
         problem.hopperBackwardExtra = extra;
         mlir::FailureOr<BackwardTileChoice> choice = deriveBackwardTiles(problem, target);
         ASSERT_TRUE(mlir::succeeded(choice));
+        // The whole head dims per consumer where they fit, else the head-dim split where it fits.
         const int64_t needed = attnc::sm90::bwdConsumerRegisters(int(d), int(dv)) + 32 + extra;
-        auto smem = [&](int stages) { return attnc::sm90::bwdSmemBytes(int(d), int(dv), 2, stages); };
-        const bool fits = extra >= 0 && needed <= 240 && smem(2) <= target.smemPerBlock;
+        const int64_t splitNeeded = attnc::sm90::bwdConsumerRegisters(int(d), int(dv), true) + 32 + extra;
+        const bool split = needed > 240 && attnc::sm90::splitFits(int(d), int(dv), 2) &&
+                           attnc::sm90::bwdConsumerRegisters(int(d), int(dv)) + 32 > 240;
+        auto smem = [&](int stages) {
+          return attnc::sm90::bwdSmemBytes(int(d), int(dv), 2, stages, split);
+        };
+        const bool fits = extra >= 0 && (split ? splitNeeded : needed) <= 240 &&
+                          smem(2) <= target.smemPerBlock;
         EXPECT_EQ(choice->kvKernel, fits ? "sm90" : "sm80");
         if (choice->kvKernel != "sm90") continue;
+        EXPECT_EQ(choice->hopperSplit, split);
         ++hopper;
         EXPECT_GE(choice->hopperStages, 2);
         EXPECT_LE(choice->hopperStages, 4);
@@ -149,6 +157,21 @@ TEST(HopperTileRule, BackwardTakesTheWgmmaKernelWhereItsRegistersFit) {
   EXPECT_EQ(deriveBackwardTiles(hd128, target)->kvKernel, "sm90");
   TileProblem hd136{136, 136, 2, 0, 0, 0, 0};
   EXPECT_EQ(deriveBackwardTiles(hd136, target)->kvKernel, "sm80");
+  // hd256 takes the head-dim split: 64 shared kv rows, 2 stages, dQ by vector reductions (no dQ
+  // tiles in shared memory, which would not fit).
+  TileProblem hd256{256, 256, 2, 0, 0, 0, 0};
+  mlir::FailureOr<BackwardTileChoice> wide = deriveBackwardTiles(hd256, target);
+  EXPECT_EQ(wide->kvKernel, "sm90");
+  EXPECT_TRUE(wide->hopperSplit);
+  EXPECT_EQ(wide->hopperStages, 2);
+  EXPECT_EQ(wide->hopperSmemBytes, 231528);
+  static_assert(attnc::sm90::BwdConfig<attnc::bf16, 256, 256, 2, 2, true>::kBlockKV == 64 &&
+                    attnc::sm90::BwdConfig<attnc::bf16, 256, 256, 2, 2, true>::kDkTiles == 16 &&
+                    attnc::sm90::BwdConfig<attnc::bf16, 256, 256, 2, 2, true>::kSmemBytes == 231528,
+                "hd256's split: 64 kv rows, 128 columns of dK and dV a consumer");
+  // Three 64-column chunks do not split between two consumers: hd192 stays on the sm80 kernel.
+  TileProblem hd192{192, 192, 2, 0, 0, 0, 0};
+  EXPECT_EQ(deriveBackwardTiles(hd192, target)->kvKernel, "sm80");
 }
 
 template <int D>

@@ -323,15 +323,18 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
     info.qSmemBytes = tile("q_smem_bytes");
     info.preprocessThreads = info.kvThreads;
     if (hopperBackward) {
-      os << llvm::formatv("using BwdHopperConfig = attnc::sm90::BwdConfig<{0}, {1}, {2}, {3}, {4}>;\n",
+      // hopper_split: absent in tiled IR written before the head-dim split.
+      auto splitAttr = tiles.getAs<IntegerAttr>("hopper_split");
+      const bool split = splitAttr && splitAttr.getInt() != 0;
+      os << llvm::formatv("using BwdHopperConfig = attnc::sm90::BwdConfig<{0}, {1}, {2}, {3}, {4}{5}>;\n",
                           element, op.getHeadDim(), op.getHeadDimV(), attnc::sm90::kBwdConsumers,
-                          tile("hopper_stages"));
+                          tile("hopper_stages"), split ? ", true" : "");
       os << "static_assert(BwdHopperConfig::kSmemBytes == " << tile("hopper_smem_bytes")
          << ", \"attn-derive-backward and the sm_90a backward template disagree on shared memory\");\n";
       info.kvKernel = "sm90";
       info.kvOrderedGrid = kvOrderedGrid;
       info.kvThreads = 128 * (attnc::sm90::kBwdConsumers + 1);
-      info.kvBlockKV = 64 * attnc::sm90::kBwdConsumers;
+      info.kvBlockKV = attnc::sm90::bwdKvRows(attnc::sm90::kBwdConsumers, split);
       info.kvSmemBytes = tile("hopper_smem_bytes");
     }
     result.backward = info;

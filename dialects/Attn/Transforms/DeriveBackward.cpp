@@ -75,6 +75,7 @@ struct AttnDeriveBackward final : mlir::attn::impl::AttnDeriveBackwardBase<AttnD
                         b.getNamedAttr("kv_kernel", b.getStringAttr(tiles->kvKernel)),
                         i64("hopper_stages", tiles->hopperStages),
                         i64("hopper_smem_bytes", tiles->hopperSmemBytes),
+                        i64("hopper_split", tiles->hopperSplit ? 1 : 0),
                         b.getNamedAttr("derivation",
                                        b.getStrArrayAttr(SmallVector<StringRef>(
                                            tiles->derivation.begin(), tiles->derivation.end())))}));

@@ -348,25 +348,50 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
   const int64_t consumers = kHopperBwdConsumers;
   const int64_t available =
       attnc::sm90::consumerRegisters(int(consumers), attnc::sm90::kBwdProducerRegisters);
-  const int64_t model = attnc::sm90::bwdConsumerRegisters(int(d), int(dv));
+  int64_t model = attnc::sm90::bwdConsumerRegisters(int(d), int(dv));
   if (problem.hopperBackwardExtra < 0) {
     note(llvm::formatv("sm_90a dK/dV kernel: the mask reads declared inputs, which its producer warp "
                        "cannot classify within {0} registers: the sm80 dK/dV kernel below serves",
                        attnc::sm90::kBwdProducerRegisters));
     return;
   }
-  const int64_t needed = model + kHopperBwdReserveRegisters + problem.hopperBackwardExtra;
-  auto smem = [&](int64_t stages) {
-    return int64_t(attnc::sm90::bwdSmemBytes(int(d), int(dv), int(consumers), int(stages)));
-  };
+  int64_t needed = model + kHopperBwdReserveRegisters + problem.hopperBackwardExtra;
+  bool split = false;
   if (needed > available) {
+    // The head-dim split (bwd_config.h): the consumers share 64 kv rows, each keeping half of
+    // dK's and dV's columns.
+    // Only where dK and dV are what does not fit (the plain kernel without the epilogue): a
+    // large epilogue at hd128 (custom_mask) spilled 8 bytes with the split too.
+    const int64_t splitModel = attnc::sm90::bwdConsumerRegisters(int(d), int(dv), true);
+    const int64_t splitNeeded = splitModel + kHopperBwdReserveRegisters + problem.hopperBackwardExtra;
+    const bool fits = attnc::sm90::splitFits(int(d), int(dv), int(consumers)) &&
+                      model + kHopperBwdReserveRegisters > available;
+    if (!fits || splitNeeded > available) {
+      note(llvm::formatv("sm_90a dK/dV kernel: registers {0} (dK, dV, S^T, dP^T, dS^T) + {1} reserve "
+                         "+ {2} epilogue = {3} > {4} per consumer thread, {5}: the sm80 dK/dV kernel "
+                         "below serves",
+                         model, kHopperBwdReserveRegisters, problem.hopperBackwardExtra, needed,
+                         available,
+                         fits ? llvm::formatv("and {0} with the head-dim split", splitNeeded).str()
+                              : std::string("and no head-dim split (it serves where dK and dV "
+                                            "alone are what does not fit, in whole 64-column "
+                                            "chunks per consumer)")));
+      return;
+    }
     note(llvm::formatv("sm_90a dK/dV kernel: registers {0} (dK, dV, S^T, dP^T, dS^T) + {1} reserve "
-                       "+ {2} epilogue = {3} > {4} per consumer thread: the sm80 dK/dV kernel below "
-                       "serves",
+                       "+ {2} epilogue = {3} > {4} per consumer thread: the head-dim split, the "
+                       "consumers sharing 64 kv rows and each keeping {5} of dK's and {6} of dV's "
+                       "columns (S^T and dP^T computed by both)",
                        model, kHopperBwdReserveRegisters, problem.hopperBackwardExtra, needed,
-                       available));
-    return;
+                       available, attnc::sm90::dqColumns(int(d), int(consumers)),
+                       attnc::sm90::dqColumns(int(dv), int(consumers))));
+    split = true;
+    model = splitModel;
+    needed = splitNeeded;
   }
+  auto smem = [&](int64_t stages) {
+    return int64_t(attnc::sm90::bwdSmemBytes(int(d), int(dv), int(consumers), int(stages), split));
+  };
   if (smem(2) > target.smemPerBlock) {
     note(llvm::formatv("sm_90a dK/dV kernel: shared memory with 2 stages {0} B > {1} B: the sm80 "
                        "dK/dV kernel below serves",
@@ -376,15 +401,17 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
   int64_t stages = 2;
   while (stages < kHopperBwdMaxStages && smem(stages + 1) <= target.smemPerBlock) ++stages;
   choice.kvKernel = "sm90";
+  choice.hopperSplit = split;
   choice.hopperStages = stages;
   choice.hopperSmemBytes = smem(stages);
-  note(llvm::formatv("sm_90a dK/dV kernel: {0} consumer warpgroups x 64 kv rows = {1} kept K/V rows, "
+  note(llvm::formatv("sm_90a dK/dV kernel: {0} consumer warpgroups x 64 kv rows{11} = {1} kept K/V rows, "
                      "q tiles of {2} rows (wgmma M); registers {3} (dK, dV, S^T, dP^T, dS^T) + {4} "
                      "reserve + {5} epilogue = {6} <= {7} per consumer thread; {8} Q/dO stages, {9} B "
                      "<= {10} B shared",
-                     consumers, 64 * consumers, attnc::sm90::kBwdBlockQ, model,
-                     kHopperBwdReserveRegisters, problem.hopperBackwardExtra, needed, available, stages,
-                     choice.hopperSmemBytes, target.smemPerBlock));
+                     consumers, attnc::sm90::bwdKvRows(int(consumers), split),
+                     attnc::sm90::kBwdBlockQ, model, kHopperBwdReserveRegisters,
+                     problem.hopperBackwardExtra, needed, available, stages, choice.hopperSmemBytes,
+                     target.smemPerBlock, split ? " (shared)" : ""));
 }
 
 }  // namespace

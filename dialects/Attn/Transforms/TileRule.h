@@ -64,6 +64,7 @@ struct BackwardTileChoice {
   int64_t qBlockQ, qBlockKV, qWarps, qStages, qSmemBytes;
   std::string kvKernel = "sm80";
   int64_t hopperStages = 0, hopperSmemBytes = 0;
+  bool hopperSplit = false;  // the head-dim split (templates/attnc/sm90/bwd_config.h): 64 kv rows
   std::vector<std::string> derivation;
 };
 

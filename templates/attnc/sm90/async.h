@@ -80,6 +80,13 @@ ATTNC_DEVICE void bulkReduceAddF32(float* dst, u32 src, u32 bytes) {
                "r"(src), "r"(bytes)
                : "memory");
 }
+// *dst += (a, b, c, d) in global memory (16-byte aligned), one vector reduction (sm_90).
+ATTNC_DEVICE void reduceAddGlobalF32x4(float* dst, float a, float b, float c, float d) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(a), "f"(b), "f"(c),
+               "f"(d)
+               : "memory");
+}
+
 ATTNC_DEVICE void bulkCommit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 // Waits until at most Pending bulk groups still read their shared-memory source.
 template <int Pending>

@@ -20,6 +20,11 @@
 //    each consumer writes its dQ columns into its own shared fp32 tile, which one TMA bulk
 //    reduction per q tile adds to dq_accum (TiledDqLayout; no per-element atomics).
 //
+// With the head-dim split (Config::kSplit, bwd_config.h: hd256, whose dK and dV do not fit a
+// consumer whole) both consumers keep the same 64 kv rows and each its share of dK's and dV's
+// columns; both compute the rows' S^T, dP^T and dS^T, and each adds its dQ columns to dq_accum
+// with vector reductions from registers, in parts of 64 columns.
+//
 // The probabilities are recomputed exactly as in sm80/backward.h. Rows past q_len read Q = dO = 0
 // (TMA zero fill) and LSE = +inf, so their P is 0; rows past kv_len are masked and never stored.
 //
@@ -100,16 +105,16 @@ struct Flag {
 };
 
 // Writes a warpgroup accumulator (times `factor`) to global rows: this lane's rows `row` and
-// `row + 8` below `rows`, its pairs of columns below Width.
-template <int Width, class Element, int Tiles>
+// `row + 8` below `rows`, its pairs of columns below `width`.
+template <class Element, int Tiles>
 ATTNC_DEVICE void storeAccumulatorRows(Element* gmem, i64 stride, const float (&acc)[1][Tiles][4],
-                                       float factor, int row, int rows, int colInQuad) {
+                                       float factor, int row, int rows, int colInQuad, int width) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (row + 8 * r >= rows) continue;
 #pragma unroll
     for (int n = 0; n < Tiles; ++n)
-      if (8 * n + colInQuad < Width)
+      if (8 * n + colInQuad < width)
         *reinterpret_cast<u32*>(gmem + (row + 8 * r) * stride + 8 * n + colInQuad) =
             Convert<Element>::pack2(acc[0][n][2 * r] * factor, acc[0][n][2 * r + 1] * factor);
   }
@@ -216,7 +221,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   constexpr int kN = Config::kNTiles;
   constexpr int kBlockQ = Config::kBlockQ;
   constexpr int kStages = Config::kStages;
-  constexpr int kDkN = 8 * Config::kDkTiles;  // wgmma N of dK and dQ (head dim padded to 16)
+  constexpr int kDkN = 8 * Config::kDkTiles;  // wgmma N of this consumer's dK (and dV below)
   constexpr int kDvN = 8 * Config::kDvTiles;
   const BwdParams& p = pt.base;
 
@@ -256,17 +261,25 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   }
   setMaxRegistersInc<Config::kConsumerRegisters>();
 
-  // This warpgroup's 64 kv rows, and this lane's first accumulator row (wgmma.h).
+  // This warpgroup's 64 kv rows (with the head-dim split, the block's 64 that every consumer
+  // shares), and this lane's first accumulator row (wgmma.h).
   const int group = warpGroup - 1;
   const int lane = groupThread & 31, warp = groupThread >> 5;
-  const int groupKv = kv0 + 64 * group;
+  const int rowGroup = Config::kSplit ? 0 : group;
+  const int groupKv = kv0 + 64 * rowGroup;
   const bool groupHasRows = groupKv < p.kv_len;
   const int groupLast = minOf(groupKv + 63, p.kv_len - 1);
   const int kvRow = groupKv + 16 * warp + (lane >> 2);
   const int tileRow = 16 * warp + (lane >> 2);  // the same row inside the warpgroup's 64
   const int colInQuad = 2 * (lane & 3);
-  const u32 kTile = smem.k() + u32(64 * group * kSwizzleRowBytes);
-  const u32 vTile = smem.v() + u32(64 * group * kSwizzleRowBytes);
+  const u32 kTile = smem.k() + u32(64 * rowGroup * kSwizzleRowBytes);
+  const u32 vTile = smem.v() + u32(64 * rowGroup * kSwizzleRowBytes);
+  // The first of this consumer's dK and dV columns, and their offsets in the Q and dO tiles (whole
+  // 64-column chunks: bwd_config.h splitFits): 0 without the split.
+  const int dkCol0 = Config::kSplit ? group * kDkN : 0;
+  const int dvCol0 = Config::kSplit ? group * kDvN : 0;
+  const u32 qColumns = u32((dkCol0 / kChunkElements) * kBlockQ * kSwizzleRowBytes);
+  const u32 doColumns = u32((dvCol0 / kChunkElements) * kBlockQ * kSwizzleRowBytes);
 
   float dk[1][Config::kDkTiles][4];
   float dv[1][Config::kDvTiles][4];
@@ -278,18 +291,25 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   static_assert(kN * 4 <= 32, "one word of dropout keep bits per q tile");
 
   // dQ = dS K for this consumer's kDqN head-dim columns over all the block's keys: A is dS^T of
-  // both consumers (one buffer), read transposed; B the K tile's columns, MN-major.
-  float dq[1][Config::kDqTiles][4];
+  // both consumers (one buffer), read transposed, or with the split this consumer's own copy of
+  // the block's dS^T; B the K tile's columns, MN-major.
+  // With the split, the kDqN columns go in parts of 64 (one K chunk each), one after another:
+  // hd256's 128 at once did not fit beside dK and dV (ptxas serialized every wgmma).
+  constexpr int kDqParts = Config::kSplit ? Config::kDqN / kChunkElements : 1;
+  constexpr int kDqPartN = Config::kDqN / kDqParts;
+  float dq[1][kDqPartN / 8][4];
   const int dqCol0 = group * Config::kDqN;
   const u32 kColumns = smem.k() + u32((dqCol0 / kChunkElements) * Config::kBlockKV * kSwizzleRowBytes +
                                       (dqCol0 % kChunkElements) * 2);
-  const auto issueDQ = [&](int buffer) {
+  const auto issueDQ = [&](int buffer, int part) {
     wgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < Config::kDqSteps; ++kk)
-      WgmmaSS<Element, Config::kDqN>::template run<1, 1>(
-          flat(dq), mnMajorDescriptor(smem.dsT(buffer, 0), 64, kk),
-          mnMajorDescriptor(kColumns, Config::kBlockKV, kk), kk > 0);
+      WgmmaSS<Element, kDqPartN>::template run<1, 1>(
+          flat(dq), mnMajorDescriptor(smem.dsT(buffer, Config::kSplit ? group : 0), 64, kk),
+          mnMajorDescriptor(kColumns + u32(part * Config::kBlockKV * kSwizzleRowBytes),
+                            Config::kBlockKV, kk),
+          kk > 0);
     wgmmaCommit();
   };
   // This consumer's dQ columns of one q tile into its shared tile (TiledDqLayout), then one TMA
@@ -313,6 +333,30 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
                    group * 64 * Config::kDqN;
       bulkReduceAddF32(dst, dqTile, u32(rows * Config::kDqN * 4));
       bulkCommit();
+    }
+  };
+  // With the split: the same columns added to dq_accum straight from the registers, one vector
+  // reduction of 4 floats per n8 tile. Lanes l and l ^ 1 hold columns c, c + 1 and c + 2, c + 3 of
+  // rows R and R + 8; they swap halves so that the even lane adds row R's four and the odd lane row
+  // R + 8's.
+  const auto reduceDQFromRegisters = [&](int head, int tileQ0, int part) {
+    const bool odd = lane & 1;
+    const int row = tileRow + (odd ? 8 : 0);
+    const bool inside = tileQ0 + row < p.q_len;  // every lane swaps; rows past q_len add nothing
+    float* block = p.dq_accum + DqLayout::tileOffset(p.q_len, p.heads_q, b, head, tileQ0) +
+                   group * 64 * Config::kDqN;
+#pragma unroll
+    for (int n = 0; n < kDqPartN / 8; ++n) {
+      // (the selects are of values: an index chosen at run time would put dq in local memory)
+      const float x = __shfl_xor_sync(0xffffffffu, odd ? dq[0][n][0] : dq[0][n][2], 1);
+      const float y = __shfl_xor_sync(0xffffffffu, odd ? dq[0][n][1] : dq[0][n][3], 1);
+      const int col = part * kDqPartN + 8 * n + colInQuad - (odd ? 2 : 0);
+      float* dst = block + DqLayout::swizzled(row, col);
+      if (!inside) continue;
+      if (odd)
+        reduceAddGlobalF32x4(dst, x, y, dq[0][n][2], dq[0][n][3]);
+      else
+        reduceAddGlobalF32x4(dst, dq[0][n][0], dq[0][n][1], x, y);
     }
   };
   int previousHead = -1, previousQ0 = 0;  // the q tile whose dQ is still to be done
@@ -398,7 +442,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     u32 pA[1][Config::kPSteps][4];
     sm80::warp::packP<Element>(pA, pd);
     wgmmaFence();
-    gemmRegsMNMajor<Element, kDvN>(flat(dv), pA[0], doTile, kBlockQ);
+    gemmRegsMNMajor<Element, kDvN>(flat(dv), pA[0], doTile + doColumns, kBlockQ);
 
     // dS^T = P score' (dP^T dropped and rescaled - delta): the A operand of dK += dS^T Q.
     wgmmaWait<1>();  // dP^T is done; dV's GEMM may still run
@@ -441,7 +485,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
       mbarrierArrive(smem.dsFull(buffer));
     }
     wgmmaFence();
-    gemmRegsMNMajor<Element, kDkN>(flat(dk), dsA[0], qTile, kBlockQ);
+    gemmRegsMNMajor<Element, kDkN>(flat(dk), dsA[0], qTile + qColumns, kBlockQ);
 
     if constexpr (WriteDQ) {
       // dQ of the previous q tile (issued a tile late so that the consumers need not wait for each
@@ -450,7 +494,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
       // under a condition: ptxas would serialize them all).
       if (iteration > 0)
         mbarrierWait(smem.dsFull((iteration - 1) & 1), u32((iteration - 1) >> 1) & 1u);
-      issueDQ((iteration - 1) & 1);
+      issueDQ((iteration - 1) & 1, 0);
     }
     wgmmaWait<0>();
     fenceRegisters(flat(dk));
@@ -458,7 +502,17 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     mbarrierArrive(smem.empty(stage));  // Q, dO and the stats of this stage are read
     if constexpr (WriteDQ) {
       fenceRegisters(flat(dq));
-      if (iteration > 0) {
+      if constexpr (Config::kSplit) {
+        if (iteration > 0) reduceDQFromRegisters(previousHead, previousQ0, 0);
+#pragma unroll
+        for (int part = 1; part < kDqParts; ++part) {
+          issueDQ((iteration - 1) & 1, part);
+          wgmmaWait<0>();
+          fenceRegisters(flat(dq));
+          if (iteration > 0) reduceDQFromRegisters(previousHead, previousQ0, part);
+        }
+        if (iteration > 0) mbarrierArrive(smem.dsEmpty((iteration - 1) & 1));
+      } else if (iteration > 0) {
         mbarrierArrive(smem.dsEmpty((iteration - 1) & 1));
         reduceDQ(previousHead, previousQ0);
       }
@@ -471,21 +525,29 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     // product is dropped).
     const int last = iteration - 1;
     if (previousHead >= 0) mbarrierWait(smem.dsFull(last & 1), u32(last >> 1) & 1u);
-    issueDQ(last & 1);
-    wgmmaWait<0>();
-    fenceRegisters(flat(dq));
-    if (previousHead >= 0) reduceDQ(previousHead, previousQ0);
+#pragma unroll
+    for (int part = 0; part < kDqParts; ++part) {
+      issueDQ(last & 1, part);
+      wgmmaWait<0>();
+      fenceRegisters(flat(dq));
+      if (previousHead >= 0) {
+        if constexpr (Config::kSplit)
+          reduceDQFromRegisters(previousHead, previousQ0, part);
+        else
+          reduceDQ(previousHead, previousQ0);
+      }
+    }
     if (groupThread == 0) bulkWait<0>();
   }
 
-  // dK (times the softmax scale) and dV.
+  // dK (times the softmax scale) and dV: this consumer's columns of them.
   if (!groupHasRows) return;
-  storeAccumulatorRows<Config::kHeadDim>(
-      static_cast<Element*>(p.dk) + b * p.dk_stride_b + hKv * p.dk_stride_h, p.dk_stride_s, dk,
-      p.scale, kvRow, p.kv_len, colInQuad);
-  storeAccumulatorRows<Config::kHeadDimV>(
-      static_cast<Element*>(p.dv) + b * p.dv_stride_b + hKv * p.dv_stride_h, p.dv_stride_s, dv,
-      1.0f, kvRow, p.kv_len, colInQuad);
+  storeAccumulatorRows(
+      static_cast<Element*>(p.dk) + b * p.dk_stride_b + hKv * p.dk_stride_h + dkCol0, p.dk_stride_s,
+      dk, p.scale, kvRow, p.kv_len, colInQuad, Config::kHeadDim - dkCol0);
+  storeAccumulatorRows(
+      static_cast<Element*>(p.dv) + b * p.dv_stride_b + hKv * p.dv_stride_h + dvCol0, p.dv_stride_s,
+      dv, 1.0f, kvRow, p.kv_len, colInQuad, Config::kHeadDimV - dvCol0);
 }
 
 }  // namespace sm90

@@ -31,37 +31,59 @@ ATTNC_HD constexpr int dqColumns(int headDim, int consumers) {
                                     : roundUp(roundUp(headDim, 16 * consumers) / consumers, 64);
 }
 
+// The head-dim split (Split): where a consumer cannot hold dK and dV of its 64 kv rows over the
+// whole head dims (hd256: 256 registers a thread for them alone), the consumers share the same 64
+// kv rows and each keeps the dK and dV columns of its dqColumns() share, as it does for dQ. Each
+// then computes S^T and dP^T of the 64 rows in full (the same product twice: 7 GEMMs' work for
+// 5), and no consumer waits for another's. A share is whole 64-column chunks of the tiles, so
+// both head dims must have a number of chunks the consumers divide (splitFits).
+ATTNC_HD constexpr int bwdKvRows(int consumers, bool split) { return split ? 64 : 64 * consumers; }
+ATTNC_HD constexpr int bwdColumns(int headDim, int consumers, bool split) {
+  return split ? dqColumns(headDim, consumers) : roundUp(headDim, 16);
+}
+ATTNC_HD constexpr bool splitFits(int headDim, int headDimV, int consumers) {
+  return ceilDiv(headDim, 64) % consumers == 0 && ceilDiv(headDimV, 64) % consumers == 0 &&
+         dqColumns(headDim, consumers) == 64 * ceilDiv(headDim, 64) / consumers &&
+         dqColumns(headDimV, consumers) == 64 * ceilDiv(headDimV, 64) / consumers;
+}
+
 // Shared memory: 1024 bytes of alignment slack; the block's K and V (kept for the whole loop); per
 // stage a Q and a dO tile (128-byte-swizzled boxes 64 elements wide) and their LSE and delta rows;
 // two buffers of dS^T, one 64 x 64 tile per consumer each; one fp32 dQ tile (64 x dqColumns) per
-// consumer; per stage two mbarriers and a schedule slot, K/V's mbarrier and two per dS^T buffer.
-ATTNC_HD constexpr int bwdSmemBytes(int headDim, int headDimV, int consumers, int stages) {
-  return 1024 + 64 * consumers * (ceilDiv(headDim, 64) + ceilDiv(headDimV, 64)) * 128 +
+// consumer, except with the split (its dQ goes to dq_accum by vector reductions from registers:
+// hd256's tiles leave no room for it); per stage two mbarriers and a schedule slot, K/V's mbarrier
+// and two per dS^T buffer.
+ATTNC_HD constexpr int bwdSmemBytes(int headDim, int headDimV, int consumers, int stages,
+                                    bool split = false) {
+  return 1024 + bwdKvRows(consumers, split) * (ceilDiv(headDim, 64) + ceilDiv(headDimV, 64)) * 128 +
          stages * kBwdBlockQ * (ceilDiv(headDim, 64) + ceilDiv(headDimV, 64)) * 128 +
-         2 * consumers * 64 * kBwdBlockQ * 2 + consumers * 64 * dqColumns(headDim, consumers) * 4 +
-         stages * kBwdBlockQ * 8 + 8 * (1 + 2 * stages + 4) + 16 * stages;
+         2 * consumers * 64 * kBwdBlockQ * 2 +
+         (split ? 0 : consumers * 64 * dqColumns(headDim, consumers) * 4) + stages * kBwdBlockQ * 8 +
+         8 * (1 + 2 * stages + 4) + 16 * stages;
 }
 
-// Registers a consumer thread keeps, as modelled: the dK and dV accumulators (64 rows x head dim
-// over 128 threads), then the larger of the dS step (S^T and dP^T accumulators, 64 x 64 each, and
-// the packed dS^T) and the dQ step (its 64 x half the head dim / 128 accumulators and the packed
+// Registers a consumer thread keeps, as modelled: the dK and dV accumulators (64 rows x its head-dim
+// columns over 128 threads), then the larger of the dS step (S^T and dP^T accumulators, 64 x 64
+// each, and the packed dS^T) and the dQ step (its 64 x dqColumns / 128 accumulators and the packed
 // dS^T that dK's GEMM still reads).
-ATTNC_HD constexpr int bwdConsumerRegisters(int headDim, int headDimV) {
-  return (roundUp(headDim, 16) + roundUp(headDimV, 16)) / 2 +
+ATTNC_HD constexpr int bwdConsumerRegisters(int headDim, int headDimV, bool split = false) {
+  return (bwdColumns(headDim, 2, split) + bwdColumns(headDimV, 2, split)) / 2 +
          maxOf(kBwdBlockQ + kBwdBlockQ / 4,
                dqColumns(headDim, 2) / 2 + kBwdBlockQ / 4);
 }
 
 // Element: attnc::bf16 or attnc::half. HeadDim, HeadDimV: multiples of 8 in [8, 256] whose
 // accumulators fit (the tile rule checks bwdConsumerRegisters). Stages: Q/dO tiles in flight.
-template <class Element_, int HeadDim, int HeadDimV, int Consumers, int Stages>
+// Split: the consumers share their kv rows and split dK's and dV's columns (bwdKvRows).
+template <class Element_, int HeadDim, int HeadDimV, int Consumers, int Stages, bool Split = false>
 struct BwdConfig {
   using Element = Element_;
   static constexpr int kHeadDim = HeadDim;
   static constexpr int kHeadDimV = HeadDimV;
   static constexpr int kConsumers = Consumers;
   static constexpr int kBlockQ = kBwdBlockQ;
-  static constexpr int kBlockKV = 64 * Consumers;  // wgmma's M is 64 rows per warpgroup
+  static constexpr bool kSplit = Split;
+  static constexpr int kBlockKV = bwdKvRows(Consumers, Split);  // wgmma's M: 64 rows a warpgroup
   static constexpr int kStages = Stages;
   static constexpr int kThreads = 128 * (Consumers + 1);
 
@@ -72,8 +94,9 @@ struct BwdConfig {
   static constexpr int kDqN = dqColumns(HeadDim, Consumers);  // dQ columns per consumer
   static constexpr int kDqTiles = kDqN / 8;
   static constexpr int kNTiles = kBlockQ / 8;                  // n8 column groups of S^T
-  static constexpr int kDkTiles = roundUp(HeadDim, 16) / 8;    // n8 column groups of dK, dQ
-  static constexpr int kDvTiles = roundUp(HeadDimV, 16) / 8;   // n8 column groups of dV
+  // n8 column groups of a consumer's dK and dV (all of them, or its share with Split)
+  static constexpr int kDkTiles = bwdColumns(HeadDim, Consumers, Split) / 8;
+  static constexpr int kDvTiles = bwdColumns(HeadDimV, Consumers, Split) / 8;
 
   static constexpr int kKChunks = ceilDiv(HeadDim, 64);
   static constexpr int kVChunks = ceilDiv(HeadDimV, 64);
@@ -83,14 +106,15 @@ struct BwdConfig {
   static constexpr int kDoBytes = kBlockQ * kVChunks * 128;
   static constexpr int kStageBytes = kQBytes + kDoBytes;
   static constexpr int kDsBytes = 64 * kBlockQ * 2;          // one consumer's dS^T, 64 x 64
-  static constexpr int kDqTileBytes = 64 * kDqN * 4;         // one consumer's dQ columns, fp32
+  // one consumer's dQ columns, fp32 (none with the split: vector reductions from registers)
+  static constexpr int kDqTileBytes = Split ? 0 : 64 * kDqN * 4;
   static constexpr int kStatsBytes = kBlockQ * 8;            // log2 LSE and delta of a q tile
   static constexpr int kBarrierBytes = 8 * (1 + 2 * Stages + 4) + 16 * Stages;
   static constexpr int kAlignSlack = 1024;
   static constexpr int kSmemBytes = kAlignSlack + kKBytes + kVBytes + Stages * kStageBytes +
                                     2 * Consumers * kDsBytes + Consumers * kDqTileBytes +
                                     Stages * kStatsBytes + kBarrierBytes;
-  static_assert(kSmemBytes == bwdSmemBytes(HeadDim, HeadDimV, Consumers, Stages),
+  static_assert(kSmemBytes == bwdSmemBytes(HeadDim, HeadDimV, Consumers, Stages, Split),
                 "the layout above and bwdSmemBytes() disagree");
 
   // The producer keeps 24 registers (setmaxnreg's least), so the consumers get 240: with 232 ptxas
@@ -104,6 +128,8 @@ struct BwdConfig {
   static_assert(kDqN * Consumers <= 64 * kKChunks, "dQ's columns stay inside the K tile");
   static_assert(Consumers == kBwdConsumers, "two consumer warpgroups: dQ's columns are split between them");
   static_assert(Stages >= 2, "one Q/dO tile loading while another is read");
+  static_assert(!Split || splitFits(HeadDim, HeadDimV, Consumers),
+                "a consumer's share of the head dims is whole 64-column chunks");
 };
 
 // dq_accum as the sm_90a dK/dV kernel writes it (sm80/backward.h, RowMajorDqLayout, has the
