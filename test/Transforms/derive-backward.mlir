@@ -172,6 +172,26 @@ attn.tiled_forward @hopper_hd256 attributes {dropout = 0.0, element_type = bf16,
 
 // -----
 
+// sm_90a at head dim 256 with softcap: its derivative depends on the score, which the split
+// kernel has no registers for (12 bytes spilled): the sm80 kernel serves.
+// HOPPER-LABEL: attn.tiled_backward @hopper_hd256_softcap_bwd
+// HOPPER-SAME: and no head-dim split
+// HOPPER-SAME: kv_kernel = "sm80"
+attn.tiled_forward @hopper_hd256_softcap attributes {dropout = 0.0, element_type = bf16, head_dim = 256,
+    head_dim_v = 256, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.0625,
+    kernel = "sm90", block_q = 128, block_kv = 64, warps = 12, stages = 2, smem_bytes = 230528,
+    classification = "none", kv_bounds = "all", target = "sm_90a", derivation = []} mask {
+} score {
+^bb0(%s: f32, %b: i32, %h: i32, %q: i32, %k: i32, %ql: i32, %kl: i32):
+  %c = arith.constant 3.000000e+01 : f32
+  %0 = arith.divf %s, %c : f32
+  %1 = math.tanh %0 : f32
+  %2 = arith.mulf %c, %1 : f32
+  attn.yield %2 : f32
+}
+
+// -----
+
 // sm_90a with head_dim_v = 64 < head_dim = 128: the same wgmma dK/dV kernel (dK and S^T 128 wide,
 // dV and dP^T 64 wide), with fewer registers than hd128 and a fourth stage.
 // HOPPER-LABEL: attn.tiled_backward @hopper_dv64_bwd

@@ -169,6 +169,11 @@ TEST(HopperTileRule, BackwardTakesTheWgmmaKernelWhereItsRegistersFit) {
                     attnc::sm90::BwdConfig<attnc::bf16, 256, 256, 2, 2, true>::kDkTiles == 16 &&
                     attnc::sm90::BwdConfig<attnc::bf16, 256, 256, 2, 2, true>::kSmemBytes == 231528,
                 "hd256's split: 64 kv rows, 128 columns of dK and dV a consumer");
+  // Dropout, input reads or a score derivative that depends on the score spilled with the split:
+  // the sm80 kernel serves them.
+  TileProblem heavy = hd256;
+  heavy.backwardHeavyEpilogue = true;
+  EXPECT_EQ(deriveBackwardTiles(heavy, target)->kvKernel, "sm80");
   // Three 64-column chunks do not split between two consumers: hd192 stays on the sm80 kernel.
   TileProblem hd192{192, 192, 2, 0, 0, 0, 0};
   EXPECT_EQ(deriveBackwardTiles(hd192, target)->kvKernel, "sm80");

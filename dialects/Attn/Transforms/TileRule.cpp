@@ -360,12 +360,16 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
   if (needed > available) {
     // The head-dim split (bwd_config.h): the consumers share 64 kv rows, each keeping half of
     // dK's and dV's columns.
-    // Only where dK and dV are what does not fit (the plain kernel without the epilogue): a
-    // large epilogue at hd128 (custom_mask) spilled 8 bytes with the split too.
+    // Only where dK and dV are what does not fit (the plain kernel without the epilogue), and
+    // only without an epilogue: the split kernel's dQ reductions take what the plain kernel
+    // leaves an epilogue. Calibrated with ptxas (CUDA 13.0) at hd256: a causal, window, prefix,
+    // ALiBi or additive score compiles without spills; dropout (4 bytes), softcap (12) and
+    // document (32) spilled, and a large mask at hd128 (custom_mask) spilled 8.
     const int64_t splitModel = attnc::sm90::bwdConsumerRegisters(int(d), int(dv), true);
     const int64_t splitNeeded = splitModel + kHopperBwdReserveRegisters + problem.hopperBackwardExtra;
     const bool fits = attnc::sm90::splitFits(int(d), int(dv), int(consumers)) &&
-                      model + kHopperBwdReserveRegisters > available;
+                      model + kHopperBwdReserveRegisters > available &&
+                      !problem.backwardHeavyEpilogue;
     if (!fits || splitNeeded > available) {
       note(llvm::formatv("sm_90a dK/dV kernel: registers {0} (dK, dV, S^T, dP^T, dS^T) + {1} reserve "
                          "+ {2} epilogue = {3} > {4} per consumer thread, {5}: the sm80 dK/dV kernel "
@@ -375,7 +379,8 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
                          fits ? llvm::formatv("and {0} with the head-dim split", splitNeeded).str()
                               : std::string("and no head-dim split (it serves where dK and dV "
                                             "alone are what does not fit, in whole 64-column "
-                                            "chunks per consumer)")));
+                                            "chunks per consumer, without dropout, input reads "
+                                            "or a score derivative that depends on the score)")));
       return;
     }
     note(llvm::formatv("sm_90a dK/dV kernel: registers {0} (dK, dV, S^T, dP^T, dS^T) + {1} reserve "
