@@ -8,10 +8,10 @@
 //    reusing a stage it waits on the stage's "empty" mbarriers;
 //  - each consumer warpgroup owns 64 rows: S = Q K^T with wgmma from shared memory, the Variant's
 //    score hook and mask on the accumulators, the online softmax (exp2 with the scale folded in),
-//    dropout, then O += P V with P straight from registers and V from shared memory, the softmax
-//    of one tile overlapping the P V of the one before (see the loop) and the two consumers taking
-//    turns at the tensor cores; it arrives on a stage's empty barriers as soon as it is done with
-//    its K and with its V.
+//    dropout, then O += P V with P straight from registers and V from shared memory, the
+//    consumers taking turns at the tensor cores so that one's softmax runs while the other's GEMMs
+//    do (see the loop); it arrives on a stage's empty barriers as soon as it is done with its K and
+//    with its V.
 //
 // The accumulators are, per warp, the m16n8 layout of the sm80 kernels (wgmma.h), so the epilogue
 // (sm80/epilogue.h) and the online softmax (sm80/softmax.h) are shared with that path. Blocks
@@ -217,11 +217,13 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   const u32 dropThreshold = Variant::kHasDropout ? dropoutThreshold(p.dropout_p) : 0u;
   const u32 qTile = smem.q(group);
 
-  // The loop is software-pipelined (FlashAttention-3's intra-warpgroup overlap): iteration j issues
-  // S_j = Q K_j^T and then O += P_{j-1} V_{j-1}, waits for S_j only, and runs the score hook, the
-  // mask and the softmax of tile j while the tensor cores still work on P_{j-1} V_{j-1}; O is
-  // rescaled once that GEMM is done. K_j's stage is released as soon as S_j is done, V_{j-1}'s
-  // when P_{j-1} V_{j-1} is. No wgmma is issued under a condition: ptxas then serializes every one
+  // The loop is software-pipelined as FlashAttention-3's intra-warpgroup overlap: iteration j
+  // issues S_j = Q K_j^T and then O += P_{j-1} V_{j-1}, waits for S_j only, runs the score hook,
+  // the mask and the softmax of tile j, and waits for P_{j-1} V_{j-1} before rescaling O. K_j's
+  // stage is released as soon as S_j is done, V_{j-1}'s when P_{j-1} V_{j-1} is. ptxas, though,
+  // moves the second wait up to the first (the SASS of every example has them back to back), so
+  // the softmax runs after both GEMMs and only the ping-pong below overlaps it with GEMMs; keeping
+  // the wait below the softmax measured 2-4% slower on most rows (docs/perf/H200.md, 2026-12-01). No wgmma is issued under a condition: ptxas then serializes every one
   // of them. A warpgroup whose rows a tile masks entirely (or that has no rows) still multiplies
   // and masks every element of it instead of skipping it.
   u32 pA[1][Config::kPVSteps][4];  // P of the previous tile, the A operand of its P V
