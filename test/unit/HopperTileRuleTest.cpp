@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include <vector>
 
 using namespace mlir::attn;
@@ -177,6 +179,39 @@ TEST(HopperTileRule, BackwardTakesTheWgmmaKernelWhereItsRegistersFit) {
   // Three 64-column chunks do not split between two consumers: hd192 stays on the sm80 kernel.
   TileProblem hd192{192, 192, 2, 0, 0, 0, 0};
   EXPECT_EQ(deriveBackwardTiles(hd192, target)->kvKernel, "sm80");
+}
+
+// The head-dim split's dQ reduction: simulate a warp's lanes swapping halves of one n8 tile (the
+// m16n8 layout: lane l holds rows l / 4 and l / 4 + 8, columns 2 (l % 4) and 2 (l % 4) + 1) and
+// check that each lane's vector of four is four consecutive floats of one row, at the row and
+// column it adds them to, and that the warp adds each element of the 16 x 8 tile exactly once.
+TEST(HopperBackward, SplitDqPairReductionAddsEveryElementOnceInRowOrder) {
+  using Pair = attnc::sm90::DqPairReduction;
+  for (int n : {0, 3}) {
+    SCOPED_TRACE(testing::Message() << "n8 tile " << n);
+    auto element = [&](int lane, int i) {  // (row, column) of accumulator element i of a lane
+      return std::pair<int, int>{lane / 4 + 8 * (i / 2), 8 * n + 2 * (lane % 4) + i % 2};
+    };
+    std::vector<int> added(16 * 8, 0);
+    for (int lane = 0; lane < 32; ++lane) {
+      const int partner = lane ^ 1;
+      std::pair<int, int> vec[4];
+      const std::pair<int, int> got[2] = {element(partner, Pair::sent(partner)),
+                                          element(partner, Pair::sent(partner) + 1)};
+      if (Pair::odd(lane)) {
+        vec[0] = got[0], vec[1] = got[1], vec[2] = element(lane, 2), vec[3] = element(lane, 3);
+      } else {
+        vec[0] = element(lane, 0), vec[1] = element(lane, 1), vec[2] = got[0], vec[3] = got[1];
+      }
+      EXPECT_EQ(Pair::column(lane, n) % 4, 0) << "16-byte aligned vector, lane " << lane;
+      for (int k = 0; k < 4; ++k) {
+        ASSERT_EQ(vec[k].first, Pair::row(lane)) << "lane " << lane << " element " << k;
+        ASSERT_EQ(vec[k].second, Pair::column(lane, n) + k) << "lane " << lane << " element " << k;
+        ++added[vec[k].first * 8 + vec[k].second - 8 * n];
+      }
+    }
+    for (int count : added) EXPECT_EQ(count, 1);
+  }
 }
 
 template <int D>

@@ -336,22 +336,21 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     }
   };
   // With the split: the same columns added to dq_accum straight from the registers, one vector
-  // reduction of 4 floats per n8 tile. Lanes l and l ^ 1 hold columns c, c + 1 and c + 2, c + 3 of
-  // rows R and R + 8; they swap halves so that the even lane adds row R's four and the odd lane row
-  // R + 8's.
+  // reduction of 4 floats per n8 tile, lane pairs swapping halves (bwd_config.h DqPairReduction).
   const auto reduceDQFromRegisters = [&](int head, int tileQ0, int part) {
-    const bool odd = lane & 1;
-    const int row = tileRow + (odd ? 8 : 0);
+    using Pair = DqPairReduction;
+    const bool odd = Pair::odd(lane);
+    const int row = 16 * warp + Pair::row(lane);
     const bool inside = tileQ0 + row < p.q_len;  // every lane swaps; rows past q_len add nothing
     float* block = p.dq_accum + DqLayout::tileOffset(p.q_len, p.heads_q, b, head, tileQ0) +
                    group * 64 * Config::kDqN;
 #pragma unroll
     for (int n = 0; n < kDqPartN / 8; ++n) {
       // (the selects are of values: an index chosen at run time would put dq in local memory)
-      const float x = __shfl_xor_sync(0xffffffffu, odd ? dq[0][n][0] : dq[0][n][2], 1);
-      const float y = __shfl_xor_sync(0xffffffffu, odd ? dq[0][n][1] : dq[0][n][3], 1);
-      const int col = part * kDqPartN + 8 * n + colInQuad - (odd ? 2 : 0);
-      float* dst = block + DqLayout::swizzled(row, col);
+      const bool sendsLow = Pair::sent(lane) == 0;
+      const float x = __shfl_xor_sync(0xffffffffu, sendsLow ? dq[0][n][0] : dq[0][n][2], 1);
+      const float y = __shfl_xor_sync(0xffffffffu, sendsLow ? dq[0][n][1] : dq[0][n][3], 1);
+      float* dst = block + DqLayout::swizzled(row, part * kDqPartN + Pair::column(lane, n));
       if (!inside) continue;
       if (odd)
         reduceAddGlobalF32x4(dst, x, y, dq[0][n][2], dq[0][n][3]);

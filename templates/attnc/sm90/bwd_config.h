@@ -72,6 +72,21 @@ ATTNC_HD constexpr int bwdConsumerRegisters(int headDim, int headDimV, bool spli
                dqColumns(headDim, 2) / 2 + kBwdBlockQ / 4);
 }
 
+// The head-dim split's dQ reduction (backward.h): in an n8 tile of the m16n8 accumulator layout,
+// lanes l and l ^ 1 hold columns c, c + 1 and c + 2, c + 3 of rows R and R + 8 (elements 0, 1 of
+// row R, 2, 3 of row R + 8). Each sends the other its elements sent(l), sent(l) + 1 and adds four
+// consecutive floats of one row: the even lane row R's (its own 0, 1, then the pair received), the
+// odd lane row R + 8's (the pair received, then its own 2, 3). row() is inside the warp's 16 rows,
+// column() inside the 8 n8 columns' tile n.
+struct DqPairReduction {
+  ATTNC_HD static constexpr bool odd(int lane) { return (lane & 1) != 0; }
+  ATTNC_HD static constexpr int sent(int lane) { return odd(lane) ? 0 : 2; }
+  ATTNC_HD static constexpr int row(int lane) { return (lane >> 2) + (odd(lane) ? 8 : 0); }
+  ATTNC_HD static constexpr int column(int lane, int n) {
+    return 8 * n + 2 * (lane & 3) - (odd(lane) ? 2 : 0);
+  }
+};
+
 // Element: attnc::bf16 or attnc::half. HeadDim, HeadDimV: multiples of 8 in [8, 256] whose
 // accumulators fit (the tile rule checks bwdConsumerRegisters). Stages: Q/dO tiles in flight.
 // Split: the consumers share their kv rows and split dK's and dV's columns (bwdKvRows).
