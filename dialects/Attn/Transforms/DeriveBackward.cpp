@@ -57,16 +57,10 @@ struct AttnDeriveBackward final : mlir::attn::impl::AttnDeriveBackwardBase<AttnD
       if (!forward.getMask().empty()) forward.getMask().walk([&](LoadOp) { ++maskLoads; });
       problem.hopperBackwardExtra = maskLoads ? 0 : (maskOps > 8 ? 4 * (maskOps - 8) : 0);
       problem.backwardHeavyEpilogue = dropout || loads > 0;
-      if (!forward.getScore().empty()) {
-        Block& body = forward.getScore().front();
-        llvm::SmallPtrSet<Value, 16> fromScore{body.getArgument(0)};
-        for (Operation& inner : body) {
-          if (!llvm::any_of(inner.getOperands(), [&](Value v) { return fromScore.contains(v); }))
-            continue;
-          for (Value r : inner.getResults()) fromScore.insert(r);
+      if (!forward.getScore().empty())
+        forEachOpDependingOn(forward.getScore().front(), {0u}, [&](Operation& inner) {
           if (!isa<arith::AddFOp, arith::SubFOp, YieldOp>(inner)) problem.backwardHeavyEpilogue = true;
-        }
-      }
+        });
       TileTarget target{forward.getTarget().str(), smemPerBlock, smemPerBlock, regsPerThread};
       FailureOr<BackwardTileChoice> tiles = deriveBackwardTiles(problem, target);
       if (failed(tiles)) {

@@ -3,6 +3,9 @@
 // it (indices, loads of inputs, constants) have derivative 0 and emit nothing.
 #include "dialects/Attn/Transforms/ScoreGradient.h"
 
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallPtrSet.h"
+
 #include "dialects/Attn/IR/AttnOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -134,4 +137,16 @@ LogicalResult mlir::attn::deriveScoreGradient(Region& score, Region& gradient, L
     if (failed(differentiator.differentiate(*clone, error))) return failure();
   }
   return success();
+}
+
+void mlir::attn::forEachOpDependingOn(Block& body, ArrayRef<unsigned> arguments,
+                                      llvm::function_ref<void(Operation&)> visit) {
+  llvm::SmallPtrSet<Value, 16> dependent;
+  for (unsigned i : arguments)
+    if (i < body.getNumArguments()) dependent.insert(body.getArgument(i));
+  for (Operation& op : body) {
+    if (!llvm::any_of(op.getOperands(), [&](Value v) { return dependent.contains(v); })) continue;
+    for (Value result : op.getResults()) dependent.insert(result);
+    visit(op);
+  }
 }

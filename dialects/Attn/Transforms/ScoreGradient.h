@@ -5,6 +5,7 @@
 
 #include "mlir/IR/Region.h"
 #include "mlir/Support/LLVM.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 
 #include <string>
 
@@ -15,5 +16,11 @@ namespace mlir::attn {
 // Fails, naming the op in `error`, when an op's derivative cannot be formed (a remainder by a
 // score-dependent divisor, or an op attnc has no rule for).
 LogicalResult deriveScoreGradient(Region& score, Region& gradient, Location loc, std::string& error);
+
+// Calls `visit` on each op of `body`, in order, that has an operand computed (through any chain of
+// ops) from the block arguments `arguments` (indices past the block's arguments are ignored): the
+// per-element ops of a score region, say, with the score, q and k.
+void forEachOpDependingOn(Block& body, ArrayRef<unsigned> arguments,
+                          llvm::function_ref<void(Operation&)> visit);
 
 }  // namespace mlir::attn

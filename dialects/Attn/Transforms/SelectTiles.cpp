@@ -1,11 +1,9 @@
 // attn-select-tiles: B_c = ceil(M / 4d), B_r = min(B_c, d) from the target's shared memory, then
 // fitted to the sm_80-family kernel's instruction shapes, registers and pipeline stages.
 #include "dialects/Attn/Transforms/Passes.h"
+#include "dialects/Attn/Transforms/ScoreGradient.h"
 #include "dialects/Attn/Transforms/TileRule.h"
 
-#include "llvm/ADT/SmallPtrSet.h"
-
-#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/IR/Builders.h"
 
 #define DEBUG_TYPE "attn-select-tiles"
@@ -32,19 +30,10 @@ struct AttnSelectTiles final : mlir::attn::impl::AttnSelectTilesBase<AttnSelectT
       // arguments 0, 3, 4). The rest depend on the batch, head and lengths only, and the compiler
       // computes them once per tile (ALiBi's slope, say).
       int64_t scoreOps = 0;
-      if (!op.getScore().empty()) {
-        Block& body = op.getScore().front();
-        llvm::SmallPtrSet<Value, 16> perElement;
-        for (unsigned i : {0u, 3u, 4u})
-          if (i < body.getNumArguments()) perElement.insert(body.getArgument(i));
-        for (Operation& inner : body) {
-          if (isa<arith::ConstantOp, YieldOp>(inner)) continue;
-          if (llvm::any_of(inner.getOperands(), [&](Value v) { return perElement.contains(v); })) {
-            ++scoreOps;
-            for (Value r : inner.getResults()) perElement.insert(r);
-          }
-        }
-      }
+      if (!op.getScore().empty())
+        forEachOpDependingOn(op.getScore().front(), {0u, 3u, 4u}, [&](Operation& inner) {
+          if (!isa<YieldOp>(inner)) ++scoreOps;
+        });
       TileProblem problem{int64_t(op.getHeadDim()), int64_t(op.getHeadDimV()),
                           int64_t(op.getElementType().getIntOrFloatBitWidth() / 8), blockQ,
                           blockKV,

@@ -348,52 +348,52 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
   const int64_t consumers = kHopperBwdConsumers;
   const int64_t available =
       attnc::sm90::consumerRegisters(int(consumers), attnc::sm90::kBwdProducerRegisters);
-  int64_t model = attnc::sm90::bwdConsumerRegisters(int(d), int(dv));
   if (problem.hopperBackwardExtra < 0) {
     note(llvm::formatv("sm_90a dK/dV kernel: the mask reads declared inputs, which its producer warp "
                        "cannot classify within {0} registers: the sm80 dK/dV kernel below serves",
                        attnc::sm90::kBwdProducerRegisters));
     return;
   }
-  int64_t needed = model + kHopperBwdReserveRegisters + problem.hopperBackwardExtra;
-  bool split = false;
-  if (needed > available) {
-    // The head-dim split (bwd_config.h): the consumers share 64 kv rows, each keeping half of
-    // dK's and dV's columns.
-    // Only where dK and dV are what does not fit (the plain kernel without the epilogue), and
-    // only without an epilogue: the split kernel's dQ reductions take what the plain kernel
-    // leaves an epilogue. Calibrated with ptxas (CUDA 13.0) at hd256: a causal, window, prefix,
-    // ALiBi or additive score compiles without spills; dropout (4 bytes), softcap (12) and
-    // document (32) spilled, and a large mask at hd128 (custom_mask) spilled 8.
-    const int64_t splitModel = attnc::sm90::bwdConsumerRegisters(int(d), int(dv), true);
-    const int64_t splitNeeded = splitModel + kHopperBwdReserveRegisters + problem.hopperBackwardExtra;
-    const bool fits = attnc::sm90::splitFits(int(d), int(dv), int(consumers)) &&
-                      model + kHopperBwdReserveRegisters > available &&
-                      !problem.backwardHeavyEpilogue;
-    if (!fits || splitNeeded > available) {
-      note(llvm::formatv("sm_90a dK/dV kernel: registers {0} (dK, dV, S^T, dP^T, dS^T) + {1} reserve "
-                         "+ {2} epilogue = {3} > {4} per consumer thread, {5}: the sm80 dK/dV kernel "
-                         "below serves",
-                         model, kHopperBwdReserveRegisters, problem.hopperBackwardExtra, needed,
-                         available,
-                         fits ? llvm::formatv("and {0} with the head-dim split", splitNeeded).str()
-                              : std::string("and no head-dim split (it serves where dK and dV "
-                                            "alone are what does not fit, in whole 64-column "
-                                            "chunks per consumer, without dropout, input reads "
-                                            "or a score derivative that depends on the score)")));
-      return;
-    }
+  const int64_t reserve = kHopperBwdReserveRegisters + problem.hopperBackwardExtra;
+  const int64_t plainModel = attnc::sm90::bwdConsumerRegisters(int(d), int(dv));
+  const int64_t plainNeeded = plainModel + reserve;
+  // The head-dim split (bwd_config.h: the consumers share 64 kv rows, each keeping its share of
+  // dK's and dV's columns) where the plain kernel does not fit: only where dK and dV are what does
+  // not fit (the plain kernel without the epilogue), in whole 64-column chunks per consumer, and
+  // without a heavy epilogue: the split kernel's dQ reductions take what the plain kernel leaves an
+  // epilogue. Calibrated with ptxas (CUDA 13.0) at hd256: a causal, window, prefix, ALiBi or
+  // additive score compiles without spills; dropout (4 bytes), softcap (12) and document (32)
+  // spilled, and a large mask at hd128 (custom_mask) spilled 8.
+  const bool tryingSplit = plainNeeded > available;
+  const bool splitAllowed = tryingSplit && attnc::sm90::splitFits(int(d), int(dv), int(consumers)) &&
+                            plainModel + kHopperBwdReserveRegisters > available &&
+                            !problem.backwardHeavyEpilogue;
+  const int64_t splitModel = attnc::sm90::bwdConsumerRegisters(int(d), int(dv), true);
+  const bool split = splitAllowed && splitModel + reserve <= available;
+  if (tryingSplit && !split) {
+    note(llvm::formatv("sm_90a dK/dV kernel: registers {0} (dK, dV, S^T, dP^T, dS^T) + {1} reserve "
+                       "+ {2} epilogue = {3} > {4} per consumer thread, {5}: the sm80 dK/dV kernel "
+                       "below serves",
+                       plainModel, kHopperBwdReserveRegisters, problem.hopperBackwardExtra,
+                       plainNeeded, available,
+                       splitAllowed
+                           ? llvm::formatv("and {0} with the head-dim split", splitModel + reserve).str()
+                           : std::string("and no head-dim split (it serves where dK and dV alone are "
+                                         "what does not fit, in whole 64-column chunks per "
+                                         "consumer, without dropout, input reads or a score "
+                                         "derivative that depends on the score)")));
+    return;
+  }
+  if (split)
     note(llvm::formatv("sm_90a dK/dV kernel: registers {0} (dK, dV, S^T, dP^T, dS^T) + {1} reserve "
                        "+ {2} epilogue = {3} > {4} per consumer thread: the head-dim split, the "
                        "consumers sharing 64 kv rows and each keeping {5} of dK's and {6} of dV's "
                        "columns (S^T and dP^T computed by both)",
-                       model, kHopperBwdReserveRegisters, problem.hopperBackwardExtra, needed,
-                       available, attnc::sm90::dqColumns(int(d), int(consumers)),
+                       plainModel, kHopperBwdReserveRegisters, problem.hopperBackwardExtra,
+                       plainNeeded, available, attnc::sm90::dqColumns(int(d), int(consumers)),
                        attnc::sm90::dqColumns(int(dv), int(consumers))));
-    split = true;
-    model = splitModel;
-    needed = splitNeeded;
-  }
+  const int64_t model = split ? splitModel : plainModel;
+  const int64_t needed = model + reserve;
   auto smem = [&](int64_t stages) {
     return int64_t(attnc::sm90::bwdSmemBytes(int(d), int(dv), int(consumers), int(stages), split));
   };

@@ -223,9 +223,10 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   // stage is released as soon as S_j is done, V_{j-1}'s when P_{j-1} V_{j-1} is. ptxas, though,
   // moves the second wait up to the first (the SASS of every example has them back to back), so
   // the softmax runs after both GEMMs and only the ping-pong below overlaps it with GEMMs; keeping
-  // the wait below the softmax measured 2-4% slower on most rows (docs/perf/H200.md, 2026-12-01). No wgmma is issued under a condition: ptxas then serializes every one
-  // of them. A warpgroup whose rows a tile masks entirely (or that has no rows) still multiplies
-  // and masks every element of it instead of skipping it.
+  // the wait below the softmax measured 2-4% slower on most rows (docs/perf/H200.md, 2026-12-01).
+  // No wgmma is issued under a condition: ptxas then serializes every one of them. A warpgroup
+  // whose rows a tile masks entirely (or that has no rows) still multiplies and masks every element
+  // of it instead of skipping it.
   u32 pA[1][Config::kPVSteps][4];  // P of the previous tile, the A operand of its P V
   float s[1][kN][4];
   int stage = 0;
