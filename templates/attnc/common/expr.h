@@ -162,11 +162,22 @@ ATTNC_HD i64 input_offset(const InputRef& in, int b, int h, int pos, InputExtent
   return clamp_index(b, e.batch) * in.stride_b + clamp_index(h, e.heads) * in.stride_h +
          clamp_index(pos, e.positions) * in.stride_pos;
 }
+// Declared inputs are read-only while a launch runs, so the device reads them through the
+// non-coherent (read-only data) path.
+template <class T>
+ATTNC_HD T load_input(const void* base, i64 offset) {
+  const T* at = static_cast<const T*>(base) + offset;
+#if defined(__CUDA_ARCH__)
+  return __ldg(at);
+#else
+  return *at;
+#endif
+}
 ATTNC_HD int load_i32(const InputRef& in, int b, int h, int pos, InputExtents e) {
-  return static_cast<const int*>(in.ptr)[input_offset(in, b, h, pos, e)];
+  return load_input<int>(in.ptr, input_offset(in, b, h, pos, e));
 }
 ATTNC_HD float load_f32(const InputRef& in, int b, int h, int pos, InputExtents e) {
-  return static_cast<const float*>(in.ptr)[input_offset(in, b, h, pos, e)];
+  return load_input<float>(in.ptr, input_offset(in, b, h, pos, e));
 }
 
 // ---- intervals -------------------------------------------------------------------------------

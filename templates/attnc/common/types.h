@@ -33,6 +33,12 @@ ATTNC_HD constexpr int roundUp(int a, int b) { return (a + b - 1) / b * b; }
 ATTNC_HD constexpr int maxOf(int a, int b) { return a > b ? a : b; }
 ATTNC_HD constexpr int minOf(int a, int b) { return a < b ? a : b; }
 
+// A compile-time flag passed to a generic lambda (NVRTC has no <type_traits>).
+template <bool Value>
+struct Flag {
+  static constexpr bool value = Value;
+};
+
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
 // Per-element-type conversions. `pack2` rounds two floats to nearest-even and packs them the way

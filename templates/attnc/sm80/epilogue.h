@@ -42,26 +42,113 @@ ATTNC_DEVICE void applyScore(float (&s)[MTiles][NTiles][4], const Params& p, int
       }
 }
 
+// Whether the lane's element (q, k) is kept: inside kv_len and, with PerElement, by the Variant's
+// scalar mask. The mask is evaluated without a branch (declared inputs clamp their indices), so
+// that a tile's loads of one key or row are shared and issued together; under a per-element
+// condition each element's loads waited for the previous element's.
+template <class Variant, bool PerElement, class Params>
+ATTNC_DEVICE bool keepElement(const Params& p, int b, int h, int q, int k) {
+  bool keep = k < p.kv_len;
+  if constexpr (Variant::kHasMask && PerElement) keep = keep & bool(Variant::mask(p, b, h, q, k));
+  return keep;
+}
+
+// Calls body(Flag<true>) for a tile the mask decides per element, body(Flag<false>) otherwise:
+// the branch is taken once per tile, outside the element loops.
+template <class Body>
+ATTNC_DEVICE void withPerElement(bool perElement, Body&& body) {
+  if (perElement)
+    body(Flag<true>());
+  else
+    body(Flag<false>());
+}
+
 // Sets masked scores to -inf. With `perElement` the Variant's scalar mask decides (a partial tile);
-// keys at or past kv_len are always masked (the tail tile).
-template <class Variant, int MTiles, int NTiles, class Params>
+// keys at or past kv_len are always masked (the tail tile). `BranchFree` (the sm_90a forward)
+// takes the per-element choice once for the tile (keepElement); the sm_80 forward keeps it per
+// element, under which each element's loads wait for the previous one's, because at its 255
+// registers the branch-free form spilled (causal_hd128: 8 bytes).
+template <class Variant, bool BranchFree = false, int MTiles, int NTiles, class Params>
 ATTNC_DEVICE void applyMask(float (&s)[MTiles][NTiles][4], const Params& p, int b, int h,
                             int qRow, int kCol, bool perElement) {
   const int qMax = p.q_len - 1;
+  const auto maskTile = [&](auto decides) {
+#pragma unroll
+    for (int mi = 0; mi < MTiles; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < NTiles; ++ni)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int q = minOf(qRow + 16 * mi + 8 * (c >> 1), qMax);
+          const int k = kCol + 8 * ni + (c & 1);
+          bool keep;
+          if constexpr (BranchFree) {
+            keep = keepElement<Variant, decltype(decides)::value>(p, b, h, q, k);
+          } else {
+            keep = k < p.kv_len;
+            if constexpr (Variant::kHasMask) {
+              if (perElement && keep) keep = Variant::mask(p, b, h, q, k);
+            }
+          }
+          if (!keep) s[mi][ni][c] = -kInfinity;
+        }
+  };
+  if constexpr (BranchFree)
+    withPerElement(perElement, maskTile);
+  else
+    maskTile(Flag<false>());
+}
+
+// A lane's mask decisions for one tile as bits (element [mi][ni][c] is bit keepBit(mi, ni, c)),
+// made before the scores exist: the sm_90a forward evaluates them while S = Q K^T runs, so that
+// the mask's integer work and its loads of declared inputs (a document mask reads one id per key)
+// are off the path from S to the softmax. Same decisions as applyMask.
+template <int MTiles, int NTiles>
+struct KeepBits {
+  static constexpr int kBits = MTiles * NTiles * 4;
+  u32 words[ceilDiv(kBits, 32)];
+  ATTNC_HD static constexpr int bit(int mi, int ni, int c) { return (mi * NTiles + ni) * 4 + c; }
+  ATTNC_HD bool kept(int mi, int ni, int c) const {
+    const int i = bit(mi, ni, c);
+    return (words[i / 32] >> (i % 32)) & 1u;
+  }
+};
+
+template <class Variant, int MTiles, int NTiles, class Params>
+ATTNC_DEVICE KeepBits<MTiles, NTiles> maskKeepBits(const Params& p, int b, int h, int qRow,
+                                                    int kCol, bool perElement) {
+  using Bits = KeepBits<MTiles, NTiles>;
+  const int qMax = p.q_len - 1;
+  Bits keep;
+#pragma unroll
+  for (int w = 0; w < ceilDiv(Bits::kBits, 32); ++w) keep.words[w] = 0u;
+  withPerElement(perElement, [&](auto decides) {
+#pragma unroll
+    for (int mi = 0; mi < MTiles; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < NTiles; ++ni)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int q = minOf(qRow + 16 * mi + 8 * (c >> 1), qMax);
+          const int k = kCol + 8 * ni + (c & 1);
+          const int i = Bits::bit(mi, ni, c);
+          keep.words[i / 32] |=
+              u32(keepElement<Variant, decltype(decides)::value>(p, b, h, q, k)) << (i % 32);
+        }
+  });
+  return keep;
+}
+
+// Sets the scores whose keep bit is clear to -inf.
+template <int MTiles, int NTiles>
+ATTNC_DEVICE void applyKeepBits(float (&s)[MTiles][NTiles][4], const KeepBits<MTiles, NTiles>& keep) {
 #pragma unroll
   for (int mi = 0; mi < MTiles; ++mi)
 #pragma unroll
     for (int ni = 0; ni < NTiles; ++ni)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int q = minOf(qRow + 16 * mi + 8 * (c >> 1), qMax);
-        const int k = kCol + 8 * ni + (c & 1);
-        bool keep = k < p.kv_len;
-        if constexpr (Variant::kHasMask) {
-          if (perElement && keep) keep = Variant::mask(p, b, h, q, k);
-        }
-        if (!keep) s[mi][ni][c] = -kInfinity;
-      }
+      for (int c = 0; c < 4; ++c)
+        if (!keep.kept(mi, ni, c)) s[mi][ni][c] = -kInfinity;
 }
 
 // The dropout decisions (the mapping is documented in philox.h) of this lane's elements of an

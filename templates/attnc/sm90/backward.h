@@ -98,12 +98,6 @@ struct BackwardSmem {
   }
 };
 
-// A compile-time flag passed to a generic lambda (NVRTC has no <type_traits>).
-template <bool Value>
-struct Flag {
-  static constexpr bool value = Value;
-};
-
 // Writes a warpgroup accumulator (times `factor`) to global rows: this lane's rows `row` and
 // `row + 8` below `rows`, its pairs of columns below `width`.
 template <class Element, int Tiles>

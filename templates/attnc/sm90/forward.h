@@ -250,12 +250,19 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   const auto issuePV = [&](int vStage) {
     gemmRegsMNMajor<Element, Config::kHeadDimV>(flat(o), pA[0], smem.v(vStage), Config::kBlockKV);
   };
-  // The epilogue and softmax of S (tile `tile`), once S is in registers.
-  const auto softmaxStep = [&](int tile, Tri tileClass, float (&factors)[1][2]) {
-    fenceRegisters(flat(s));
-    mbarrierArrive(smem.kEmpty(stage));
-    const int kv0 = tile * Config::kBlockKV;
-    const int kCol = kv0 + 2 * (lane & 3);
+  // Which elements of tile `tile` this warpgroup's rows keep. For a mask that reads declared
+  // inputs (kMaskAhead: a document mask reads an id per key) the decisions are made as bits while
+  // S = Q K^T runs, since they do not depend on the scores, so that the loads' round trips are off
+  // the path from S to the softmax; other masks are a few integer operations per element, made on
+  // the scores after the wait (as bits ahead, causal_hd64 spilled).
+  constexpr bool kMaskAhead = VariantTileClasses<Variant>::value;
+  struct TileMask {
+    bool masked;      // false: the tile keeps every element of this warpgroup's rows
+    bool perElement;  // the mask decides per element (else only the kv_len tail is masked)
+    sm80::KeepBits<1, kN> keep;  // kMaskAhead: the decisions
+  };
+  const auto tileMask = [&](int tile, Tri tileClass) {
+    TileMask mask;
     // A partial tile can still be empty or full for this warpgroup's rows alone.
     Tri groupClass = tileClass;
     if constexpr (Variant::kHasMask) {
@@ -263,11 +270,28 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
       if (tileClass == Tri::Unknown && groupHasRows)
         groupClass = tiles.groupClass(tile, group, groupRow, groupLast);
     }
+    mask.perElement = groupClass != Tri::True;
+    mask.masked = mask.perElement || tiles.isTail(tile);
+    if constexpr (kMaskAhead) {
+      if (mask.masked)
+        mask.keep = sm80::maskKeepBits<Variant, 1, kN>(
+            p, b, h, qRow, tile * Config::kBlockKV + 2 * (lane & 3), mask.perElement);
+    }
+    return mask;
+  };
+  // The epilogue and softmax of S (tile `tile`), once S is in registers.
+  const auto softmaxStep = [&](int tile, const TileMask& mask, float (&factors)[1][2]) {
+    fenceRegisters(flat(s));
+    mbarrierArrive(smem.kEmpty(stage));
+    const int kCol = tile * Config::kBlockKV + 2 * (lane & 3);
     if constexpr (Variant::kHasScore)
       sm80::applyScore<Variant, /*Positions=*/true>(s, p, b, h, qRow, kCol);
-    const bool perElement = groupClass != Tri::True;
-    if (perElement || tiles.isTail(tile))
-      sm80::applyMask<Variant>(s, p, b, h, qRow, kCol, perElement);
+    if (mask.masked) {
+      if constexpr (kMaskAhead)
+        sm80::applyKeepBits(s, mask.keep);
+      else
+        sm80::applyMask<Variant, /*BranchFree=*/true>(s, p, b, h, qRow, kCol, mask.perElement);
+    }
     softmax.advance(s, log2Scale, factors);
     if constexpr (Variant::kHasDropout)
       sm80::applyDropout(s, p, batchHead, dropThreshold, qRow, kCol);
@@ -281,9 +305,12 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     takeTurn();
     issueQK();
     passTurn();
+    TileMask mask;
+    if constexpr (kMaskAhead) mask = tileMask(tile, smem.scheduledClass(stage));
     wgmmaWait<0>();
+    if constexpr (!kMaskAhead) mask = tileMask(tile, smem.scheduledClass(stage));
     float factors[1][2];
-    softmaxStep(tile, smem.scheduledClass(stage), factors);  // O is still zero: nothing to rescale
+    softmaxStep(tile, mask, factors);  // O is still zero: nothing to rescale
     sm80::warp::packP<Element>(pA, s);
     for (int iteration = 1;; ++iteration) {
       const int prevStage = stage;
@@ -300,8 +327,10 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
       issueQK();
       issuePV(prevStage);
       passTurn();
+      if constexpr (kMaskAhead) mask = tileMask(tile, smem.scheduledClass(stage));
       wgmmaWait<1>();  // S_j is done; P_{j-1} V_{j-1} may still run
-      softmaxStep(tile, smem.scheduledClass(stage), factors);
+      if constexpr (!kMaskAhead) mask = tileMask(tile, smem.scheduledClass(stage));
+      softmaxStep(tile, mask, factors);
       wgmmaWait<0>();  // P_{j-1} V_{j-1} is done
       fenceRegisters(flat(o));
       mbarrierArrive(smem.vEmpty(prevStage));
