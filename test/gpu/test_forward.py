@@ -326,7 +326,11 @@ def check_head_dim_v(info, hdv):
         raise RuntimeError(f"kernel's head_dim_v is {info['head_dim_v']}, the spec asked for {hdv}")
 
 
-def run_case(lib_kernel, var, hd, dtype, B, ql, kl, ref_dev, res, key, hdv=None):
+def run_case(lib_kernel, var, hd, dtype, B, ql, kl, ref_dev, res, key, hdv=None, growing=False):
+    """growing: keys scaled by 1 -> 8 along the sequence, so that a row's maximum score keeps
+    growing from kv tile to kv tile by more than the sm_90a forward's lazy-rescale threshold
+    (2^8, sm80/softmax.h advanceLazy): with plain random inputs a row's maximum settles in its
+    first tile and O is never rescaled after it."""
     hdv = hdv or hd  # V and O are head_dim_v wide
     info = lib_kernel.info
     check_head_dim_v(info, hdv)
@@ -335,6 +339,8 @@ def run_case(lib_kernel, var, hd, dtype, B, ql, kl, ref_dev, res, key, hdv=None)
     dev = torch.device("cuda")
     q = torch.randn(B, ql, hq, hd, device=dev, dtype=dt)
     k = torch.randn(B, kl, hkv, hd, device=dev, dtype=dt)
+    if growing:
+        k = (k.float() * torch.linspace(1.0, 8.0, kl, device=dev).view(1, kl, 1, 1)).to(dt)
     v = torch.randn(B, kl, hkv, hdv, device=dev, dtype=dt)
     npos = max(ql, kl)
     inputs = {n: gen(B, hq, npos, dev) for n, (_, _, gen) in var.inputs.items()}
@@ -595,6 +601,16 @@ def main():
             except Exception as e:  # noqa: BLE001
                 print(f"FAIL {key} Sq{ql} Skv{kl}: exception {e}", flush=True)
                 res.add(key, False, what=f"Sq{ql} Skv{kl}: exception {e}")
+        # Once per kernel, the longest case again with scores that grow along the keys (O is
+        # rescaled mid-row).
+        ql, kl = max(lens, key=lambda qk: qk[1])
+        if not var.dropout and kl >= 256:
+            try:
+                run_case(kern, var, hd, dtype, B, ql, kl, args.ref_device, res, key + " growing",
+                         hdv=hdv, growing=True)
+            except Exception as e:  # noqa: BLE001
+                print(f"FAIL {key} growing Sq{ql} Skv{kl}: exception {e}", flush=True)
+                res.add(key + " growing", False, what=f"Sq{ql} Skv{kl}: exception {e}")
     validation_checks(lib, kernels, res)
     elapsed = time.time() - t_start
     total = sum(r["cases"] for r in res.rows.values())

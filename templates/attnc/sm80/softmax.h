@@ -70,19 +70,73 @@ struct OnlineSoftmax {
         const float factor = exp2Approx(rowMax[mi][r] * log2Scale - maxScaled);
         rowMax[mi][r] = newMax;
 
-        float sum = 0.0f;
-#pragma unroll
-        for (int ni = 0; ni < NTiles; ++ni) {
-#pragma unroll
-          for (int c = 2 * r; c < 2 * r + 2; ++c) {
-            s[mi][ni][c] = exp2Approx(s[mi][ni][c] * log2Scale - maxScaled);
-            sum += s[mi][ni][c];
-          }
-        }
-        rowSum[mi][r] = rowSum[mi][r] * factor + sum;
+        rowSum[mi][r] = rowSum[mi][r] * factor + probabilities(s, mi, r, log2Scale, maxScaled);
         factors[mi][r] = factor;
       }
     }
+  }
+
+  // advance() with lazy maxima (the sm_90a forward): a warp keeps its row maxima while no row of
+  // it grows by more than kLazyRescaleLog2 in base-2 units, so that the tile's probabilities are
+  // at most 2^kLazyRescaleLog2 instead of 1 and neither O nor the sums need rescaling. Returns
+  // whether the warp moved its maxima (warp-uniform), that is whether rescale() is needed at all:
+  // after the first tiles, mostly not. O / l and LSE = m + log2(l) hold for whatever m the sums
+  // were taken against, so only the range of the intermediate values changes (fp32 sums, P <= 256
+  // in bf16 or fp16). The max over a tile is a tree rather than a chain (5 levels for 32 columns).
+  static constexpr float kLazyRescaleLog2 = 8.0f;
+
+  template <int NTiles>
+  ATTNC_DEVICE bool advanceLazy(float (&s)[MTiles][NTiles][4], float log2Scale,
+                                float (&factors)[MTiles][2]) {
+    float tileMax[MTiles][2];
+    bool grows = false;
+#pragma unroll
+    for (int mi = 0; mi < MTiles; ++mi)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float m[NTiles];
+#pragma unroll
+        for (int ni = 0; ni < NTiles; ++ni) m[ni] = fmax2(s[mi][ni][2 * r], s[mi][ni][2 * r + 1]);
+#pragma unroll
+        for (int stride = 1; stride < NTiles; stride *= 2)
+#pragma unroll
+          for (int i = 0; i + stride < NTiles; i += 2 * stride) m[i] = fmax2(m[i], m[i + stride]);
+        tileMax[mi][r] = quadMax(m[0]);
+        // From -inf (nothing unmasked so far) any finite maximum is growth; -inf to -inf is not
+        // (NaN compares false), and such a row's probabilities are 0 either way.
+        grows = grows || (tileMax[mi][r] - rowMax[mi][r]) * log2Scale > kLazyRescaleLog2;
+      }
+    const bool moves = __any_sync(0xffffffffu, grows);
+#pragma unroll
+    for (int mi = 0; mi < MTiles; ++mi)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float newMax = moves ? fmax2(rowMax[mi][r], tileMax[mi][r]) : rowMax[mi][r];
+        const float maxScaled = newMax == -kInfinity ? 0.0f : newMax * log2Scale;  // as advance()
+        const float factor = moves ? exp2Approx(rowMax[mi][r] * log2Scale - maxScaled) : 1.0f;
+        rowMax[mi][r] = newMax;
+        const float sum = probabilities(s, mi, r, log2Scale, maxScaled);
+        rowSum[mi][r] = moves ? rowSum[mi][r] * factor + sum : rowSum[mi][r] + sum;
+        factors[mi][r] = factor;
+      }
+    return moves;
+  }
+
+  // Overwrites row r of m-tile mi of `s` with 2^(s log2Scale - maxScaled) and returns this lane's
+  // sum of them.
+  template <int NTiles>
+  ATTNC_DEVICE static float probabilities(float (&s)[MTiles][NTiles][4], int mi, int r,
+                                          float log2Scale, float maxScaled) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int ni = 0; ni < NTiles; ++ni) {
+#pragma unroll
+      for (int c = 2 * r; c < 2 * r + 2; ++c) {
+        s[mi][ni][c] = exp2Approx(s[mi][ni][c] * log2Scale - maxScaled);
+        sum += s[mi][ni][c];
+      }
+    }
+    return sum;
   }
 
   template <int NvTiles>
