@@ -63,6 +63,20 @@ ATTNC_DEVICE void withPerElement(bool perElement, Body&& body) {
     body(Flag<false>());
 }
 
+// Calls visit(mi, ni, c, q, k) for each of a lane's elements of a score tile: row q (clamped to
+// q_len - 1) and key k (not clamped).
+template <int MTiles, int NTiles, class Params, class Visit>
+ATTNC_DEVICE void forEachElement(const Params& p, int qRow, int kCol, Visit&& visit) {
+  const int qMax = p.q_len - 1;
+#pragma unroll
+  for (int mi = 0; mi < MTiles; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NTiles; ++ni)
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        visit(mi, ni, c, minOf(qRow + 16 * mi + 8 * (c >> 1), qMax), kCol + 8 * ni + (c & 1));
+}
+
 // Sets masked scores to -inf. With `perElement` the Variant's scalar mask decides (a partial tile);
 // keys at or past kv_len are always masked (the tail tile). `BranchFree` (the sm_90a forward)
 // takes the per-element choice once for the tile (keepElement); the sm_80 forward keeps it per
@@ -71,27 +85,19 @@ ATTNC_DEVICE void withPerElement(bool perElement, Body&& body) {
 template <class Variant, bool BranchFree = false, int MTiles, int NTiles, class Params>
 ATTNC_DEVICE void applyMask(float (&s)[MTiles][NTiles][4], const Params& p, int b, int h,
                             int qRow, int kCol, bool perElement) {
-  const int qMax = p.q_len - 1;
   const auto maskTile = [&](auto decides) {
-#pragma unroll
-    for (int mi = 0; mi < MTiles; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < NTiles; ++ni)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const int q = minOf(qRow + 16 * mi + 8 * (c >> 1), qMax);
-          const int k = kCol + 8 * ni + (c & 1);
-          bool keep;
-          if constexpr (BranchFree) {
-            keep = keepElement<Variant, decltype(decides)::value>(p, b, h, q, k);
-          } else {
-            keep = k < p.kv_len;
-            if constexpr (Variant::kHasMask) {
-              if (perElement && keep) keep = Variant::mask(p, b, h, q, k);
-            }
-          }
-          if (!keep) s[mi][ni][c] = -kInfinity;
+    forEachElement<MTiles, NTiles>(p, qRow, kCol, [&](int mi, int ni, int c, int q, int k) {
+      bool keep;
+      if constexpr (BranchFree) {
+        keep = keepElement<Variant, decltype(decides)::value>(p, b, h, q, k);
+      } else {
+        keep = k < p.kv_len;
+        if constexpr (Variant::kHasMask) {
+          if (perElement && keep) keep = Variant::mask(p, b, h, q, k);
         }
+      }
+      if (!keep) s[mi][ni][c] = -kInfinity;
+    });
   };
   if constexpr (BranchFree)
     withPerElement(perElement, maskTile);
@@ -99,10 +105,10 @@ ATTNC_DEVICE void applyMask(float (&s)[MTiles][NTiles][4], const Params& p, int 
     maskTile(Flag<false>());
 }
 
-// A lane's mask decisions for one tile as bits (element [mi][ni][c] is bit keepBit(mi, ni, c)),
-// made before the scores exist: the sm_90a forward evaluates them while S = Q K^T runs, so that
-// the mask's integer work and its loads of declared inputs (a document mask reads one id per key)
-// are off the path from S to the softmax. Same decisions as applyMask.
+// A lane's mask decisions for one tile as bits (element [mi][ni][c] is bit bit(mi, ni, c)), made
+// before the scores exist: the sm_90a forward evaluates them while S = Q K^T runs, so that the
+// mask's integer work and its loads of declared inputs (a document mask reads one id per key) are
+// off the path from S to the softmax. Same decisions as applyMask<Variant, true>.
 template <int MTiles, int NTiles>
 struct KeepBits {
   static constexpr int kBits = MTiles * NTiles * 4;
@@ -118,23 +124,15 @@ template <class Variant, int MTiles, int NTiles, class Params>
 ATTNC_DEVICE KeepBits<MTiles, NTiles> maskKeepBits(const Params& p, int b, int h, int qRow,
                                                     int kCol, bool perElement) {
   using Bits = KeepBits<MTiles, NTiles>;
-  const int qMax = p.q_len - 1;
   Bits keep;
 #pragma unroll
   for (int w = 0; w < ceilDiv(Bits::kBits, 32); ++w) keep.words[w] = 0u;
   withPerElement(perElement, [&](auto decides) {
-#pragma unroll
-    for (int mi = 0; mi < MTiles; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < NTiles; ++ni)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const int q = minOf(qRow + 16 * mi + 8 * (c >> 1), qMax);
-          const int k = kCol + 8 * ni + (c & 1);
-          const int i = Bits::bit(mi, ni, c);
-          keep.words[i / 32] |=
-              u32(keepElement<Variant, decltype(decides)::value>(p, b, h, q, k)) << (i % 32);
-        }
+    forEachElement<MTiles, NTiles>(p, qRow, kCol, [&](int mi, int ni, int c, int q, int k) {
+      const int i = Bits::bit(mi, ni, c);
+      keep.words[i / 32] |=
+          u32(keepElement<Variant, decltype(decides)::value>(p, b, h, q, k)) << (i % 32);
+    });
   });
   return keep;
 }
