@@ -1,7 +1,9 @@
 """GPU tests of attnc's forward kernels through the C API (ctypes): each case against a float64
 torch reference computed on the device, with poisoned outputs and fresh random inputs; masks,
 score mods, GQA/MQA, head_dim_v != head_dim, dtypes, layouts, odd lengths, fully masked rows,
-dropout (against a host rebuild of the Philox mask), argument validation. Prints a summary table last.
+dropout (against a host rebuild of the Philox mask), argument validation, and per kernel one case
+whose scores grow along the keys (O rescaled mid-row, past the sm_90a forward's lazy row maxima).
+Prints a summary table last.
 
   python3 test/gpu/test_forward.py [--subset all|small] [--ref-device cuda|cpu] [--results-md PATH]
 
