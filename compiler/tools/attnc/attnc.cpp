@@ -233,7 +233,7 @@ int runExplain(const Common& common, long long seqLen, long long kvSeqLen, long 
   os << "  entry " << kernel->entry << ": " << kernel->threads << " threads, " << r.registers
      << " registers/thread, " << kernel->smemBytes << " B dynamic + " << r.staticSharedBytes
      << " B static shared memory\n";
-  if (kernel->forwardKernel == "sm90")
+  if (kernel->forwardKernel == "sm90") {
     os << "  warp roles: 1 producer warpgroup (TMA; setmaxnreg down to "
        << attnc::sm90::producerRegisters(int(kernel->blockQ / 64)) << " registers) and "
        << kernel->blockQ / 64 << " consumer warpgroups of 64 rows (wgmma; setmaxnreg up to "
@@ -244,7 +244,18 @@ int runExplain(const Common& common, long long seqLen, long long kvSeqLen, long 
                  "of (head, batch) pairs of about 256 blocks; q tiles end-aligned, a partial tile "
                  "first (block_order.h)"
                : "grid (q tiles, heads_q, batch): each head's q tiles in turn (all the same length)")
+       << "\n"
+       << "  row maxima: "
+       << (attnc::sm90::lazyRowMaxima(int(spec.headDimV))
+               ? "lazy: O is rescaled only when a row's maximum grows past 2^8 (head_dim_v >= 128)"
+               : "eager: O is rescaled every tile (head_dim_v < 128)")
        << "\n";
+    if (spec.mask.kind != MaskSpec::None)
+      os << "  partial tiles: the mask per element without branches"
+         << (kernel->tileClassesEntry.empty()
+                 ? ", after S = Q K^T\n"
+                 : ", decided while S = Q K^T runs (the mask reads declared inputs)\n");
+  }
   os << "  spills: " << r.spillStoreBytes << " B stores, " << r.spillLoadBytes << " B loads; stack "
      << r.stackBytes << " B" << (r.spillStoreBytes || r.spillLoadBytes ? "  <-- SPILLS" : "")
      << "\n";

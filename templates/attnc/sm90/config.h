@@ -25,6 +25,13 @@ ATTNC_HD constexpr int consumerRegisters(int consumers, int producerRegisters) {
   return minOf(240, ((65536 / (128 * (consumers + 1))) / 8 * 8 * (consumers + 1) - producerRegisters) /
                         consumers / 8 * 8);
 }
+// Whether the forward keeps lazy row maxima (OnlineSoftmax::advanceLazy: O rescaled only when a
+// row's maximum grows by more than 2^8): from head_dim_v 128. Measured on the H200 (A/B,
+// 2026-12-01, docs/perf/H200.md): hd256 full +6-12%, dropout hd128 +7%, GQA +2%, hd128 within
+// noise, but hd64 causal -5%: there O's rescale is 32 multiplies a thread, and the warp vote on the
+// path to the exponentials costs more than they do. `attnc explain` prints the choice.
+ATTNC_HD constexpr bool lazyRowMaxima(int headDimV) { return headDimV >= 128; }
+
 ATTNC_HD constexpr int consumerRegisters(int consumers) {
   return consumerRegisters(consumers, producerRegisters(consumers));
 }
@@ -82,6 +89,7 @@ struct FwdConfig {
 
   static constexpr int kProducerRegisters = producerRegisters(Consumers);
   static constexpr int kConsumerRegisters = consumerRegisters(Consumers);
+  static constexpr bool kLazyRowMaxima = lazyRowMaxima(HeadDimV);
 
   static_assert(HeadDim % 8 == 0 && HeadDim >= 8 && HeadDim <= 256, "head_dim: multiple of 8 in 8..256");
   static_assert(HeadDimV % 8 == 0 && HeadDimV >= 8 && HeadDimV <= 256,

@@ -279,11 +279,9 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     }
     return mask;
   };
-  // From head_dim_v 128 the row maxima are lazy (OnlineSoftmax::advanceLazy): after the first
-  // tiles O is mostly not rescaled. Measured on the H200 (A/B, 2026-12-01): hd256 full +6-11%,
-  // dropout hd128 +7%, GQA +2%, hd128 -1% (noise), but hd64 causal -5%: there O's rescale is 32
-  // multiplies a thread, and the warp vote on the path to the exponentials costs more than they do.
-  constexpr bool kLazyRescale = Config::kHeadDimV >= 128;
+  // From head_dim_v 128 the row maxima are lazy (OnlineSoftmax::advanceLazy, config.h
+  // lazyRowMaxima): after the first tiles O is mostly not rescaled.
+  constexpr bool kLazyRescale = Config::kLazyRowMaxima;
   // The epilogue and softmax of S (tile `tile`), once S is in registers; returns whether O must be
   // rescaled.
   const auto softmaxStep = [&](int tile, const TileMask& mask, float (&factors)[1][2]) {
