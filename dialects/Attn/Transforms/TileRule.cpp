@@ -370,28 +370,30 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
                             !problem.backwardHeavyEpilogue;
   const int64_t splitModel = attnc::sm90::bwdConsumerRegisters(int(d), int(dv), true);
   const bool split = splitAllowed && splitModel + reserve <= available;
+  // Where the plain kernel does not fit: the registers it would need, then what serves instead.
+  const std::string overBudget =
+      llvm::formatv("sm_90a dK/dV kernel: registers {0} (dK, dV, S^T, dP^T, dS^T) + {1} reserve + "
+                    "{2} epilogue = {3} > {4} per consumer thread",
+                    plainModel, kHopperBwdReserveRegisters, problem.hopperBackwardExtra,
+                    plainNeeded, available)
+          .str();
   if (tryingSplit && !split) {
-    note(llvm::formatv("sm_90a dK/dV kernel: registers {0} (dK, dV, S^T, dP^T, dS^T) + {1} reserve "
-                       "+ {2} epilogue = {3} > {4} per consumer thread, {5}: the sm80 dK/dV kernel "
-                       "below serves",
-                       plainModel, kHopperBwdReserveRegisters, problem.hopperBackwardExtra,
-                       plainNeeded, available,
-                       splitAllowed
-                           ? llvm::formatv("and {0} with the head-dim split", splitModel + reserve).str()
-                           : std::string("and no head-dim split (it serves where dK and dV alone are "
-                                         "what does not fit, in whole 64-column chunks per "
-                                         "consumer, without dropout, input reads or a score "
-                                         "derivative that depends on the score)")));
+    note(overBudget + ", " +
+         (splitAllowed
+              ? llvm::formatv("and {0} with the head-dim split", splitModel + reserve).str()
+              : std::string("and no head-dim split (it serves where dK and dV alone are what does "
+                            "not fit, in whole 64-column chunks per consumer, without dropout, "
+                            "input reads or a score derivative that depends on the score)")) +
+         ": the sm80 dK/dV kernel below serves");
     return;
   }
   if (split)
-    note(llvm::formatv("sm_90a dK/dV kernel: registers {0} (dK, dV, S^T, dP^T, dS^T) + {1} reserve "
-                       "+ {2} epilogue = {3} > {4} per consumer thread: the head-dim split, the "
-                       "consumers sharing 64 kv rows and each keeping {5} of dK's and {6} of dV's "
-                       "columns (S^T and dP^T computed by both)",
-                       plainModel, kHopperBwdReserveRegisters, problem.hopperBackwardExtra,
-                       plainNeeded, available, attnc::sm90::dqColumns(int(d), int(consumers)),
-                       attnc::sm90::dqColumns(int(dv), int(consumers))));
+    note(overBudget +
+         llvm::formatv(": the head-dim split, the consumers sharing 64 kv rows and each keeping {0} "
+                       "of dK's and {1} of dV's columns (S^T and dP^T computed by both)",
+                       attnc::sm90::dqColumns(int(d), int(consumers)),
+                       attnc::sm90::dqColumns(int(dv), int(consumers)))
+             .str());
   const int64_t model = split ? splitModel : plainModel;
   const int64_t needed = model + reserve;
   auto smem = [&](int64_t stages) {

@@ -63,18 +63,25 @@ ATTNC_DEVICE void withPerElement(bool perElement, Body&& body) {
     body(Flag<false>());
 }
 
-// Calls visit(mi, ni, c, q, k) for each of a lane's elements of a score tile: row q (clamped to
-// q_len - 1) and key k (not clamped).
-template <int MTiles, int NTiles, class Params, class Visit>
-ATTNC_DEVICE void forEachElement(const Params& p, int qRow, int kCol, Visit&& visit) {
-  const int qMax = p.q_len - 1;
+// Calls visit(mi, ni, c) for each of a lane's elements of a score tile.
+template <int MTiles, int NTiles, class Visit>
+ATTNC_DEVICE void forEachIndex(Visit&& visit) {
 #pragma unroll
   for (int mi = 0; mi < MTiles; ++mi)
 #pragma unroll
     for (int ni = 0; ni < NTiles; ++ni)
 #pragma unroll
-      for (int c = 0; c < 4; ++c)
-        visit(mi, ni, c, minOf(qRow + 16 * mi + 8 * (c >> 1), qMax), kCol + 8 * ni + (c & 1));
+      for (int c = 0; c < 4; ++c) visit(mi, ni, c);
+}
+
+// Calls visit(mi, ni, c, q, k) for each of a lane's elements of a score tile: row q (clamped to
+// q_len - 1) and key k (not clamped).
+template <int MTiles, int NTiles, class Params, class Visit>
+ATTNC_DEVICE void forEachElement(const Params& p, int qRow, int kCol, Visit&& visit) {
+  const int qMax = p.q_len - 1;
+  forEachIndex<MTiles, NTiles>([&](int mi, int ni, int c) {
+    visit(mi, ni, c, minOf(qRow + 16 * mi + 8 * (c >> 1), qMax), kCol + 8 * ni + (c & 1));
+  });
 }
 
 // Sets masked scores to -inf. With `perElement` the Variant's scalar mask decides (a partial tile);
@@ -140,13 +147,9 @@ ATTNC_DEVICE KeepBits<MTiles, NTiles> maskKeepBits(const Params& p, int b, int h
 // Sets the scores whose keep bit is clear to -inf.
 template <int MTiles, int NTiles>
 ATTNC_DEVICE void applyKeepBits(float (&s)[MTiles][NTiles][4], const KeepBits<MTiles, NTiles>& keep) {
-#pragma unroll
-  for (int mi = 0; mi < MTiles; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < NTiles; ++ni)
-#pragma unroll
-      for (int c = 0; c < 4; ++c)
-        if (!keep.kept(mi, ni, c)) s[mi][ni][c] = -kInfinity;
+  forEachIndex<MTiles, NTiles>([&](int mi, int ni, int c) {
+    if (!keep.kept(mi, ni, c)) s[mi][ni][c] = -kInfinity;
+  });
 }
 
 // The dropout decisions (the mapping is documented in philox.h) of this lane's elements of an

@@ -67,9 +67,8 @@ ATTNC_HD constexpr int bwdSmemBytes(int headDim, int headDimV, int consumers, in
 // each, and the packed dS^T) and the dQ step (its 64 x dqColumns / 128 accumulators and the packed
 // dS^T that dK's GEMM still reads).
 ATTNC_HD constexpr int bwdConsumerRegisters(int headDim, int headDimV, bool split = false) {
-  return (bwdColumns(headDim, 2, split) + bwdColumns(headDimV, 2, split)) / 2 +
-         maxOf(kBwdBlockQ + kBwdBlockQ / 4,
-               dqColumns(headDim, 2) / 2 + kBwdBlockQ / 4);
+  return (bwdColumns(headDim, kBwdConsumers, split) + bwdColumns(headDimV, kBwdConsumers, split)) / 2 +
+         maxOf(kBwdBlockQ + kBwdBlockQ / 4, dqColumns(headDim, kBwdConsumers) / 2 + kBwdBlockQ / 4);
 }
 
 // The head-dim split's dQ reduction (backward.h): in an n8 tile of the m16n8 accumulator layout,
