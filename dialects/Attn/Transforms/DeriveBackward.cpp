@@ -57,6 +57,8 @@ struct AttnDeriveBackward final : mlir::attn::impl::AttnDeriveBackwardBase<AttnD
       if (!forward.getMask().empty()) forward.getMask().walk([&](LoadOp) { ++maskLoads; });
       problem.hopperBackwardExtra = maskLoads ? 0 : (maskOps > 8 ? 4 * (maskOps - 8) : 0);
       problem.backwardHeavyEpilogue = dropout || loads > 0;
+      problem.dropout = dropout;
+      problem.maskReadsInputs = maskLoads > 0;
       if (!forward.getScore().empty())
         forEachOpDependingOn(forward.getScore().front(), {0u}, [&](Operation& inner) {
           if (!isa<arith::AddFOp, arith::SubFOp, YieldOp>(inner)) problem.backwardHeavyEpilogue = true;

@@ -142,6 +142,9 @@ ATTNC_DEVICE u32 dropoutKeepBits(const BwdParams& p, u32 batchHead, u32 threshol
 // Each consumer's named barrier (1 + consumer; 0 is __syncthreads): its dQ tile is free, or
 // written.
 constexpr int kDqBarrier = 1;
+// Each consumer's turn at issuing its GEMMs (ping-pong, as the forward's): named barrier
+// kTurnBarrier + consumer.
+constexpr int kTurnBarrier = 3;
 
 // The producer warp: K and V once, then for every (query head, q tile) pair of the stream Q, dO
 // (TMA, lane 0), and the LSE and delta rows (all lanes), through the stages. A slot holding head
@@ -295,13 +298,21 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   const int dqCol0 = group * Config::kDqN;
   const u32 kColumns = smem.k() + u32((dqCol0 / kChunkElements) * Config::kBlockKV * kSwizzleRowBytes +
                                       (dqCol0 % kChunkElements) * 2);
+  // The ping-pong below (bwdPingPong, bwd_config.h): not with the head-dim split, dropout or masks
+  // that read declared inputs.
+  constexpr bool kPingPong =
+      bwdPingPong(Config::kSplit, Variant::kHasDropout, VariantTileClasses<Variant>::value);
   const auto issueDQ = [&](int buffer, int part) {
+    // K's descriptors from a laundered base, made again at each call: hoisted out of the loop they
+    // stayed live through it and spilled with the ping-pong's barriers.
+    u32 kBase = kColumns;
+    if constexpr (kPingPong) asm volatile("" : "+r"(kBase));
     wgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < Config::kDqSteps; ++kk)
       WgmmaSS<Element, kDqPartN>::template run<1, 1>(
           flat(dq), mnMajorDescriptor(smem.dsT(buffer, Config::kSplit ? group : 0), 64, kk),
-          mnMajorDescriptor(kColumns + u32(part * Config::kBlockKV * kSwizzleRowBytes),
+          mnMajorDescriptor(kBase + u32(part * Config::kBlockKV * kSwizzleRowBytes),
                             Config::kBlockKV, kk),
           kk > 0);
     wgmmaCommit();
@@ -353,14 +364,30 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     }
   };
   int previousHead = -1, previousQ0 = 0;  // the q tile whose dQ is still to be done
+  // Ping-pong: the consumers take turns issuing each group of GEMMs (S^T and dP^T; dV; dK and
+  // dQ), so that one's elementwise steps run while the other's GEMMs occupy the tensor cores.
+  // Consumer g waits on named barrier kTurnBarrier + g and passes the turn to the other; the
+  // second consumer starts by passing the first turn, and the first takes the last one after
+  // the loop, so no barrier is left half-arrived.
+  const auto takeTurn = [&]() {
+    if constexpr (kPingPong) namedBarrierSync(kTurnBarrier + group, 256);
+  };
+  const auto passTurn = [&]() {
+    if constexpr (kPingPong) namedBarrierArrive(kTurnBarrier + (group ^ 1), 256);
+  };
+  if (group == 1) passTurn();
 
   int iteration = 0;
   for (;; ++iteration) {
     const int stage = iteration % kStages;
     const u32 phase = u32(iteration / kStages) & 1u;
+    takeTurn();
     mbarrierWait(smem.full(stage), phase);
     const int h = smem.scheduledHead(stage);
-    if (h < 0) break;
+    if (h < 0) {
+      passTurn();
+      break;
+    }
     if (iteration == 0) mbarrierWait(smem.kvFull(), 0);
     const int q0 = smem.scheduledTile(stage) * kBlockQ;
     const Tri tileClass = smem.scheduledClass(stage);
@@ -373,6 +400,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     wgmmaFence();
     gemmKMajor<Element, kBlockQ, Config::kQKSteps>(flat(s), kTile, Config::kBlockKV, qTile, kBlockQ);
     gemmKMajor<Element, kBlockQ, Config::kVSteps>(flat(dp), vTile, Config::kBlockKV, doTile, kBlockQ);
+    passTurn();
     // While they run: the dropout decisions of this lane's elements, bit (ni * 2 + r) * 2 + j.
     const u32 keepBits = Variant::kHasDropout ? dropoutKeepBits<kN>(p, batchHead, dropThreshold, q0,
                                                                     kvRow, colInQuad, lane)
@@ -513,6 +541,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
       previousQ0 = q0;
     }
   }
+  if (group == 0) takeTurn();  // the turn the second consumer passed after its last GEMMs
   if constexpr (WriteDQ) {
     // The last q tile's dQ (none when the block had no q tile: then K was never loaded and the
     // product is dropped).
