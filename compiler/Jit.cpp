@@ -11,14 +11,47 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/SHA256.h"
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <system_error>
+#include <thread>
 
 namespace attnc {
 
 namespace {
 
 std::atomic<long long> compiles{0}, nvrtcRuns{0}, cacheHits{0}, cacheRebuilds{0};
+
+// The kernel's NVRTC programs: the whole unit, or with backward entries one program per entry
+// group (EmitCUDA.h, -DATTNC_ENTRY_GROUP=g), all compiled at once on threads of their own, so that
+// a forward and backward kernel compiles in about the time of its slowest group rather than the
+// sum (docs/runtime.md). Group 0 holds the forward. Each entry's code is the same as in the whole
+// unit's cubin. Where no thread can be started, the groups compile one after another.
+std::vector<NvrtcResult> compileEntryGroups(Nvrtc& nvrtc, const CompiledKernel& source,
+                                            const std::string& name, const std::string& arch) {
+  const int groups = std::max(1, source.entryGroups);
+  std::vector<NvrtcResult> results(groups);
+  auto compileGroup = [&](int g) {
+    std::vector<std::string> options;
+    if (groups > 1) options.push_back("-DATTNC_ENTRY_GROUP=" + std::to_string(g));
+    results[g] = nvrtc.compile(source.cuda, name + ".cu", embeddedTemplates(), arch, options);
+  };
+  std::vector<std::thread> threads;
+  int inline_ = groups;  // the first group not given a thread
+  for (int g = 1; g < groups; ++g) {
+    try {
+      threads.emplace_back(compileGroup, g);
+    } catch (const std::system_error&) {
+      inline_ = g;
+      break;
+    }
+  }
+  compileGroup(0);
+  for (int g = inline_; g < groups; ++g) compileGroup(g);
+  for (std::thread& thread : threads) thread.join();
+  return results;
+}
 
 // Everything the cubin depends on: the generated source and the templates it includes, the NVRTC
 // that compiles it, the target (name and the limits the tiles were derived from), the options and
@@ -95,14 +128,17 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
 
   auto build = [&](CacheEntry* entry) {
     ++nvrtcRuns;
-    NvrtcResult result =
-        nvrtc->compile(source->cuda, spec.name + ".cu", embeddedTemplates(), target.name, {});
-    if (!result.ok)
-      return Status::error("NVRTC failed to compile the kernel for '" + spec.name +
-                           "' (a bug in attnc):\n" + result.log);
+    std::vector<NvrtcResult> results = compileEntryGroups(*nvrtc, *source, spec.name, target.name);
+    for (const NvrtcResult& result : results)
+      if (!result.ok)
+        return Status::error("NVRTC failed to compile the kernel for '" + spec.name +
+                             "' (a bug in attnc):\n" + result.log);
     entry->metadata = kernelMetadata(spec, *source, target);
-    entry->cubin = std::move(result.cubin);
-    entry->ptx = std::move(result.ptx);
+    entry->cubin = std::move(results.front().cubin);
+    entry->ptx = std::move(results.front().ptx);
+    entry->moreModules.clear();
+    for (size_t g = 1; g < results.size(); ++g)
+      entry->moreModules.push_back({std::move(results[g].cubin), std::move(results[g].ptx)});
     return Status::success();
   };
   CacheEntry entry;
@@ -118,9 +154,10 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
   } else if (Status built = build(&entry); !built) {
     return fail(built.message);
   }
-  Kernel kernel = Kernel::fromImages(
-      {KernelImage{entry.metadata, entry.cubin.data(), entry.cubin.size(), entry.ptx.c_str()}},
-      status);
+  KernelImage image{entry.metadata, entry.cubin.data(), entry.cubin.size(), entry.ptx.c_str()};
+  for (const CacheEntry::Module& module : entry.moreModules)
+    image.moreModules.push_back({module.cubin.data(), module.cubin.size(), module.ptx.c_str()});
+  Kernel kernel = Kernel::fromImages({image}, status);
   if (kernel) ++compiles;
   return kernel;
 }

@@ -162,6 +162,7 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
   FailureOr<KernelSource> source = emitCUDA(tiled, backward);
   if (failed(source)) return std::nullopt;
   kernel.cuda = source->code;
+  kernel.entryGroups = source->entryGroups;
   kernel.entry = source->entry;
   kernel.backward = source->backward;
   kernel.summaryEntry = source->summaryEntry;

@@ -54,13 +54,16 @@ Status growBuffer(DeviceBuffer& buffer, size_t bytes, Wait wait, bool* waitFaile
 }  // namespace
 
 struct Kernel::Impl {
-  struct Image {
-    KernelMetadata metadata;
+  struct Module {
     std::vector<char> cubin;
     std::string ptx;
   };
+  struct Image {
+    KernelMetadata metadata;
+    std::vector<Module> modules;  // [0] holds the forward entry (KernelImage, moreModules)
+  };
   struct Loaded {
-    cu::Module module = nullptr;
+    std::vector<cu::Module> modules;  // Image::modules loaded into one context, in order
     cu::Function function = nullptr;
     cu::Function summary = nullptr;  // the image's summary entry, if it has one
     cu::Function tileClasses = nullptr;  // its tile-classes entry, if it has one
@@ -90,7 +93,25 @@ struct Kernel::Impl {
     std::string error;
     if (const DriverApi* driver = DriverApi::get(&error))
       for (auto& [context, entry] : loaded)
-        if (entry.module) driver->cuModuleUnload(entry.module);
+        for (cu::Module module : entry.modules) driver->cuModuleUnload(module);
+  }
+
+  // `name` from the first of the loaded modules that has it; false with *why (the first module's
+  // error) when none does.
+  static bool getFunction(const DriverApi& driver, const Loaded& entry, const std::string& name,
+                          cu::Function* fn, std::string* why) {
+    std::string first;
+    for (size_t i = 0; i < entry.modules.size(); ++i) {
+      std::string error;
+      if (driver.check(driver.cuModuleGetFunction(fn, entry.modules[i], name.c_str()),
+                       ("cuModuleGetFunction(" + name + ")").c_str(), &error))
+        return true;
+      if (i == 0) first = error;
+    }
+    *why = entry.modules.size() > 1 ? first + " (in none of the " +
+                                          std::to_string(entry.modules.size()) + " modules)"
+                                    : first;
+    return false;
   }
 
   // The image to load on a device of compute capability major.minor, and whether to use its PTX:
@@ -117,7 +138,9 @@ struct Kernel::Impl {
       const KernelMetadata& m = image.metadata;
       bool archSpecific = !m.target.empty() && m.target.back() == 'a';
       bool older = m.computeMajor < major || (m.computeMajor == major && m.computeMinor <= minor);
-      if (!archSpecific && older && !image.ptx.empty() &&
+      bool ptx = true;  // every module's PTX
+      for (const Module& module : image.modules) ptx = ptx && !module.ptx.empty();
+      if (!archSpecific && older && ptx &&
           (!best || m.computeMajor * 10 + m.computeMinor >
                         best->metadata.computeMajor * 10 + best->metadata.computeMinor))
         best = &image;
@@ -130,7 +153,7 @@ struct Kernel::Impl {
     std::string text;
     for (const Image& image : images) {
       if (!text.empty()) text += ", ";
-      text += image.metadata.target + (image.ptx.empty() ? " (cubin)" : " (cubin + PTX)");
+      text += image.metadata.target + (image.modules.front().ptx.empty() ? " (cubin)" : " (cubin + PTX)");
     }
     return text;
   }
@@ -173,30 +196,31 @@ struct Kernel::Impl {
       return fail("needs " + std::to_string(image->metadata.smemBytes) +
                   " bytes of shared memory per block, the device (cc " + cc + ") allows " +
                   std::to_string(smemOptin));
-    const void* code = usePtx ? static_cast<const void*>(image->ptx.c_str())
-                              : static_cast<const void*>(image->cubin.data());
-    if (!driver.check(driver.cuModuleLoadData(&entry.module, code),
-                      usePtx ? "cuModuleLoadData (PTX)" : "cuModuleLoadData (cubin)", &why)) {
-      entry.module = nullptr;
-      return fail(why);
+    for (size_t i = 0; i < image->modules.size(); ++i) {
+      const Module& module = image->modules[i];
+      const void* code = usePtx ? static_cast<const void*>(module.ptx.c_str())
+                                : static_cast<const void*>(module.cubin.data());
+      cu::Module loadedModule = nullptr;
+      std::string what = std::string(usePtx ? "cuModuleLoadData (PTX" : "cuModuleLoadData (cubin") +
+                         (image->modules.size() > 1 ? ", module " + std::to_string(i) : "") + ")";
+      if (!driver.check(driver.cuModuleLoadData(&loadedModule, code), what.c_str(), &why)) {
+        for (cu::Module done : entry.modules) driver.cuModuleUnload(done);
+        entry.modules.clear();
+        return fail(why);
+      }
+      entry.modules.push_back(loadedModule);
     }
     cu::Function fn = nullptr;
-    if (!driver.check(driver.cuModuleGetFunction(&fn, entry.module, image->metadata.entry.c_str()),
-                      ("cuModuleGetFunction(" + image->metadata.entry + ")").c_str(), &why) ||
+    if (!getFunction(driver, entry, image->metadata.entry, &fn, &why) ||
         !driver.check(driver.cuFuncSetAttribute(fn, cu::kMaxDynamicSharedSizeBytes,
                                                 int(image->metadata.smemBytes)),
                       "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", &why))
       return fail(why);
     const std::string& tileClassesEntry = image->metadata.tileClassesEntry;
-    if (!tileClassesEntry.empty() &&
-        !driver.check(driver.cuModuleGetFunction(&entry.tileClasses, entry.module,
-                                                 tileClassesEntry.c_str()),
-                      ("cuModuleGetFunction(" + tileClassesEntry + ")").c_str(), &why))
+    if (!tileClassesEntry.empty() && !getFunction(driver, entry, tileClassesEntry, &entry.tileClasses, &why))
       return fail(why);
     const std::string& summaryEntry = image->metadata.summaryEntry;
-    if (!summaryEntry.empty() &&
-        !driver.check(driver.cuModuleGetFunction(&entry.summary, entry.module, summaryEntry.c_str()),
-                      ("cuModuleGetFunction(" + summaryEntry + ")").c_str(), &why))
+    if (!summaryEntry.empty() && !getFunction(driver, entry, summaryEntry, &entry.summary, &why))
       return fail(why);
     entry.function = fn;
     entry.image = image;
@@ -277,9 +301,7 @@ struct Kernel::Impl {
     for (int i = 0; i < 5; ++i) {
       std::string name = b.entryStem + kBackwardSuffixes[i];
       cu::Function fn = nullptr;
-      if (!driver.check(driver.cuModuleGetFunction(&fn, entry->module, name.c_str()),
-                        ("cuModuleGetFunction(" + name + ")").c_str(), &why))
-        return fail(why);
+      if (!getFunction(driver, *entry, name, &fn, &why)) return fail(why);
       long long smem = (i == 1 || i == 2) ? b.kvSmemBytes : i == 4 ? b.qSmemBytes : 0;
       if (smem > 0 &&
           !driver.check(driver.cuFuncSetAttribute(fn, cu::kMaxDynamicSharedSizeBytes, int(smem)),
@@ -291,10 +313,7 @@ struct Kernel::Impl {
     }
     if (!m.tileClassesEntry.empty()) {
       const std::string name = b.entryStem + "_tile_classes";
-      if (!driver.check(driver.cuModuleGetFunction(&entry->backwardTileClasses, entry->module,
-                                                   name.c_str()),
-                        ("cuModuleGetFunction(" + name + ")").c_str(), &why))
-        return fail(why);
+      if (!getFunction(driver, *entry, name, &entry->backwardTileClasses, &why)) return fail(why);
     }
     return entry;
   }
@@ -547,9 +566,20 @@ Kernel Kernel::fromImages(const std::vector<KernelImage>& images, Status* status
     }
     Impl::Image copy;
     copy.metadata = m;
-    copy.cubin.assign(static_cast<const char*>(image.cubin),
-                      static_cast<const char*>(image.cubin) + image.cubinSize);
-    if (image.ptx) copy.ptx = image.ptx;
+    copy.modules.push_back({std::vector<char>(static_cast<const char*>(image.cubin),
+                                              static_cast<const char*>(image.cubin) + image.cubinSize),
+                            image.ptx ? image.ptx : ""});
+    for (size_t j = 0; j < image.moreModules.size(); ++j) {
+      const KernelImage::Module& module = image.moreModules[j];
+      if (!module.cubin || module.cubinSize < 4 || std::memcmp(module.cubin, "\x7f" "ELF", 4) != 0)
+        return fail(which + ", module " + std::to_string(j + 1) +
+                    ": expected a cubin (an ELF image), got " +
+                    (module.cubin ? std::to_string(module.cubinSize) + " bytes of something else"
+                                  : "null"));
+      copy.modules.push_back({std::vector<char>(static_cast<const char*>(module.cubin),
+                                                static_cast<const char*>(module.cubin) + module.cubinSize),
+                              module.ptx ? module.ptx : ""});
+    }
     impl->images.push_back(std::move(copy));
   }
   Kernel kernel;
@@ -576,14 +606,20 @@ std::vector<std::string> Kernel::inputNames() const {
   return names;
 }
 
-const std::vector<char>& Kernel::cubin() const {
-  static const std::vector<char> empty;
-  return impl_ ? impl_->images.front().cubin : empty;
-}
+const std::vector<char>& Kernel::cubin() const { return cubin(0); }
 
 const std::string& Kernel::ptx() const {
   static const std::string empty;
-  return impl_ ? impl_->images.front().ptx : empty;
+  return impl_ ? impl_->images.front().modules.front().ptx : empty;
+}
+
+size_t Kernel::moduleCount() const { return impl_ ? impl_->images.front().modules.size() : 0; }
+
+const std::vector<char>& Kernel::cubin(size_t module) const {
+  static const std::vector<char> empty;
+  return impl_ && module < impl_->images.front().modules.size()
+             ? impl_->images.front().modules[module].cubin
+             : empty;
 }
 
 Status Kernel::validate(const ForwardArgs& args) const {

@@ -92,6 +92,13 @@ std::string encodeCacheEntry(const std::string& key, const CacheEntry& entry) {
   payload.append(entry.cubin.data(), entry.cubin.size());
   put<uint64_t>(payload, entry.ptx.size());
   payload += entry.ptx;
+  put<uint32_t>(payload, uint32_t(entry.moreModules.size()));
+  for (const CacheEntry::Module& module : entry.moreModules) {
+    put<uint64_t>(payload, module.cubin.size());
+    payload.append(module.cubin.data(), module.cubin.size());
+    put<uint64_t>(payload, module.ptx.size());
+    payload += module.ptx;
+  }
 
   std::string out(kMagic, sizeof kMagic);
   put<uint32_t>(out, KernelCache::kFormatVersion);
@@ -129,12 +136,24 @@ bool decodeCacheEntry(const std::string& bytes, const std::string& key, CacheEnt
 
   Reader body{payload};
   uint32_t metadataSize = 0;
+  uint32_t moreModules = 0;
   uint64_t cubinSize = 0, ptxSize = 0;
   std::string metadata, cubin, error;
   if (!body.get(&metadataSize) || !body.take(metadataSize, &metadata) || !body.get(&cubinSize) ||
       !body.take(cubinSize, &cubin) || !body.get(&ptxSize) || !body.take(ptxSize, &entry->ptx) ||
-      body.at != payload.size())
+      !body.get(&moreModules))
     return fail("malformed payload");
+  entry->moreModules.clear();
+  for (uint32_t i = 0; i < moreModules; ++i) {
+    std::string moduleCubin;
+    CacheEntry::Module module;
+    if (!body.get(&cubinSize) || !body.take(cubinSize, &moduleCubin) || !body.get(&ptxSize) ||
+        !body.take(ptxSize, &module.ptx))
+      return fail("malformed payload (module " + std::to_string(i + 1) + ")");
+    module.cubin.assign(moduleCubin.begin(), moduleCubin.end());
+    entry->moreModules.push_back(std::move(module));
+  }
+  if (body.at != payload.size()) return fail("malformed payload");
   std::optional<KernelMetadata> parsed = KernelMetadata::parse(metadata, &error);
   if (!parsed) return fail(error);
   entry->metadata = std::move(*parsed);

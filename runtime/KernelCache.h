@@ -1,5 +1,6 @@
 // The on-disk kernel cache: one file per key holding a header (magic, format version, key,
-// payload length, FNV-1a checksum of the payload) and the payload (metadata text, cubin, PTX).
+// payload length, FNV-1a checksum of the payload) and the payload (metadata text, cubin, PTX, and
+// the cubin and PTX of each further module).
 // Writes go to a temporary file in the same directory and are renamed into place, so readers in
 // any process see a whole entry or none; a damaged entry is detected, deleted and rebuilt.
 // Plain C++ (no LLVM): the JIT computes keys, this only stores bytes under them.
@@ -18,6 +19,12 @@ struct CacheEntry {
   KernelMetadata metadata;
   std::vector<char> cubin;
   std::string ptx;
+  // KernelImage::moreModules: the cubins (and PTX) of the entry groups compiled apart.
+  struct Module {
+    std::vector<char> cubin;
+    std::string ptx;
+  };
+  std::vector<Module> moreModules;
 };
 
 // 64-bit FNV-1a: the payload checksum (detects truncation and flipped bits, not tampering).
@@ -31,7 +38,8 @@ bool decodeCacheEntry(const std::string& bytes, const std::string& key, CacheEnt
 
 class KernelCache {
 public:
-  static constexpr uint32_t kFormatVersion = 1;
+  // 2: the payload ends with the further modules (count, then each one's cubin and PTX).
+  static constexpr uint32_t kFormatVersion = 2;
 
   explicit KernelCache(std::string directory);
 

@@ -160,6 +160,17 @@ struct KernelImage {
   const void* cubin = nullptr;
   size_t cubinSize = 0;
   const char* ptx = nullptr;
+  // Further modules of this form, loaded beside the first one: the JIT compiles a kernel's
+  // backward entries as NVRTC programs of their own, at the same time as the forward's
+  // (docs/runtime.md), so one form may span several cubins. Entry points are looked up in the
+  // first module, then in these in order. Each takes a cubin and optionally its PTX; a form that
+  // runs from PTX needs the PTX of every module.
+  struct Module {
+    const void* cubin = nullptr;
+    size_t cubinSize = 0;
+    const char* ptx = nullptr;
+  };
+  std::vector<Module> moreModules = {};
 };
 
 // A launchable kernel. Cheap to copy and move (copies share the loaded modules). The module is
@@ -217,9 +228,13 @@ public:
   const std::string& dtype() const { return metadata().dtype; }
   float dropout() const { return metadata().dropout; }
   std::vector<std::string> inputNames() const;
-  // The cubin and PTX of the first image (what the JIT cache stores).
+  // The cubin and PTX of the first image's first module (what the JIT cache stores first).
   const std::vector<char>& cubin() const;
   const std::string& ptx() const;
+  // The first image's modules: 1 + KernelImage::moreModules.size(); cubin(i) is module i's cubin
+  // (cubin(0) == cubin()).
+  size_t moduleCount() const;
+  const std::vector<char>& cubin(size_t module) const;
 
   struct Impl;
 
@@ -265,7 +280,7 @@ struct JitOptions {
 // Process-wide counters (all JitCompiler objects together), for tests and tools.
 struct JitStats {
   long long compiles = 0;      // compile*() calls that returned a kernel
-  long long nvrtcRuns = 0;     // NVRTC invocations
+  long long nvrtcRuns = 0;     // kernel builds by NVRTC (one per cache miss, however many entry groups)
   long long cacheHits = 0;     // kernels read from the disk cache
   long long cacheRebuilds = 0; // corrupt or mismatched cache entries deleted and rebuilt
 };

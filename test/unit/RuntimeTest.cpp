@@ -493,6 +493,51 @@ TEST(KernelCache, StoresAndLoads) {
   EXPECT_EQ(cache.load("k2", &entry, &why), KernelCache::Lookup::Missing);
 }
 
+// The JIT's entry groups: the further modules come back in order, each with its PTX; an entry whose
+// last module is cut short is corrupt.
+TEST(KernelCache, StoresFurtherModules) {
+  KernelCache cache(freshDirectory("modules"));
+  CacheEntry stored = sampleEntry();
+  stored.moreModules.push_back({std::vector<char>(kFakeCubin, kFakeCubin + 12), ".version 8.1\n"});
+  stored.moreModules.push_back({std::vector<char>(kFakeCubin, kFakeCubin + 8), ""});
+  ASSERT_TRUE(cache.store("m", stored));
+  CacheEntry entry;
+  std::string why;
+  ASSERT_EQ(cache.load("m", &entry, &why), KernelCache::Lookup::Hit) << why;
+  ASSERT_EQ(entry.moreModules.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(entry.moreModules[i].cubin, stored.moreModules[i].cubin) << i;
+    EXPECT_EQ(entry.moreModules[i].ptx, stored.moreModules[i].ptx) << i;
+  }
+  EXPECT_EQ(entry.cubin, stored.cubin);
+  // The module count is what was stored: an entry of one further module decodes as one.
+  CacheEntry shorter = stored;
+  shorter.moreModules.pop_back();
+  std::string bytes = encodeCacheEntry("m", shorter);
+  EXPECT_TRUE(decodeCacheEntry(bytes, "m", &entry, &why)) << why;
+  EXPECT_EQ(entry.moreModules.size(), 1u);
+}
+
+// Kernel::fromImages keeps every module of a form, and names a module that is not a cubin.
+TEST(Kernel, FromImagesKeepsFurtherModules) {
+  static const char kOther[] = "\x7f" "ELF" "other module";
+  KernelImage image{documentMetadata(), kFakeCubin, sizeof kFakeCubin, nullptr};
+  image.moreModules.push_back({kOther, sizeof kOther, nullptr});
+  Status status;
+  Kernel kernel = Kernel::fromImages({image}, &status);
+  ASSERT_TRUE(status) << status.message;
+  ASSERT_EQ(kernel.moduleCount(), 2u);
+  EXPECT_EQ(kernel.cubin(0), kernel.cubin());
+  EXPECT_EQ(std::string(kernel.cubin(1).begin(), kernel.cubin(1).end()),
+            std::string(kOther, sizeof kOther));
+  EXPECT_TRUE(kernel.cubin(2).empty());
+
+  image.moreModules.push_back({"PTX?", 4, nullptr});
+  Kernel bad = Kernel::fromImages({image}, &status);
+  EXPECT_FALSE(bad.valid());
+  EXPECT_NE(status.message.find("module 2: expected a cubin"), std::string::npos) << status.message;
+}
+
 TEST(KernelCache, TruncatedAndFlippedEntriesAreDeleted) {
   KernelCache cache(freshDirectory("corrupt"));
   std::string bytes = encodeCacheEntry("k", sampleEntry());

@@ -340,6 +340,18 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
     result.backward = info;
   }
   os << "}  // namespace\n\n";
+  // With backward entries the unit's entries fall into kEntryGroups groups (KernelSource): each is
+  // fenced by `#if` on ATTNC_ENTRY_GROUP, so that the JIT can compile the groups as separate NVRTC
+  // programs at once. Undefined, the macro keeps every entry (the unit compiles whole).
+  const bool grouped = bool(backward);
+  int openGroup = -1;
+  auto group = [&](int g) {
+    if (!grouped || g == openGroup) return;
+    if (openGroup >= 0) os << "#endif  // entry group " << openGroup << "\n";
+    os << "\n#if !defined(ATTNC_ENTRY_GROUP) || ATTNC_ENTRY_GROUP == " << g << "\n";
+    openGroup = g;
+  };
+  group(kEntryGroupForward);
   if (hopper)  // minBlocks = 1 caps the registers at entry, which setmaxnreg needs
     os << "extern \"C\" __global__ void __launch_bounds__(Config::kThreads, 1) " << result.entry
        << "(const __grid_constant__ attnc::FwdParamsTma p) {\n"
@@ -363,21 +375,26 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
     const char* layout = hopperBackward ? ", attnc::sm90::TiledDqLayout<BwdHopperConfig>" : "";
     entry("_preprocess", "BwdKVConfig",
           (llvm::Twine("backwardPreprocess<BwdKVConfig, Variant") + layout + ">").str(), false);
-    if (hopperBackward) {
-      for (auto [suffix, writeDQ] : {std::pair{"_kv", "true"}, std::pair{"_kv_nodq", "false"}})
+    entry("_convert_dq", "BwdKVConfig",
+          (llvm::Twine("backwardConvertDQ<BwdKVConfig, Variant") + layout + ">").str(), false);
+    for (auto [suffix, writeDQ] : {std::pair{"_kv", true}, std::pair{"_kv_nodq", false}}) {
+      group(writeDQ ? kEntryGroupBackwardKV : kEntryGroupBackwardRest);
+      if (hopperBackward)
         os << "\nextern \"C\" __global__ void __launch_bounds__(BwdHopperConfig::kThreads, 1) "
            << stem << suffix << "(const __grid_constant__ attnc::BwdParamsTma p) {\n"
            << "  extern __shared__ __align__(1024) unsigned char smem[];\n"
-           << "  attnc::sm90::backwardKV<BwdHopperConfig, Variant, " << writeDQ << ">(p, smem);\n}\n";
-    } else {
-      entry("_kv", "BwdKVConfig", "backwardKV<BwdKVConfig, Variant, true>", true);
-      entry("_kv_nodq", "BwdKVConfig", "backwardKV<BwdKVConfig, Variant, false>", true);
+           << "  attnc::sm90::backwardKV<BwdHopperConfig, Variant, " << (writeDQ ? "true" : "false")
+           << ">(p, smem);\n}\n";
+      else
+        entry(suffix, "BwdKVConfig",
+              (llvm::Twine("backwardKV<BwdKVConfig, Variant, ") + (writeDQ ? "true" : "false") + ">")
+                  .str(),
+              true);
     }
-    entry("_convert_dq", "BwdKVConfig",
-          (llvm::Twine("backwardConvertDQ<BwdKVConfig, Variant") + layout + ">").str(), false);
     entry("_q", "BwdQConfig", "backwardQ<BwdQConfig, Variant>", true);
   }
   if (!summarized.empty()) {
+    group(kEntryGroupForward);
     result.summaryEntry = (op.getSymName() + "_summary").str();
     os << "\n// Block summaries of the inputs the mask reads along positions, launched before the "
           "kernels\n// above in the same stream (docs/templates.md).\n";
@@ -405,6 +422,8 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
          << "::kBlockKV>(p);\n}\n";
     }
   }
+  if (openGroup >= 0) os << "#endif  // entry group " << openGroup << "\n";
+  result.entryGroups = grouped ? kEntryGroups : 1;
   result.code = std::move(code);
   return result;
 }

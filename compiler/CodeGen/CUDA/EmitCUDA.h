@@ -43,7 +43,17 @@ struct KernelSource {
   // (q tiles, heads_q, batch): the sm_90a forward of a masked spec, whose blocks differ in length.
   // The Variant's kOrderedGrid says the same to the kernel.
   bool orderedGrid = false;
+  // The unit's entries in groups that compile as separate programs (the JIT compiles them at once,
+  // one NVRTC program each, with -DATTNC_ENTRY_GROUP=<group>; undefined, the unit compiles whole):
+  // 1 without backward entries, else kEntryGroups.
+  int entryGroups = 1;
 };
+
+// With backward entries: the forward and the light entries (summaries, tile classes, the
+// backward's preprocess and dQ conversion), the dK/dV kernel, and its deterministic twin with the
+// dQ kernel. The three heavy parts take about the same time to compile (docs/runtime.md).
+constexpr int kEntryGroupForward = 0, kEntryGroupBackwardKV = 1, kEntryGroupBackwardRest = 2;
+constexpr int kEntryGroups = 3;
 
 // Fails (with an error on the op) for an op in a region that has no device form. With
 // `backward`, the unit also holds the backward kernels (the score_grad hook and their entries).
