@@ -1,9 +1,11 @@
 """Cold JIT compile time per spec: one attnc_compile_file_ex call (libattnc.so's C API, NVRTC
 included) with a fresh, empty ATTNC_CACHE_DIR, each in a process of its own, timed inside the
 process (interpreter start, dlopen and loading NVRTC excluded), forward alone and forward with
-backward. Needs no GPU (pass --target). Prints a markdown table, slowest first.
-  python3 bench/jit_time.py [--lib .device/bundle/libattnc.so] [--target sm_90a] [--rounds 2] \
-      examples/*.yaml
+backward. Needs no GPU (pass --target). With several --lib, each spec's runs alternate between
+them (A, B, A, B, ...) so that the machine's load hits all alike. Prints a markdown table (the
+fastest of the rounds), slowest spec first.
+  python3 bench/jit_time.py [--lib .device/bundle/libattnc.so [--lib OTHER]] [--target sm_90a] \
+      [--rounds 2] examples/*.yaml
 """
 import argparse
 import ctypes
@@ -35,29 +37,38 @@ def one(lib, spec, target, backward):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("specs", nargs="+")
-    ap.add_argument("--lib", default=os.environ.get("ATTNC_LIB", os.path.join(HERE, "..", ".device", "bundle", "libattnc.so")))
+    ap.add_argument("--lib", action="append", help="a libattnc.so (repeat to compare builds); default "
+                    "$ATTNC_LIB, else .device/bundle/libattnc.so")
     ap.add_argument("--target", default="sm_90a")
     ap.add_argument("--rounds", type=int, default=1, help="runs per spec and mode; the table has the fastest")
     ap.add_argument("--one", choices=["fwd", "bwd"], help=argparse.SUPPRESS)
     args = ap.parse_args()
+    libs = args.lib or [os.environ.get("ATTNC_LIB", os.path.join(HERE, "..", ".device", "bundle", "libattnc.so"))]
     if args.one:
-        return one(os.path.abspath(args.lib), args.specs[0], args.target, args.one == "bwd")
+        return one(os.path.abspath(libs[0]), args.specs[0], args.target, args.one == "bwd")
     rows = []
     for spec in args.specs:
         best = {}
         for _ in range(args.rounds):
-            for mode in ("fwd", "bwd"):
-                run = subprocess.run([sys.executable, __file__, "--one", mode, "--lib", args.lib,
-                                      "--target", args.target, spec], capture_output=True, text=True)
-                if run.returncode != 0:
-                    sys.exit(run.stderr.strip() or f"{spec}: exit {run.returncode}")
-                best[mode] = min(best.get(mode, float("inf")), float(run.stdout.strip()))
-        rows.append((os.path.splitext(os.path.basename(spec))[0], best["fwd"], best["bwd"]))
-    print(f"| spec ({args.target}, cold) | forward (s) | forward + backward (s) |")
-    print("|---|---:|---:|")
-    for name, fwd, bwd in sorted(rows, key=lambda r: -r[2]):
-        print(f"| {name} | {fwd:.2f} | {bwd:.2f} |")
-
+            for lib in libs:
+                for mode in ("fwd", "bwd"):
+                    run = subprocess.run([sys.executable, __file__, "--one", mode, "--lib", lib,
+                                          "--target", args.target, spec], capture_output=True, text=True)
+                    if run.returncode != 0:
+                        sys.exit(run.stderr.strip() or f"{spec}: exit {run.returncode}")
+                    key = (lib, mode)
+                    best[key] = min(best.get(key, float("inf")), float(run.stdout.strip()))
+        rows.append((os.path.splitext(os.path.basename(spec))[0], best))
+    label = (lambda i: "") if len(libs) == 1 else (lambda i: f", {chr(ord('A') + i)}")
+    header = "".join(f" forward{label(i)} (s) | forward + backward{label(i)} (s) |" for i in range(len(libs)))
+    print(f"| spec ({args.target}, cold) |{header}")
+    print("|---|" + "---:|---:|" * len(libs))
+    for name, best in sorted(rows, key=lambda r: -r[1][(libs[-1], "bwd")]):
+        cells = "".join(f" {best[(lib, 'fwd')]:.2f} | {best[(lib, 'bwd')]:.2f} |" for lib in libs)
+        print(f"| {name} |{cells}")
+    if len(libs) > 1:
+        for i, lib in enumerate(libs):
+            print(f"- {chr(ord('A') + i)}: {lib}")
 
 if __name__ == "__main__":
     main()

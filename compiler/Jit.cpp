@@ -3,6 +3,7 @@
 // (seconds) runs outside it, once per cache key however many threads ask at the same time.
 #include "attnc/attnc.h"
 
+#include "compiler/CodeGen/CUDA/EmitCUDA.h"
 #include "compiler/LauncherHeader.h"
 #include "compiler/Pipeline.h"
 #include "runtime/EmbeddedTemplates.h"
@@ -23,32 +24,35 @@ namespace {
 
 std::atomic<long long> compiles{0}, nvrtcRuns{0}, cacheHits{0}, cacheRebuilds{0};
 
-// The kernel's NVRTC programs: the whole unit, or with backward entries one program per entry
-// group (EmitCUDA.h, -DATTNC_ENTRY_GROUP=g), all compiled at once on threads of their own, so that
-// a forward and backward kernel compiles in about the time of its slowest group rather than the
-// sum (docs/runtime.md). Group 0 holds the forward. Each entry's code is the same as in the whole
-// unit's cubin. Where no thread can be started, the groups compile one after another.
+// The kernel's NVRTC programs: the whole unit, or, for a unit of several entry groups (EmitCUDA.h),
+// one program per bit mask of groups (-DATTNC_ENTRY_GROUPS=<mask>), as many as there are groups or
+// CPUs, all compiled at once on threads of their own: a kernel then compiles in about the time of
+// its costliest program rather than the sum (docs/runtime.md). Each entry's code is the same as in
+// the whole unit's cubin. Programs no thread can be started for compile one after another.
 std::vector<NvrtcResult> compileEntryGroups(Nvrtc& nvrtc, const CompiledKernel& source,
                                             const std::string& name, const std::string& arch) {
-  const int groups = std::max(1, source.entryGroups);
-  std::vector<NvrtcResult> results(groups);
-  auto compileGroup = [&](int g) {
+  std::vector<unsigned> masks;
+  if (source.entryGroups.size() > 1)
+    masks = packEntryGroups(source.entryGroups, std::max(1u, std::thread::hardware_concurrency()));
+  const size_t programs = std::max<size_t>(1, masks.size());
+  std::vector<NvrtcResult> results(programs);
+  auto compileProgram = [&](size_t i) {
     std::vector<std::string> options;
-    if (groups > 1) options.push_back("-DATTNC_ENTRY_GROUP=" + std::to_string(g));
-    results[g] = nvrtc.compile(source.cuda, name + ".cu", embeddedTemplates(), arch, options);
+    if (masks.size() > 1) options.push_back("-DATTNC_ENTRY_GROUPS=" + std::to_string(masks[i]));
+    results[i] = nvrtc.compile(source.cuda, name + ".cu", embeddedTemplates(), arch, options);
   };
   std::vector<std::thread> threads;
-  int inline_ = groups;  // the first group not given a thread
-  for (int g = 1; g < groups; ++g) {
+  size_t inline_ = programs;  // the first program not given a thread
+  for (size_t i = 1; i < programs; ++i) {
     try {
-      threads.emplace_back(compileGroup, g);
+      threads.emplace_back(compileProgram, i);
     } catch (const std::system_error&) {
-      inline_ = g;
+      inline_ = i;
       break;
     }
   }
-  compileGroup(0);
-  for (int g = inline_; g < groups; ++g) compileGroup(g);
+  compileProgram(0);
+  for (size_t i = inline_; i < programs; ++i) compileProgram(i);
   for (std::thread& thread : threads) thread.join();
   return results;
 }

@@ -40,7 +40,7 @@ struct CompiledKernel {
   std::string specIR;  // attn.attention as built from the spec
   std::string tiledIR; // after the pipeline
   std::string cuda;    // generated translation unit
-  int entryGroups = 1; // KernelSource::entryGroups: its entries' groups, compilable apart
+  std::vector<int> entryGroups;  // KernelSource::entryGroups: its entries' groups, compilable apart
   // The tiled form's decisions.
   std::string forwardKernel;  // "sm80" | "sm90": the forward template (KernelMetadata::forwardKernel)
   long long blockQ = 0, blockKV = 0, warps = 0, stages = 0, smemBytes = 0, threads = 0;

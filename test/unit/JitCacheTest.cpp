@@ -2,11 +2,13 @@
 // warm one reads the cache; truncated and bit-flipped entries are rebuilt; eight threads asking for
 // one spec compile it once and all get the same cubin; $ATTNC_CACHE_DIR is honoured.
 #include "attnc/attnc.h"
+#include "compiler/CodeGen/CUDA/EmitCUDA.h"
 #include "runtime/KernelCache.h"
 #include "runtime/Nvrtc.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <dirent.h>
 #include <fstream>
@@ -157,9 +159,10 @@ TEST_F(JitCache, BadSpecIsAnError) {
   EXPECT_NE(status.message.find("head_dim"), std::string::npos) << status.message;
 }
 
-// With backward: the kernel's three modules (entry groups, compiled at once) hold the forward and
-// the five backward entries, each in exactly one module; the metadata holds their geometry, and
-// the cache keeps the forward-only and the backward kernel apart.
+// With backward: the kernel's modules (its entry groups packed into one NVRTC program per CPU, at
+// most four here: no summaries) hold the forward and the five backward entries, each in exactly
+// one module, the forward in the first; the metadata holds their geometry, and the cache keeps the
+// forward-only and the backward kernel apart.
 TEST_F(JitCache, BackwardIsCompiledAndCachedSeparately) {
   std::string dir = freshDirectory("backward");
   JitCompiler jit(JitOptions{dir, true});
@@ -182,7 +185,8 @@ TEST_F(JitCache, BackwardIsCompiledAndCachedSeparately) {
   EXPECT_GT(b.preprocessRows, 0);
   EXPECT_GT(b.kvSmemBytes, 0);
   EXPECT_GT(b.qSmemBytes, 0);
-  ASSERT_EQ(backward.moduleCount(), 3u);
+  const size_t cpus = std::max(1u, std::thread::hardware_concurrency());
+  ASSERT_EQ(backward.moduleCount(), std::min<size_t>(4, cpus));
   EXPECT_EQ(forward.moduleCount(), 1u);
   // Which modules hold `symbol` (a NUL-terminated name in the cubin's string table).
   auto holders = [&](const std::string& symbol) {
@@ -193,12 +197,11 @@ TEST_F(JitCache, BackwardIsCompiledAndCachedSeparately) {
     }
     return found;
   };
-  const std::vector<std::pair<std::string, size_t>> expected = {
-      {backward.entry(), 0},           {b.entryStem + "_preprocess", 0},
-      {b.entryStem + "_convert_dq", 0}, {b.entryStem + "_kv", 1},
-      {b.entryStem + "_kv_nodq", 2},    {b.entryStem + "_q", 2}};
-  for (const auto& [symbol, module] : expected)
-    EXPECT_EQ(holders(symbol), std::vector<size_t>{module}) << symbol;
+  for (const char* suffix : {"_preprocess", "_convert_dq"})  // with the forward
+    EXPECT_EQ(holders(b.entryStem + suffix), std::vector<size_t>{0}) << suffix;
+  EXPECT_EQ(holders(backward.entry()), std::vector<size_t>{0});
+  for (const char* suffix : {"_kv", "_kv_nodq", "_q"})
+    EXPECT_EQ(holders(b.entryStem + suffix).size(), 1u) << suffix << ": in exactly one module";
   std::string forwardCubin(forward.cubin().begin(), forward.cubin().end());
   EXPECT_EQ(forwardCubin.find(b.entryStem + "_kv"), std::string::npos);
 
@@ -213,6 +216,38 @@ TEST_F(JitCache, BackwardIsCompiledAndCachedSeparately) {
   ASSERT_TRUE(status) << status.message;
   EXPECT_FALSE(warmForward.hasBackward());
   EXPECT_EQ(warmForward.cubin(), forward.cubin());
+}
+
+// Entry groups packed into programs: every group in exactly one mask, no more masks than groups or
+// programs, the forward's first, and the costs balanced (the costliest group alone where it can be).
+TEST(EntryGroups, PackedForwardFirstAndBalanced) {
+  const std::vector<int> all = {0, 1, 2, 3, 4};
+  for (unsigned programs : {1u, 2u, 3u, 4u, 5u, 16u}) {
+    std::vector<unsigned> masks = packEntryGroups(all, programs);
+    ASSERT_EQ(masks.size(), std::min(programs, 5u)) << programs;
+    unsigned seen = 0;
+    int heaviest = 0, lightest = 1 << 30;
+    for (unsigned mask : masks) {
+      EXPECT_NE(mask, 0u) << programs;
+      EXPECT_EQ(seen & mask, 0u) << "a group in two programs (" << programs << ")";
+      seen |= mask;
+      int cost = 0;
+      for (int g = 0; g < kEntryGroups; ++g)
+        if (mask >> g & 1u) cost += kEntryGroupCost[g];
+      heaviest = std::max(heaviest, cost);
+      lightest = std::min(lightest, cost);
+    }
+    EXPECT_EQ(seen, 0x1fu) << programs;
+    EXPECT_TRUE(masks.front() & 1u) << "the forward's group first (" << programs << ")";
+    // Costs 3, 2, 2, 2, 1 (total 10): halves of 5 on two programs, 4/3/3 on three.
+    if (programs == 2) EXPECT_EQ(heaviest, 5);
+    if (programs == 3) EXPECT_EQ(heaviest, 4);
+    if (programs >= 5) EXPECT_EQ(heaviest, kEntryGroupCost[0]);
+    EXPECT_GE(lightest, 1);
+  }
+  // A unit of the forward and its tile classes, on one CPU and on many.
+  EXPECT_EQ(packEntryGroups({0, 1}, 1), (std::vector<unsigned>{0x3u}));
+  EXPECT_EQ(packEntryGroups({0, 1}, 8), (std::vector<unsigned>{0x1u, 0x2u}));
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -340,18 +341,20 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
     result.backward = info;
   }
   os << "}  // namespace\n\n";
-  // With backward entries the unit's entries fall into kEntryGroups groups (KernelSource): each is
-  // fenced by `#if` on ATTNC_ENTRY_GROUP, so that the JIT can compile the groups as separate NVRTC
-  // programs at once. Undefined, the macro keeps every entry (the unit compiles whole).
-  const bool grouped = bool(backward);
+  // The entries fall into groups (EntryGroup, EmitCUDA.h), each fenced by `#if` on the bit mask
+  // ATTNC_ENTRY_GROUPS, so that the JIT can compile them as separate NVRTC programs at once.
+  // Undefined, the macro keeps every entry (the unit compiles whole). A unit of the forward alone
+  // has no fences.
+  const bool grouped = bool(backward) || !summarized.empty();
   int openGroup = -1;
-  auto group = [&](int g) {
-    if (!grouped || g == openGroup) return;
+  auto group = [&](EntryGroup g) {
+    if (!grouped || int(g) == openGroup) return;
     if (openGroup >= 0) os << "#endif  // entry group " << openGroup << "\n";
-    os << "\n#if !defined(ATTNC_ENTRY_GROUP) || ATTNC_ENTRY_GROUP == " << g << "\n";
-    openGroup = g;
+    os << "\n#if !defined(ATTNC_ENTRY_GROUPS) || (ATTNC_ENTRY_GROUPS >> " << int(g) << " & 1)\n";
+    openGroup = int(g);
+    if (!llvm::is_contained(result.entryGroups, int(g))) result.entryGroups.push_back(int(g));
   };
-  group(kEntryGroupForward);
+  group(EntryGroup::Forward);
   if (hopper)  // minBlocks = 1 caps the registers at entry, which setmaxnreg needs
     os << "extern \"C\" __global__ void __launch_bounds__(Config::kThreads, 1) " << result.entry
        << "(const __grid_constant__ attnc::FwdParamsTma p) {\n"
@@ -378,7 +381,7 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
     entry("_convert_dq", "BwdKVConfig",
           (llvm::Twine("backwardConvertDQ<BwdKVConfig, Variant") + layout + ">").str(), false);
     for (auto [suffix, writeDQ] : {std::pair{"_kv", true}, std::pair{"_kv_nodq", false}}) {
-      group(writeDQ ? kEntryGroupBackwardKV : kEntryGroupBackwardRest);
+      group(writeDQ ? EntryGroup::BackwardKV : EntryGroup::BackwardKVNoDQ);
       if (hopperBackward)
         os << "\nextern \"C\" __global__ void __launch_bounds__(BwdHopperConfig::kThreads, 1) "
            << stem << suffix << "(const __grid_constant__ attnc::BwdParamsTma p) {\n"
@@ -391,10 +394,11 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
                   .str(),
               true);
     }
+    group(EntryGroup::BackwardQ);
     entry("_q", "BwdQConfig", "backwardQ<BwdQConfig, Variant>", true);
   }
   if (!summarized.empty()) {
-    group(kEntryGroupForward);
+    group(EntryGroup::TileClasses);
     result.summaryEntry = (op.getSymName() + "_summary").str();
     os << "\n// Block summaries of the inputs the mask reads along positions, launched before the "
           "kernels\n// above in the same stream (docs/templates.md).\n";
@@ -423,9 +427,25 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
     }
   }
   if (openGroup >= 0) os << "#endif  // entry group " << openGroup << "\n";
-  result.entryGroups = grouped ? kEntryGroups : 1;
   result.code = std::move(code);
   return result;
+}
+
+std::vector<unsigned> packEntryGroups(const std::vector<int>& groups, unsigned programs) {
+  std::vector<int> order = groups;
+  std::stable_sort(order.begin(), order.end(),
+                   [](int a, int b) { return kEntryGroupCost[a] > kEntryGroupCost[b]; });
+  std::vector<unsigned> masks(std::max(1u, std::min<unsigned>(programs, unsigned(groups.size()))), 0u);
+  std::vector<int> load(masks.size(), 0);
+  for (int g : order) {
+    size_t lightest = std::min_element(load.begin(), load.end()) - load.begin();
+    masks[lightest] |= 1u << g;
+    load[lightest] += kEntryGroupCost[g];
+  }
+  std::stable_partition(masks.begin(), masks.end(), [](unsigned m) {
+    return (m >> int(EntryGroup::Forward) & 1u) != 0;
+  });
+  return masks;
 }
 
 }  // namespace attnc

@@ -43,17 +43,30 @@ struct KernelSource {
   // (q tiles, heads_q, batch): the sm_90a forward of a masked spec, whose blocks differ in length.
   // The Variant's kOrderedGrid says the same to the kernel.
   bool orderedGrid = false;
-  // The unit's entries in groups that compile as separate programs (the JIT compiles them at once,
-  // one NVRTC program each, with -DATTNC_ENTRY_GROUP=<group>; undefined, the unit compiles whole):
-  // 1 without backward entries, else kEntryGroups.
-  int entryGroups = 1;
+  // The groups of entries the unit fences apart (EntryGroup values, in the unit's order), which
+  // the JIT compiles as separate NVRTC programs at once (-DATTNC_ENTRY_GROUPS=<bit mask of
+  // groups>; undefined, the unit compiles whole). Empty for a unit of the forward alone.
+  std::vector<int> entryGroups;
 };
 
-// With backward entries: the forward and the light entries (summaries, tile classes, the
-// backward's preprocess and dQ conversion), the dK/dV kernel, and its deterministic twin with the
-// dQ kernel. The three heavy parts take about the same time to compile (docs/runtime.md).
-constexpr int kEntryGroupForward = 0, kEntryGroupBackwardKV = 1, kEntryGroupBackwardRest = 2;
-constexpr int kEntryGroups = 3;
+// The groups of a unit's entries (docs/runtime.md), by what they take to compile (NVRTC 13, sm_90a,
+// `document` compiled one group at a time: 1.31, 0.44, 0.87, 0.79 and 1.05 s). The backward's
+// preprocess and dQ conversion (about 10 ms each) go with the forward.
+enum class EntryGroup : int {
+  Forward = 0,      // <name>_fwd, and with backward _bwd_preprocess and _bwd_convert_dq
+  TileClasses = 1,  // <name>_summary, _tile_classes, _bwd_tile_classes (masks that read inputs)
+  BackwardKV = 2,   // _bwd_kv
+  BackwardKVNoDQ = 3,  // _bwd_kv_nodq (deterministic mode)
+  BackwardQ = 4,    // _bwd_q (deterministic mode)
+};
+constexpr int kEntryGroups = 5;
+// Their relative compile costs, for packing groups into fewer programs than groups.
+constexpr int kEntryGroupCost[kEntryGroups] = {3, 1, 2, 2, 2};
+
+// A unit's entry groups (KernelSource::entryGroups) packed into at most `programs` bit masks of
+// groups (the JIT's -DATTNC_ENTRY_GROUPS), the costliest groups first, each onto the lightest mask
+// so far; the mask with the forward's group comes first. Every group is in exactly one mask.
+std::vector<unsigned> packEntryGroups(const std::vector<int>& groups, unsigned programs);
 
 // Fails (with an error on the op) for an op in a region that has no device form. With
 // `backward`, the unit also holds the backward kernels (the score_grad hook and their entries).
