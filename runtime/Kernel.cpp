@@ -23,6 +23,7 @@
 #include "runtime/LaunchGrid.h"
 #include "runtime/Summaries.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstring>
@@ -68,6 +69,7 @@ struct Kernel::Impl {
     cu::Function summary = nullptr;  // the image's summary entry, if it has one
     cu::Function tileClasses = nullptr;  // its tile-classes entry, if it has one
     const Image* image = nullptr;  // the form loaded into this context
+    bool usePtx = false;           // loaded from its PTX (else its cubins)
     std::string error;  // why this context cannot run the kernel (kept: the answer will not change)
     // The backward entries (kBackwardSuffixes order), resolved on the first backward launch.
     bool backwardResolved = false;
@@ -96,22 +98,29 @@ struct Kernel::Impl {
         for (cu::Module module : entry.modules) driver->cuModuleUnload(module);
   }
 
-  // `name` from the first of the loaded modules that has it; false with *why (the first module's
-  // error) when none does.
-  static bool getFunction(const DriverApi& driver, const Loaded& entry, const std::string& name,
-                          cu::Function* fn, std::string* why) {
-    std::string first;
-    for (size_t i = 0; i < entry.modules.size(); ++i) {
-      std::string error;
-      if (driver.check(driver.cuModuleGetFunction(fn, entry.modules[i], name.c_str()),
-                       ("cuModuleGetFunction(" + name + ")").c_str(), &error))
-        return true;
-      if (i == 0) first = error;
-    }
-    *why = entry.modules.size() > 1 ? first + " (in none of the " +
-                                          std::to_string(entry.modules.size()) + " modules)"
-                                    : first;
-    return false;
+  // Whether module `module` of `image` defines entry `name`: its cubin's string table holds the
+  // NUL-delimited name, or (run from PTX) its PTX has `.entry name(`. Asked before
+  // cuModuleGetFunction, so that no lookup fails on a module without the entry (compute-sanitizer
+  // counts every failed driver call as an error).
+  bool defines(const Image& image, size_t module, const std::string& name, bool ptx) const {
+    const Module& m = image.modules[module];
+    if (ptx) return m.ptx.find(".entry " + name + "(") != std::string::npos;
+    const std::string needle = '\0' + name + '\0';
+    return std::search(m.cubin.begin(), m.cubin.end(), needle.begin(), needle.end()) != m.cubin.end();
+  }
+
+  // `name` from the loaded module that defines it (the first one when none seems to: its error is
+  // then the driver's); false with *why.
+  bool getFunction(const DriverApi& driver, const Loaded& entry, const std::string& name,
+                   cu::Function* fn, std::string* why) const {
+    size_t module = 0;
+    for (size_t i = 0; i < entry.modules.size(); ++i)
+      if (defines(*entry.image, i, name, entry.usePtx)) {
+        module = i;
+        break;
+      }
+    return driver.check(driver.cuModuleGetFunction(fn, entry.modules[module], name.c_str()),
+                        ("cuModuleGetFunction(" + name + ")").c_str(), why);
   }
 
   // The image to load on a device of compute capability major.minor, and whether to use its PTX:
@@ -210,6 +219,8 @@ struct Kernel::Impl {
       }
       entry.modules.push_back(loadedModule);
     }
+    entry.image = image;
+    entry.usePtx = usePtx;
     cu::Function fn = nullptr;
     if (!getFunction(driver, entry, image->metadata.entry, &fn, &why) ||
         !driver.check(driver.cuFuncSetAttribute(fn, cu::kMaxDynamicSharedSizeBytes,
@@ -223,7 +234,6 @@ struct Kernel::Impl {
     if (!summaryEntry.empty() && !getFunction(driver, entry, summaryEntry, &entry.summary, &why))
       return fail(why);
     entry.function = fn;
-    entry.image = image;
     return &entry;
   }
 
