@@ -59,6 +59,7 @@ struct AttnDeriveBackward final : mlir::attn::impl::AttnDeriveBackwardBase<AttnD
       problem.backwardHeavyEpilogue = dropout || loads > 0;
       problem.dropout = dropout;
       problem.maskReadsInputs = maskLoads > 0;
+      problem.scoreHook = !forward.getScore().empty();
       if (!forward.getScore().empty())
         forEachOpDependingOn(forward.getScore().front(), {0u}, [&](Operation& inner) {
           if (!isa<arith::AddFOp, arith::SubFOp, YieldOp>(inner)) problem.backwardHeavyEpilogue = true;

@@ -419,16 +419,16 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
                      attnc::sm90::kBwdBlockQ, model, kHopperBwdReserveRegisters,
                      problem.hopperBackwardExtra, needed, available, stages, choice.hopperSmemBytes,
                      target.smemPerBlock, split ? " (shared)" : ""));
-  note(attnc::sm90::bwdPingPong(split, problem.dropout, problem.maskReadsInputs)
-           ? "sm_90a dK/dV kernel: the consumers take turns issuing their GEMMs (ping-pong), so "
-             "that one's elementwise steps run under the other's GEMMs"
-           : llvm::formatv("sm_90a dK/dV kernel: no ping-pong ({0})",
-                           split ? "the head-dim split's consumers compute the same S^T and dP^T"
-                           : problem.dropout
-                               ? "dropout: Philox outweighs the GEMMs, turns would only delay it"
-                               : "the mask reads declared inputs: its loads outweigh the GEMMs, "
-                                 "turns would only delay them")
-                 .str());
+  const char* noTurns =
+      split             ? "the head-dim split's consumers compute the same S^T and dP^T"
+      : problem.dropout ? "dropout: Philox outweighs the GEMMs, turns would only delay it"
+      : problem.maskReadsInputs
+          ? "the mask reads declared inputs: its loads outweigh the GEMMs, turns would only delay them"
+          : "a score hook: it and its derivative outweigh the GEMMs, turns would only delay them";
+  note(attnc::sm90::bwdPingPong(split, problem.dropout, problem.maskReadsInputs, problem.scoreHook)
+           ? std::string("sm_90a dK/dV kernel: the consumers take turns issuing their GEMMs "
+                         "(ping-pong), so that one's elementwise steps run under the other's GEMMs")
+           : llvm::formatv("sm_90a dK/dV kernel: no ping-pong ({0})", noTurns).str());
 }
 
 }  // namespace

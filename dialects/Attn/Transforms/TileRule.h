@@ -36,9 +36,9 @@ struct TileProblem {
   // The sm_90a backward dK/dV kernel: registers its recomputed epilogue needs beyond the
   // accumulators (see attn-derive-backward), or -1 when it cannot run there at all.
   int64_t hopperBackwardExtra = 0;
-  // For the sm_90a dK/dV kernel's ping-pong (bwd_config.h bwdPingPong): dropout, and a mask that
-  // reads declared inputs.
-  bool dropout = false, maskReadsInputs = false;
+  // For the sm_90a dK/dV kernel's ping-pong (bwd_config.h bwdPingPong): dropout, a mask that
+  // reads declared inputs, a score hook.
+  bool dropout = false, maskReadsInputs = false, scoreHook = false;
 };
 
 struct TileChoice {

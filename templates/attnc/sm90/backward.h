@@ -298,10 +298,10 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   const int dqCol0 = group * Config::kDqN;
   const u32 kColumns = smem.k() + u32((dqCol0 / kChunkElements) * Config::kBlockKV * kSwizzleRowBytes +
                                       (dqCol0 % kChunkElements) * 2);
-  // The ping-pong below (bwdPingPong, bwd_config.h): not with the head-dim split, dropout or masks
-  // that read declared inputs.
-  constexpr bool kPingPong =
-      bwdPingPong(Config::kSplit, Variant::kHasDropout, VariantTileClasses<Variant>::value);
+  // The ping-pong below (bwdPingPong, bwd_config.h): not with the head-dim split, dropout, masks
+  // that read declared inputs or a score hook.
+  constexpr bool kPingPong = bwdPingPong(Config::kSplit, Variant::kHasDropout,
+                                         VariantTileClasses<Variant>::value, Variant::kHasScore);
   const auto issueDQ = [&](int buffer, int part) {
     // K's descriptors from a laundered base, made again at each call: hoisted out of the loop they
     // stayed live through it and spilled with the ping-pong's barriers.

@@ -74,12 +74,13 @@ ATTNC_HD constexpr int bwdConsumerRegisters(int headDim, int headDimV, bool spli
 // Whether the dK/dV kernel's two consumers take turns issuing their GEMMs (ping-pong, backward.h),
 // so that one's elementwise steps run under the other's GEMMs. Measured on the H200 (A/B,
 // 2026-12-01, docs/perf/H200.md): hd128 causal N=4K +10%, full N=4K +6%, window and prefix-LM
-// +2-3%, hd64 causal +2.5%; but document -3% and dropout -3%, whose elementwise steps (the mask's
-// input reads, Philox) outweigh the GEMMs, so the turns only delay them. Not with the head-dim
+// +2-3%, hd64 causal +2.5%; but document -3%, dropout -3%, softcap -2% and ALiBi -0.6% (and 474 ->
+// 458 TFLOP/s across runs), whose elementwise steps (the mask's input reads, Philox, the score
+// hook and its derivative) outweigh the GEMMs, so the turns only delay them. Not with the head-dim
 // split, whose consumers compute the same S^T and dP^T (with turns it spilled 4 bytes at hd256).
 // `attnc explain --backward` prints the choice.
-ATTNC_HD constexpr bool bwdPingPong(bool split, bool dropout, bool maskReadsInputs) {
-  return !split && !dropout && !maskReadsInputs;
+ATTNC_HD constexpr bool bwdPingPong(bool split, bool dropout, bool maskReadsInputs, bool scoreHook) {
+  return !split && !dropout && !maskReadsInputs && !scoreHook;
 }
 
 // The head-dim split's dQ reduction (backward.h): in an n8 tile of the m16n8 accumulator layout,
