@@ -21,6 +21,7 @@
 #include "attnc/common/tile_classes.h"
 #include "runtime/Driver.h"
 #include "runtime/LaunchGrid.h"
+#include "runtime/ModuleSymbols.h"
 #include "runtime/Summaries.h"
 
 #include <algorithm>
@@ -98,24 +99,14 @@ struct Kernel::Impl {
         for (cu::Module module : entry.modules) driver->cuModuleUnload(module);
   }
 
-  // Whether module `module` of `image` defines entry `name`: its cubin's string table holds the
-  // NUL-delimited name, or (run from PTX) its PTX has `.entry name(`. Asked before
-  // cuModuleGetFunction, so that no lookup fails on a module without the entry (compute-sanitizer
-  // counts every failed driver call as an error).
-  bool defines(const Image& image, size_t module, const std::string& name, bool ptx) const {
-    const Module& m = image.modules[module];
-    if (ptx) return m.ptx.find(".entry " + name + "(") != std::string::npos;
-    const std::string needle = '\0' + name + '\0';
-    return std::search(m.cubin.begin(), m.cubin.end(), needle.begin(), needle.end()) != m.cubin.end();
-  }
-
-  // `name` from the loaded module that defines it (the first one when none seems to: its error is
-  // then the driver's); false with *why.
+  // `name` from the loaded module that defines it (ModuleSymbols.h; the first one when none seems
+  // to: its error is then the driver's); false with *why.
   bool getFunction(const DriverApi& driver, const Loaded& entry, const std::string& name,
                    cu::Function* fn, std::string* why) const {
     size_t module = 0;
     for (size_t i = 0; i < entry.modules.size(); ++i)
-      if (defines(*entry.image, i, name, entry.usePtx)) {
+      if (entry.usePtx ? ptxDefines(entry.image->modules[i].ptx, name)
+                       : cubinDefines(entry.image->modules[i].cubin, name)) {
         module = i;
         break;
       }
@@ -162,7 +153,8 @@ struct Kernel::Impl {
     std::string text;
     for (const Image& image : images) {
       if (!text.empty()) text += ", ";
-      text += image.metadata.target + (image.modules.front().ptx.empty() ? " (cubin)" : " (cubin + PTX)");
+      text += image.metadata.target +
+              (image.modules.front().ptx.empty() ? " (cubin)" : " (cubin + PTX)");
     }
     return text;
   }
@@ -228,7 +220,8 @@ struct Kernel::Impl {
                       "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", &why))
       return fail(why);
     const std::string& tileClassesEntry = image->metadata.tileClassesEntry;
-    if (!tileClassesEntry.empty() && !getFunction(driver, entry, tileClassesEntry, &entry.tileClasses, &why))
+    if (!tileClassesEntry.empty() &&
+        !getFunction(driver, entry, tileClassesEntry, &entry.tileClasses, &why))
       return fail(why);
     const std::string& summaryEntry = image->metadata.summaryEntry;
     if (!summaryEntry.empty() && !getFunction(driver, entry, summaryEntry, &entry.summary, &why))

@@ -160,11 +160,11 @@ struct KernelImage {
   const void* cubin = nullptr;
   size_t cubinSize = 0;
   const char* ptx = nullptr;
-  // Further modules of this form, loaded beside the first one: the JIT compiles a kernel's
-  // backward entries as NVRTC programs of their own, at the same time as the forward's
-  // (docs/runtime.md), so one form may span several cubins. Entry points are looked up in the
-  // first module, then in these in order. Each takes a cubin and optionally its PTX; a form that
-  // runs from PTX needs the PTX of every module.
+  // Further modules of this form, loaded beside the first one: the JIT compiles a kernel's entry
+  // groups (the forward, its tile classes, the backward's kernels) as NVRTC programs of their own,
+  // at the same time (docs/runtime.md), so one form may span several cubins. Each entry point is
+  // looked up in the module whose cubin (or PTX) defines it. Each takes a cubin and optionally its
+  // PTX; a form that runs from PTX needs the PTX of every module.
   struct Module {
     const void* cubin = nullptr;
     size_t cubinSize = 0;
@@ -173,7 +173,7 @@ struct KernelImage {
   std::vector<Module> moreModules = {};
 };
 
-// A launchable kernel. Cheap to copy and move (copies share the loaded modules). The module is
+// A launchable kernel. Cheap to copy and move (copies share the loaded modules). The modules are
 // loaded on the first launch in each CUDA context (thread-safe); without a current context the
 // primary context of device 0 is made current, as the CUDA runtime does.
 class Kernel {

@@ -4,6 +4,7 @@
 #include "attnc/attnc.h"
 #include "compiler/CodeGen/CUDA/EmitCUDA.h"
 #include "runtime/KernelCache.h"
+#include "runtime/ModuleSymbols.h"
 #include "runtime/Nvrtc.h"
 
 #include <gtest/gtest.h>
@@ -188,13 +189,11 @@ TEST_F(JitCache, BackwardIsCompiledAndCachedSeparately) {
   const size_t cpus = std::max(1u, std::thread::hardware_concurrency());
   ASSERT_EQ(backward.moduleCount(), std::min<size_t>(4, cpus));
   EXPECT_EQ(forward.moduleCount(), 1u);
-  // Which modules hold `symbol` (a NUL-terminated name in the cubin's string table).
+  // Which modules define `symbol` (as the runtime finds an entry's module).
   auto holders = [&](const std::string& symbol) {
     std::vector<size_t> found;
-    for (size_t i = 0; i < backward.moduleCount(); ++i) {
-      std::string cubin(backward.cubin(i).begin(), backward.cubin(i).end());
-      if (cubin.find('\0' + symbol + '\0') != std::string::npos) found.push_back(i);
-    }
+    for (size_t i = 0; i < backward.moduleCount(); ++i)
+      if (cubinDefines(backward.cubin(i), symbol)) found.push_back(i);
     return found;
   };
   for (const char* suffix : {"_preprocess", "_convert_dq"})  // with the forward

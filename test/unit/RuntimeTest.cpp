@@ -4,6 +4,7 @@
 #include "attnc/attnc.h"
 #include "runtime/KernelCache.h"
 #include "runtime/LaunchGrid.h"
+#include "runtime/ModuleSymbols.h"
 #include "runtime/Summaries.h"
 
 #include <gtest/gtest.h>
@@ -516,6 +517,22 @@ TEST(KernelCache, StoresFurtherModules) {
   std::string bytes = encodeCacheEntry("m", shorter);
   EXPECT_TRUE(decodeCacheEntry(bytes, "m", &entry, &why)) << why;
   EXPECT_EQ(entry.moreModules.size(), 1u);
+}
+
+// An entry point is found only under its whole name: the dK/dV kernel's name is a prefix of its
+// deterministic twin's, and the two may sit in different modules.
+TEST(ModuleSymbols, WholeNamesOnly) {
+  static const char kTable[] = "\0x_fwd\0x_bwd_kv_nodq\0x_bwd_q";  // and the literal's NUL
+  const std::vector<char> cubin(kTable, kTable + sizeof kTable);
+  EXPECT_TRUE(cubinDefines(cubin, "x_fwd"));
+  EXPECT_TRUE(cubinDefines(cubin, "x_bwd_kv_nodq"));
+  EXPECT_TRUE(cubinDefines(cubin, "x_bwd_q"));
+  EXPECT_FALSE(cubinDefines(cubin, "x_bwd_kv"));
+  EXPECT_FALSE(cubinDefines(cubin, "bwd_q"));
+  const std::string ptx = ".visible .entry x_bwd_kv_nodq(\n.param .align 8 .b8 p[1]\n)\n";
+  EXPECT_TRUE(ptxDefines(ptx, "x_bwd_kv_nodq"));
+  EXPECT_FALSE(ptxDefines(ptx, "x_bwd_kv"));
+  EXPECT_FALSE(ptxDefines(ptx, "kv_nodq"));
 }
 
 // Kernel::fromImages keeps every module of a form, and names a module that is not a cubin.
