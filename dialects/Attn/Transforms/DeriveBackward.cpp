@@ -60,7 +60,7 @@ struct AttnDeriveBackward final : mlir::attn::impl::AttnDeriveBackwardBase<AttnD
       problem.dropout = dropout;
       problem.maskReadsInputs = maskLoads > 0;
       problem.scoreHook = !forward.getScore().empty();
-      if (!forward.getScore().empty())
+      if (problem.scoreHook)
         forEachOpDependingOn(forward.getScore().front(), {0u}, [&](Operation& inner) {
           if (!isa<arith::AddFOp, arith::SubFOp, YieldOp>(inner)) problem.backwardHeavyEpilogue = true;
         });

@@ -142,8 +142,8 @@ ATTNC_DEVICE u32 dropoutKeepBits(const BwdParams& p, u32 batchHead, u32 threshol
 // Each consumer's named barrier (1 + consumer; 0 is __syncthreads): its dQ tile is free, or
 // written.
 constexpr int kDqBarrier = 1;
-// Each consumer's turn at issuing its GEMMs (ping-pong, as the forward's): named barrier
-// kTurnBarrier + consumer.
+// Each consumer's turn at issuing its S^T and dP^T GEMMs (ping-pong, as the forward's): named
+// barrier kTurnBarrier + consumer.
 constexpr int kTurnBarrier = 3;
 
 // The producer warp: K and V once, then for every (query head, q tile) pair of the stream Q, dO
@@ -364,11 +364,11 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     }
   };
   int previousHead = -1, previousQ0 = 0;  // the q tile whose dQ is still to be done
-  // Ping-pong: the consumers take turns issuing each group of GEMMs (S^T and dP^T; dV; dK and
-  // dQ), so that one's elementwise steps run while the other's GEMMs occupy the tensor cores.
-  // Consumer g waits on named barrier kTurnBarrier + g and passes the turn to the other; the
-  // second consumer starts by passing the first turn, and the first takes the last one after
-  // the loop, so no barrier is left half-arrived.
+  // Ping-pong: the consumers take turns from the stage wait to the issue of S^T and dP^T, so that
+  // one's elementwise steps run while the other's GEMMs occupy the tensor cores. Consumer g waits
+  // on named barrier kTurnBarrier + g and passes the turn to the other; the second consumer starts
+  // by passing the first turn, and the first takes the last one after the loop, so no barrier is
+  // left half-arrived.
   const auto takeTurn = [&]() {
     if constexpr (kPingPong) namedBarrierSync(kTurnBarrier + group, 256);
   };

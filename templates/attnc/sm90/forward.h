@@ -306,6 +306,16 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     return rescales;
   };
 
+  // Waits for S = Q K^T (with pvPending, P V of the previous tile may still run) and returns the
+  // tile's mask, made while S runs for kMaskAhead, else after the wait.
+  const auto waitForS = [&](int tile, auto pvPending) {
+    TileMask mask;
+    if constexpr (kMaskAhead) mask = tileMask(tile, smem.scheduledClass(stage));
+    wgmmaWait<decltype(pvPending)::value ? 1 : 0>();
+    if constexpr (!kMaskAhead) mask = tileMask(tile, smem.scheduledClass(stage));
+    return mask;
+  };
+
   mbarrierWait(smem.kFull(stage), phase);
   int tile = smem.scheduledTile(stage);
   if (tile >= 0) {
@@ -314,12 +324,9 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     takeTurn();
     issueQK();
     passTurn();
-    TileMask mask;
-    if constexpr (kMaskAhead) mask = tileMask(tile, smem.scheduledClass(stage));
-    wgmmaWait<0>();
-    if constexpr (!kMaskAhead) mask = tileMask(tile, smem.scheduledClass(stage));
     float factors[1][2];
-    softmaxStep(tile, mask, factors);  // O is still zero: nothing to rescale
+    // O is still zero: nothing to rescale.
+    softmaxStep(tile, waitForS(tile, /*pvPending=*/Flag<false>()), factors);
     sm80::warp::packP<Element>(pA, s);
     for (int iteration = 1;; ++iteration) {
       const int prevStage = stage;
@@ -336,10 +343,8 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
       issueQK();
       issuePV(prevStage);
       passTurn();
-      if constexpr (kMaskAhead) mask = tileMask(tile, smem.scheduledClass(stage));
-      wgmmaWait<1>();  // S_j is done; P_{j-1} V_{j-1} may still run
-      if constexpr (!kMaskAhead) mask = tileMask(tile, smem.scheduledClass(stage));
-      const bool rescales = softmaxStep(tile, mask, factors);
+      // S_j is done; P_{j-1} V_{j-1} may still run
+      const bool rescales = softmaxStep(tile, waitForS(tile, /*pvPending=*/Flag<true>()), factors);
       wgmmaWait<0>();  // P_{j-1} V_{j-1} is done
       fenceRegisters(flat(o));
       mbarrierArrive(smem.vEmpty(prevStage));
