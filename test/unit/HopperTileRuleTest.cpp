@@ -62,12 +62,17 @@ TEST(HopperTileRule, EveryHeadDimGetsTheWgmmaKernelOrAReasonedFallback) {
           EXPECT_LE(choice->blockKV, 256);
           if (consumers == 3) {
             // Three consumers only for head dims up to 64, with B_c >= 96 inside their budget
-            // (160 registers, 40 reserved).
+            // (160 registers, 40 reserved; 24 with no epilogue and no mask, but only up to
+            // B_c = 128).
             EXPECT_LE(d, 64);
             EXPECT_LE(dv, 64);
             EXPECT_GE(choice->blockKV, 96);
-            EXPECT_LE(liveRegisters(dv, choice->blockKV),
-                      attnc::sm90::consumerRegisters(3) - 40 - epilogue - (8 * scoreOps + 2) / 3);
+            const int64_t budget3 = attnc::sm90::consumerRegisters(3) - epilogue - (8 * scoreOps + 2) / 3;
+            if (liveRegisters(dv, choice->blockKV) > budget3 - 40) {
+              EXPECT_EQ(epilogue + scoreOps, 0);
+              EXPECT_LE(choice->blockKV, 128);
+              EXPECT_LE(liveRegisters(dv, choice->blockKV), budget3 - 24);
+            }
           } else {
             ASSERT_EQ(consumers, 2);
             // Whole 64-key steps above 64, unless shared memory cut B_c below the next one.
@@ -90,6 +95,27 @@ TEST(HopperTileRule, EveryHeadDimGetsTheWgmmaKernelOrAReasonedFallback) {
   EXPECT_GT(hopper, 0);
   EXPECT_GT(fallback, 0);  // dropout-sized epilogues at head dim 256 take the sm_80-family kernel
   EXPECT_LT(unfit, hopper / 20);
+}
+
+TEST(HopperTileRule, LightMasksAtHd64TakeWholeTilesOf128Keys) {
+  const TileTarget target = tileTarget("sm_90a");
+  auto blockKV = [&](int64_t d, int64_t maskOps, int64_t epilogue) {
+    TileProblem problem{d, d, 2, 0, 0, epilogue, 0};
+    problem.maskOps = maskOps;
+    mlir::FailureOr<TileChoice> choice = deriveTiles(problem, target);
+    EXPECT_TRUE(mlir::succeeded(choice));
+    EXPECT_EQ(choice->warps, 16) << "three consumers at d " << d;
+    return choice->blockKV;
+  };
+  // No mask or a causal one (3 operations), no epilogue: the 24-register reserve gives 128.
+  EXPECT_EQ(blockKV(64, 0, 0), 128);
+  EXPECT_EQ(blockKV(64, 3, 0), 128);
+  // A sliding window (6 operations) or an epilogue keep the 40-register reserve: 112.
+  EXPECT_EQ(blockKV(64, 6, 0), 112);
+  EXPECT_EQ(blockKV(64, 0, 4), 112);
+  // The lighter reserve never lifts B_c past 128 (hd32 spilled at 160), nor lowers it (hd16: 144).
+  EXPECT_EQ(blockKV(32, 0, 0), 128);
+  EXPECT_EQ(blockKV(16, 0, 0), 144);
 }
 
 TEST(HopperTileRule, PlainVariantsOfEveryHeadDimRunTheWgmmaKernel) {

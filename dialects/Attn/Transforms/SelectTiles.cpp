@@ -39,6 +39,7 @@ struct AttnSelectTiles final : mlir::attn::impl::AttnSelectTilesBase<AttnSelectT
                           blockKV,
                           epilogueRegisters(op.getDropout().convertToDouble() > 0, loads),
                           scoreOps};
+      if (!op.getMask().empty()) problem.maskOps = int64_t(op.getMask().front().getOperations().size()) - 1;
       FailureOr<TileChoice> choice = deriveTiles(problem, target);
       if (failed(choice)) {
         InFlightDiagnostic error = op.emitOpError()

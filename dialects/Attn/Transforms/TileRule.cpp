@@ -168,10 +168,18 @@ constexpr int64_t kHopperConsumers = 2;
 constexpr int64_t kHopperMaxStages = 4;
 // Registers a consumer thread needs beyond its accumulators: the softmax state, shared and global
 // addresses, loop counters and the tile classification. Every example compiles without spills
-// with this reserve (ctest checks it). With three consumers (160 registers each) hd64 compiles
-// without spills at B_c = 112 and spills 4 bytes (causal) at 128: a reserve of 40 gives 112.
+// with this reserve (ctest checks it). With three consumers (160 registers each) a reserve of 40
+// gives hd64 B_c = 112.
 constexpr int64_t kHopperReserveRegisters = 56;
 constexpr int64_t kHopperReserveRegisters3 = 40;
+// With no epilogue and a mask of at most kHopperLightMaskOps operations (causal or none), three
+// consumers reserve 24, but only to lift B_c up to kHopperLightMaxBlockKV3: hd64 then takes 128
+// without spills (CUDA 13.0), and ran 1-9% faster than at 112 on the H200 (docs/perf/H200.md,
+// 2026-12-01). A sliding window (6 operations), custom_mask and softcap at hd64 spilled 80-128
+// bytes at 128, and hd32 spilled 48 bytes at the 160 that the lighter reserve alone would give.
+constexpr int64_t kHopperReserveRegisters3Light = 24;
+constexpr int64_t kHopperLightMaskOps = 4;
+constexpr int64_t kHopperLightMaxBlockKV3 = 128;
 constexpr int64_t kHopperMinBlockKV3 = 96;
 // Registers per 3 per-element score operations, 8 (ptxas, CUDA 13.0): custom_score's 7 spill at
 // B_c = 128 (they need more than 16) and not at 112; ALiBi's 6 (its slope is per head) fit 128.
@@ -216,8 +224,16 @@ FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
     return live(kv) <= budget ? kv : int64_t(0);
   };
   blockKV = std::clamp<int64_t>(blockKV / 16 * 16, 16, 256);
+  const bool light = epilogue == 0 && problem.maskOps <= kHopperLightMaskOps;
+  // B_c with three consumers: the lighter reserve lifts it to at most kHopperLightMaxBlockKV3.
+  auto fitFor3 = [&](int64_t kv) {
+    const int64_t fit = registerFitFor(3, kHopperReserveRegisters3, kv);
+    if (!light || fit >= kHopperLightMaxBlockKV3) return fit;
+    return std::min(registerFitFor(3, kHopperReserveRegisters3Light, kv),
+                    std::min(kv, kHopperLightMaxBlockKV3));
+  };
   const bool three = llvm::alignTo(d, 16) <= 64 && llvm::alignTo(dv, 16) <= 64 &&
-                     registerFitFor(3, kHopperReserveRegisters3, blockKV) >= kHopperMinBlockKV3;
+                     fitFor3(blockKV) >= kHopperMinBlockKV3;
   int64_t consumers = three ? 3 : kHopperConsumers;
   int64_t blockQ = 64 * consumers;
   note(llvm::formatv("wgmma m64nNk16: B_r = 64 x {0} consumer warpgroups = {1}; B_c = {2} (a "
@@ -226,8 +242,12 @@ FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
 
   // 3. Registers: a consumer thread holds O (d_v / 2 fp32), S (B_c / 2 fp32) and P (B_c / 4
   // packed pairs) of its warpgroup's 64 rows; B_c shrinks by 16 until they fit.
-  const int64_t reserve = three ? kHopperReserveRegisters3 : kHopperReserveRegisters;
-  blockKV = registerFitFor(consumers, reserve, blockKV);
+  const int64_t fit3 = three ? fitFor3(blockKV) : 0;
+  const bool lightReserve = three && fit3 > registerFitFor(3, kHopperReserveRegisters3, blockKV);
+  const int64_t reserve = !three         ? kHopperReserveRegisters
+                          : lightReserve ? kHopperReserveRegisters3Light
+                                         : kHopperReserveRegisters3;
+  blockKV = three ? fit3 : registerFitFor(consumers, reserve, blockKV);
   if (blockKV == 0) return failure();
   // Whole 64-key steps where the registers allow them (two consumers). Measured on the H200
   // (docs/perf/H200.md): hd128 at B_c = 144 ran 583 TFLOP/s against 638 at 128 (full, N = 4K);
@@ -237,7 +257,12 @@ FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
   note(llvm::formatv("registers: setmaxnreg gives a consumer {0}; O + S + P = {1} / 2 + {2} / 2 + "
                      "{2} / 4 = {3} <= {0} - {4} reserved{5}: B_c = {2}{6}",
                      hopperConsumerRegisters(consumers), dv, registerFit, live(registerFit),
-                     reserve,
+                     lightReserve ? llvm::formatv("{0} (no epilogue, a mask of at most {1} "
+                                                  "operations: up to B_c = {2})",
+                                                  reserve, kHopperLightMaskOps,
+                                                  kHopperLightMaxBlockKV3)
+                                        .str()
+                                  : std::to_string(reserve),
                      epilogue ? llvm::formatv(" - {0} for the epilogue", epilogue).str()
                               : std::string(),
                      blockKV != registerFit

@@ -28,6 +28,9 @@ struct TileProblem {
   // The sm_90a rule reserves 8 registers per 3 of them: the hook runs on every
   // element of S while S, P and O are all live.
   int64_t scoreOps = 0;
+  // Operations in the mask region (without its yield): the sm_90a rule's lighter reserve for three
+  // consumers holds only for a causal mask (3) or none.
+  int64_t maskOps = 0;
   // For the backward (attn-derive-backward): whether its recomputed epilogue holds registers
   // beyond a mask's comparisons: dropout, reads of declared inputs, or a score whose derivative
   // depends on the score (an operation on it other than an addition or subtraction: softcap). The
