@@ -158,7 +158,7 @@ def check_dropout_small(lib, row, log):
     keep = torch.from_numpy(philox_host.keep_mask(seed, offset, row.dropout, B, row.hq, N, N)).to(dev)
     s = (q.double() @ k.double().transpose(-1, -2)) * kern.info["scale"]
     causal = torch.ones(N, N, dtype=torch.bool, device=dev).tril()
-    p = torch.softmax(s.masked_fill(~causal, float("-inf")), -1) * keep / (1 - row.dropout)
+    p = torch.softmax(s.masked_fill(~causal, float("-inf")), -1) * keep * philox_host.scale(row.dropout)
     err = relerr(o, p @ v.double())
     log(f"  dropout kernel at B=1 N=256 vs float64 + host Philox mask: relerr {err:.2e}")
     return err

@@ -169,6 +169,8 @@ public:
       report("scale", "scale: must be 'auto' or a positive number, got " + formatNumber(*spec.scale));
     if (!skip("dropout") && !(spec.dropout >= 0 && spec.dropout < 1))
       report("dropout", "dropout: must be in [0, 1), got " + formatNumber(spec.dropout));
+    else if (!skip("dropout") && spec.dropout > 0)
+      checkDropoutResolution();
     bool inputsOk = checkInputs();
     checkMask(inputsOk);
     checkScore(inputsOk);
@@ -177,6 +179,20 @@ public:
 
 private:
   bool skip(const std::string &field) const { return sites && sites->reported.count(field); }
+
+  // The kernels drop with probability round(256 p) / 256 (the float p, templates/attnc/common/
+  // philox.h dropoutThreshold): a p that rounds to 0 or to 1 there cannot be what was meant.
+  void checkDropoutResolution() {
+    const double steps = double(float(spec.dropout)) * 256.0;
+    if (steps < 0.5)
+      report("dropout", "dropout: " + formatNumber(spec.dropout) +
+                            " rounds to 0 at the kernels' resolution of 1/256 (the smallest "
+                            "dropout is 0.001953125 = 1/512); use 0 for none");
+    else if (steps >= 255.5)
+      report("dropout", "dropout: " + formatNumber(spec.dropout) +
+                            " rounds to 1 at the kernels' resolution of 1/256 (the largest "
+                            "dropout is 0.998046875 = 511/512)");
+  }
 
   const FieldSite *site(const std::string &field) const {
     if (!sites)

@@ -74,7 +74,7 @@ def reference_grads(q, k, v, do, scale, var, B, hq, hkv, ql, kl, inputs, keep_dr
     s = s.masked_fill(~keep, float("-inf")).masked_fill(fully, 0.0)
     pr = torch.softmax(s, -1) * keep
     if keep_drop is not None:
-        pr = pr * torch.from_numpy(keep_drop).to(dev) / (1.0 - p)
+        pr = pr * torch.from_numpy(keep_drop).to(dev) * philox_host.scale(p)
     (pr @ vd).transpose(1, 2).backward(do.double())
     return [t.grad for t in leaves]
 

@@ -270,7 +270,7 @@ def reference(q, k, v, scale, var, B, hq, hkv, ql, kl, inputs, ref_dev, keep_dro
     fully = ~keep.any(-1)
     pr = torch.exp(s - lse.unsqueeze(-1)).nan_to_num(0.0)
     if keep_drop is not None:
-        pr = pr * torch.from_numpy(keep_drop).to(ref_dev) / (1.0 - p)
+        pr = pr * torch.from_numpy(keep_drop).to(ref_dev) * philox_host.scale(p)
     o = (pr @ vd).transpose(1, 2)
     return o, lse, fully, keep
 
@@ -432,7 +432,7 @@ def run_dropout_case(kern, var, hd, dtype, B, ql, kl, ref_dev, res, key, hdv=Non
     live = attn_keep.cpu().numpy()
     n = int(live.sum())
     kept = float(keep[live].mean()) if n else 1.0
-    pth = philox_host.threshold(p) / 2.0 ** 16
+    pth = philox_host.threshold(p) / 256.0
     sigma = math.sqrt(pth * (1 - pth) / max(n, 1))
     if abs(kept - (1 - pth)) > 3 * sigma:
         problems.append(f"host keep fraction {kept:.5f} vs {1 - pth:.5f} +- 3x{sigma:.1e}")

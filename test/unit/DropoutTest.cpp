@@ -1,12 +1,14 @@
 // templates/attnc/common/philox.h on the host: Philox4x32-10 against the Random123 known-answer
 // vectors (kat_vectors), the attnc mapping (counter, key, group, 16-bit halves) against plain
 // calls and test/gpu/philox_host.py, the launch's precomputed round keys against the rounds' own
-// key bumps, the threshold's rounding at the edges, and the kernels' one-compare decision
-// (dropoutHalfKept) against the 16-bit halves it stands for.
+// key bumps, the threshold's rounding at the edges and the scale that keeps the expected output,
+// and the kernels' one-compare decision (dropoutByteKept) against the bytes it stands for.
 #include "attnc/common/philox.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -37,37 +39,63 @@ TEST(Dropout, PhiloxKnownAnswers) {
   for (const Case& c : cases) expectWords(philox4x32_10(c.counter, c.k0, c.k1), c.expected);
 }
 
-// Element (q, k)'s group is one plain Philox call on the documented counter and key, and the 8
-// elements (q | 8 r, k | 8 t | j) of a group share it and take its 8 distinct 16-bit halves:
-// word 2 r + t, half j.
+// Element (q, k)'s group is one plain Philox call on the documented counter and key, and the 16
+// elements (q | 8 r, k | 16 u | 8 t | j) of a group share it and take its 16 distinct bytes:
+// word 2 r + t, byte 2 u + j.
 TEST(Dropout, MappingIsThePhiloxCallOfTheGroup) {
   expectWords(dropoutRandom(0x299f31d0a4093822ull, 0x0370734400000000ull, 0x13198a2e,
-                            /*q=*/16 * 5 + 8 + 3, /*k=*/16 * 7 + 8 + 2 * 2 + 1),
+                            /*q=*/16 * 5 + 8 + 3, /*k=*/32 * 7 + 16 + 8 + 2 * 2 + 1),
               philox4x32_10(u32x4{7 * 4 + 2, 5 * 8 + 3, 0x13198a2e, 0x00000000}, 0xa4093822,
                             0x299f31d0 ^ 0x03707344));
   const u64 seed = 0x123456789abcdef0ull, offset = 0xfedcba9876543210ull;
-  const u32 q = 32 + 5, k = 48 + 6;
+  const u32 q = 32 + 5, k = 64 + 6;
   const u32x4 w = dropoutRandom(seed, offset, 5, q, k);
   const u32 words[4] = {w.x, w.y, w.z, w.w};
+  std::vector<u32> seen;
   for (u32 r = 0; r < 2; ++r)
-    for (u32 t = 0; t < 2; ++t)
-      for (u32 j = 0; j < 2; ++j) {
-        const u32 qe = q | 8 * r, ke = k | 8 * t | j;
-        expectWords(dropoutRandom(seed, offset, 5, qe, ke), w);
-        EXPECT_EQ(dropoutBits(w, qe, ke), (words[2 * r + t] >> (16 * j)) & 0xffffu);
-      }
+    for (u32 u = 0; u < 2; ++u)
+      for (u32 t = 0; t < 2; ++t)
+        for (u32 j = 0; j < 2; ++j) {
+          const u32 qe = q | 8 * r, ke = k | 16 * u | 8 * t | j;
+          expectWords(dropoutRandom(seed, offset, 5, qe, ke), w);
+          EXPECT_EQ(dropoutBits(w, qe, ke), (words[2 * r + t] >> (8 * (2 * u + j))) & 0xffu);
+          seen.push_back(2 * r + t + 4 * (2 * u + j));
+        }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(std::unique(seen.begin(), seen.end()) - seen.begin(), 16) << "16 distinct bytes";
+  // The neighbouring groups: keys 32 further, rows 16 further, another head.
+  const u32x4 other[3] = {dropoutRandom(seed, offset, 5, q, k + 32),
+                          dropoutRandom(seed, offset, 5, q + 16, k),
+                          dropoutRandom(seed, offset, 6, q, k)};
+  for (const u32x4& o : other) EXPECT_NE(o.x, w.x);
   // The same values from test/gpu/philox_host.py (numpy), b = 1, h = 2 of 3 heads.
-  const u32 known[4][3] = {{0, 0, 14816}, {9, 3, 28872}, {17, 26, 724}, {31, 31, 5623}};
+  const u32 known[4][3] = {{0, 0, 224}, {5, 8, 207}, {12, 17, 47}, {31, 29, 73}};
   for (const auto& e : known)
     EXPECT_EQ(dropoutBits(dropoutRandom(seed, offset, 5, e[0], e[1]), e[0], e[1]), e[2]);
 }
 
-TEST(Dropout, ThresholdRoundsDown) {
+TEST(Dropout, ThresholdRoundsToNearest) {
   EXPECT_EQ(dropoutThreshold(0.0f), 0u);
-  EXPECT_EQ(dropoutThreshold(0.5f), 0x8000u);
-  EXPECT_EQ(dropoutThreshold(0.1f), 6553u);
-  EXPECT_EQ(dropoutThreshold(1.0f), 0xffffu);
+  EXPECT_EQ(dropoutThreshold(0.5f), 128u);
+  EXPECT_EQ(dropoutThreshold(0.1f), 26u);  // 25.6
+  EXPECT_EQ(dropoutThreshold(0.3f), 77u);  // 76.8
+  EXPECT_EQ(dropoutThreshold(1.0f / 512), 1u);
+  EXPECT_EQ(dropoutThreshold(0.99f / 512), 0u);
+  EXPECT_EQ(dropoutThreshold(511.0f / 512), 255u);
+  EXPECT_EQ(dropoutThreshold(1.0f), 255u);
   EXPECT_EQ(dropoutThreshold(-0.25f), 0u);
+  EXPECT_EQ(dropoutThreshold(std::nanf("")), 0u);
+}
+
+// Kept values are scaled by 1 / (1 - threshold / 256): the expected kept fraction times the scale
+// is 1 for every threshold, so dropout keeps the expected output.
+TEST(Dropout, ScaleKeepsTheExpectedOutput) {
+  EXPECT_EQ(dropoutScale(0.0f), 1.0f);
+  for (float p : {0.002f, 0.1f, 0.25f, 0.3f, 0.5f, 0.9f, 0.998f}) {
+    const double kept = 1.0 - dropoutThreshold(p) / 256.0;
+    EXPECT_NEAR(kept * dropoutScale(p), 1.0, 1e-6) << "p " << p;
+  }
+  EXPECT_FLOAT_EQ(dropoutScale(0.1f), 256.0f / 230.0f);
 }
 
 TEST(Dropout, RoundKeysMatchTheRounds) {
@@ -85,20 +113,21 @@ TEST(Dropout, RoundKeysMatchTheRounds) {
   }
 }
 
-TEST(Dropout, OneCompareDecisionEqualsTheHalves) {
+TEST(Dropout, OneCompareDecisionEqualsTheBytes) {
   std::mt19937 rng(11);
-  std::vector<u32> thresholds = {0u, 1u, 6553u, 32768u, 65534u, 65535u};
-  for (int i = 0; i < 20; ++i) thresholds.push_back(rng() & 0xffffu);
+  std::vector<u32> thresholds = {0u, 1u, 26u, 128u, 254u, 255u};
+  for (int i = 0; i < 20; ++i) thresholds.push_back(rng() & 0xffu);
   for (u32 t : thresholds) {
-    std::vector<u32> words = {0u, ~0u, t << 16, (t << 16) - 1u, t, t - 1u, (t << 16) | 0xffffu};
+    std::vector<u32> words = {0u, ~0u, t << 24, (t << 24) - 1u, t, t - 1u, t * 0x01010101u,
+                              (t * 0x01010101u) - 0x01010101u, (t << 24) | 0xffffffu};
     for (int i = 0; i < 200; ++i) words.push_back(rng());
     for (u32 w : words)
       for (u32 word = 0; word < 4; ++word)
-        for (u32 half = 0; half < 2; ++half) {
+        for (u32 byte = 0; byte < 4; ++byte) {
           u32x4 ws{u32(rng()), u32(rng()), u32(rng()), u32(rng())};
           (word == 0 ? ws.x : word == 1 ? ws.y : word == 2 ? ws.z : ws.w) = w;
-          ASSERT_EQ(dropoutHalfKept(ws, word, half, t), dropoutHalf(ws, word, half) >= t)
-              << "word " << std::hex << w << " threshold " << t << " half " << half;
+          ASSERT_EQ(dropoutByteKept(ws, word, byte, t), dropoutByte(ws, word, byte) >= t)
+              << "word " << std::hex << w << " threshold " << t << " byte " << byte;
         }
   }
 }

@@ -83,7 +83,8 @@ def Attn_TiledForwardOp : Attn_Op<"tiled_forward", [IsolatedFromAbove, Symbol]> 
     3. Online softmax: `m' = max(m, rowmax x)`, `P = exp(x - m')`, `l = l exp(m - m') + rowsum P`,
        `O = O exp(m - m')`; with `dropout > 0` elements of P are dropped by a Philox4x32-10 draw
        keyed by (seed, offset, b, h, q, k) after `l` is updated; `O += P V`.
-    4. `O /= l` (times `1 / (1 - dropout)`), written in `element_type`; `LSE = m + log l`.
+    4. `O /= l` (times `256 / (256 - round(256 dropout))`: dropout resolves to 1/256), written in
+       `element_type`; `LSE = m + log l`.
 
     `kernel` names the template: `"sm80"` (mma.sync; `warps` warps share the Q tile) or `"sm90"`
     (sm_90a: wgmma and TMA; `warps / 4` warpgroups, one producing loads and the others computing

@@ -53,7 +53,7 @@ struct TileChoice {
 };
 
 // The epilogue's extra live registers: for Philox dropout 16 in the forward (counter, key, the
-// round products, the four output words of one call that decides 8 elements), 40 in the sm80
+// round products, the four output words of one call that decides 16 elements), 40 in the sm80
 // backward (a call per element, and the keep bits of its slice kept for dS); 4 per read of a
 // declared input in the mask or score.
 enum class DropoutPass { Forward, Backward };

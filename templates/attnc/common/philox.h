@@ -8,15 +8,19 @@
 //   key     = { lo32(seed), hi32(seed) ^ hi32(offset) }
 //   counter = { kGroup, qGroup, u32(b * heads_q + h), lo32(offset) }
 //     qGroup = (q >> 4) * 8 + (q & 7)          rows q and q ^ 8 of a 16-row block share it
-//     kGroup = (k >> 4) * 4 + ((k >> 1) & 3)   keys k, k ^ 1, k ^ 8, k ^ 9 share it
+//     kGroup = (k >> 5) * 4 + ((k >> 1) & 3)   keys k ^ {0, 1, 8, 9, 16, 17, 24, 25} share it
 //   word    = philox4x32_10(counter, key)[2 * ((q >> 3) & 1) + ((k >> 3) & 1)]
-//   r       = 16 bits of word: (word >> (16 * (k & 1))) & 0xffff
-//   dropped = r < threshold,  threshold = u32(min(double(p) * 2^16, 2^16 - 1))  (truncating)
-// One Philox call thus decides 2 x 4 elements: exactly the elements one lane holds of two
+//   r       = byte 2 * ((k >> 4) & 1) + (k & 1) of word: (word >> (8 * byte)) & 0xff
+//   dropped = r < threshold,  threshold = round(p * 256), clamped to 0..255
+// One Philox call thus decides 2 x 8 elements: exactly the elements one lane holds of four
 // adjacent n8 tiles in an mma/wgmma accumulator of the forward (rows q, q + 8; key pairs 8 apart),
-// and two lanes' elements in the backward's transposed frame, so both pay one call per 8
-// elements. p is resolved to 1/65536. Kept probabilities are scaled by 1 / (1 - p); the softmax
-// normaliser l and the LSE are computed from the probabilities before dropout.
+// so the forward pays one call per 16 elements; in the backward's transposed frame (keys are
+// rows) a warp's lane pair holds 8 of them and the warp beside it the other 8, so it pays one call
+// per 8 elements. p is resolved to 1/256 (the spec rejects a dropout that rounds to 0 or 1): the
+// drop probability is threshold / 256 and kept probabilities are scaled by 256 / (256 - threshold)
+// (dropoutScale), so the expected output is the output without dropout. The softmax normaliser l
+// and the LSE are computed from the probabilities before dropout. (docs/templates.md, "Dropout",
+// says why 8 bits and not 16.)
 #pragma once
 
 #include "attnc/common/types.h"
@@ -78,11 +82,10 @@ ATTNC_HD u32x4 philox4x32_10(u32x4 counter, const u32 (&keys)[kDropoutRoundKeys]
   return counter;
 }
 
-// The Philox counter of the group of element (q, k) of head (b, h); `batchHead` is
-// b * heads_q + h.
+// The Philox counter of the group of element (q, k); `batchHead` is b * heads_q + h.
 ATTNC_HD u32x4 dropoutCounter(u64 offset, u32 batchHead, u32 q, u32 k) {
   const u32 qGroup = (q >> 4) * 8u + (q & 7u);
-  const u32 kGroup = (k >> 4) * 4u + ((k >> 1) & 3u);
+  const u32 kGroup = (k >> 5) * 4u + ((k >> 1) & 3u);
   return u32x4{kGroup, qGroup, batchHead, u32(offset)};
 }
 
@@ -104,30 +107,36 @@ ATTNC_HD u32 dropoutWord(u32x4 words, u32 word) {
   return word == 0 ? words.x : (word == 1 ? words.y : (word == 2 ? words.z : words.w));
 }
 
-// 16-bit half `half` of word `word` of a group's words: the random bits of the element with
-// word = 2 ((q >> 3) & 1) + ((k >> 3) & 1) and half = k & 1.
-ATTNC_HD u32 dropoutHalf(u32x4 words, u32 word, u32 half) {
-  return (dropoutWord(words, word) >> (16u * half)) & 0xffffu;
+// Byte `byte` (0-3) of word `word` of a group's words: the random bits of the element with
+// word = 2 ((q >> 3) & 1) + ((k >> 3) & 1) and byte = 2 ((k >> 4) & 1) + (k & 1).
+ATTNC_HD u32 dropoutByte(u32x4 words, u32 word, u32 byte) {
+  return (dropoutWord(words, word) >> (8u * byte)) & 0xffu;
 }
 
-// dropoutHalf(words, word, half) >= threshold (threshold < 2^16), without extracting the high
-// half: (w >> 16) >= t exactly when w >= t << 16, one compare instead of a shift and a compare.
-ATTNC_HD bool dropoutHalfKept(u32x4 words, u32 word, u32 half, u32 threshold) {
+// dropoutByte(words, word, byte) >= threshold (threshold < 2^8); the top byte without extracting
+// it: (w >> 24) >= t exactly when w >= t << 24, one compare instead of a shift and a compare.
+ATTNC_HD bool dropoutByteKept(u32x4 words, u32 word, u32 byte, u32 threshold) {
   const u32 w = dropoutWord(words, word);
-  return half != 0u ? w >= (threshold << 16) : (w & 0xffffu) >= threshold;
+  return byte == 3u ? w >= (threshold << 24) : ((w >> (8u * byte)) & 0xffu) >= threshold;
 }
 
-// Element (q, k)'s 16 random bits out of its group's words.
+// Element (q, k)'s 8 random bits out of its group's words.
 ATTNC_HD u32 dropoutBits(u32x4 words, u32 q, u32 k) {
-  return dropoutHalf(words, 2u * ((q >> 3) & 1u) + ((k >> 3) & 1u), k & 1u);
+  return dropoutByte(words, 2u * ((q >> 3) & 1u) + ((k >> 3) & 1u), 2u * ((k >> 4) & 1u) + (k & 1u));
 }
 
-// Random values below this one drop their element: P(drop) = threshold / 2^16 ~= p.
+// Random bytes below this one drop their element: P(drop) = threshold / 256 ~= p (round to
+// nearest; NaN and p <= 0 drop nothing; at most 255).
 ATTNC_HD u32 dropoutThreshold(float p) {
-  const double t = double(p) * 65536.0;
-  if (!(t > 0.0)) return 0u;  // also p == NaN: drop nothing
-  return t >= 65535.0 ? 65535u : u32(t);
+  const double t = double(p) * 256.0 + 0.5;
+  if (!(t >= 1.0)) return 0u;  // also p == NaN
+  return t >= 255.0 ? 255u : u32(t);
 }
+
+// The factor of a kept probability: 1 / (1 - threshold / 256), so that dropout keeps the
+// expected output. (256 times the reciprocal is exactly the rounded quotient, and kernels compute a
+// reciprocal without the general division's slow path.)
+ATTNC_HD float dropoutScale(float p) { return 256.0f * (1.0f / float(256u - dropoutThreshold(p))); }
 
 // The decision of one element alone (one Philox call each, with the launch's round keys).
 ATTNC_HD bool dropoutKept(const u32 (&keys)[kDropoutRoundKeys], u64 offset, u32 batchHead,

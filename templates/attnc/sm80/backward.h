@@ -344,7 +344,7 @@ ATTNC_DEVICE void backwardKV(const BwdParams& p, unsigned char* smem) {
   warp::zero(dV);
   const float log2Scale = Variant::kHasScore ? kLog2e : p.scale * kLog2e;
   const u32 dropThreshold = Variant::kHasDropout ? dropoutThreshold(p.dropout_p) : 0u;
-  const float dropScale = Variant::kHasDropout ? 1.0f / (1.0f - p.dropout_p) : 1.0f;
+  const float dropScale = Variant::kHasDropout ? dropoutScale(p.dropout_p) : 1.0f;
   const int rowInWarp = lane >> 2, colInQuad = 2 * (lane & 3);
   const int warpRow = wm * Config::kWarpRows;   // kv row of the warp inside the tile
   const int warpCol = wn * Config::kWarpCols;   // q column of the warp inside the q tile
@@ -610,7 +610,7 @@ ATTNC_DEVICE void backwardQ(const BwdParams& p, unsigned char* smem) {
   const float log2Scale = Variant::kHasScore ? kLog2e : p.scale * kLog2e;
   const u32 batchHead = u32(b * p.heads_q + h);
   const u32 dropThreshold = Variant::kHasDropout ? dropoutThreshold(p.dropout_p) : 0u;
-  const float dropScale = Variant::kHasDropout ? 1.0f / (1.0f - p.dropout_p) : 1.0f;
+  const float dropScale = Variant::kHasDropout ? dropoutScale(p.dropout_p) : 1.0f;
   constexpr int kBitWords = ceilDiv(kM * kN * 4, 32);
 
   int stage = 0;
@@ -640,7 +640,7 @@ ATTNC_DEVICE void backwardQ(const BwdParams& p, unsigned char* smem) {
 #pragma unroll
       for (int i = 0; i < kBitWords; ++i) keepBits[i] = 0u;
       if constexpr (Variant::kHasDropout)
-        forEachDropoutDecision<kM, kN>(p, batchHead, dropThreshold, qRow, kCol,
+        forEachDropoutDecision<kM, kN, Config::kBlockKV % 32 == 0>(p, batchHead, dropThreshold, qRow, kCol,
                                        [&](int mi, int ni, int c, bool kept) {
                                          const int e = ((mi * 2 + c / 2) * kN + ni) * 2 + c % 2;
                                          keepBits[e / 32] |= u32(kept) << (e % 32);

@@ -154,37 +154,45 @@ ATTNC_DEVICE void applyKeepBits(float (&s)[MTiles][NTiles][4], const KeepBits<MT
 
 // The dropout decisions (the mapping is documented in philox.h) of this lane's elements of an
 // accumulator in the forward's frame (rows q, columns k): calls visit(mi, ni, c, kept) for element
-// [mi][ni][c]. One Philox call decides the lane's 8 elements of rows q, q + 8 and two adjacent n8
-// tiles: word 2 r + (ni & 1), 16-bit half j. qRow and kCol are the lane's first row and column,
-// both 0..7 past a multiple of 16 (the mma and wgmma accumulator layouts).
-template <int MTiles, int NTiles, class Params, class Visit>
+// [mi][ni][c]. One Philox call decides the lane's 16 elements of rows q, q + 8 and four adjacent
+// n8 tiles (32 keys from a multiple of 32): word 2 r + (t & 1), byte 2 (t >> 1) + j for tile t of
+// the four. Where the tiles start at a multiple of 32 (Aligned32: B_c is one) and come in fours,
+// each group is one call; else each pair of tiles (16 keys from a multiple of 16) makes its own
+// call and uses half of it. qRow and kCol are the lane's first row and column, both 0..7 past a
+// multiple of 16 (the mma and wgmma accumulator layouts).
+template <int MTiles, int NTiles, bool Aligned32, class Params, class Visit>
 ATTNC_DEVICE void forEachDropoutDecision(const Params& p, u32 batchHead, u32 threshold, int qRow,
                                          int kCol, Visit&& visit) {
   static_assert(NTiles % 2 == 0, "dropout decides pairs of n8 tiles");
+  constexpr int kGroupTiles = Aligned32 && NTiles % 4 == 0 ? 4 : 2;
 #pragma unroll
   for (int mi = 0; mi < MTiles; ++mi)
 #pragma unroll
-    for (int m = 0; m < NTiles / 2; ++m) {
+    for (int g = 0; g < NTiles / kGroupTiles; ++g) {
+      const int k0 = kCol + 8 * kGroupTiles * g;
       const u32x4 w = dropoutRandom(p.dropout_keys, p.dropout_offset, batchHead,
-                                    u32(qRow + 16 * mi), u32(kCol + 16 * m));
+                                    u32(qRow + 16 * mi), u32(k0));
+      // Bit 4 of the tiles' keys: known for a whole group, else that of the pair's start.
+      const u32 keyBit4 = kGroupTiles == 4 ? 0u : (u32(k0) >> 4) & 1u;
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll
-        for (int t = 0; t < 2; ++t)
+        for (int t = 0; t < kGroupTiles; ++t)
 #pragma unroll
           for (int j = 0; j < 2; ++j)
-            visit(mi, 2 * m + t, 2 * r + j, dropoutHalfKept(w, 2 * r + t, j, threshold));
+            visit(mi, kGroupTiles * g + t, 2 * r + j,
+                  dropoutByteKept(w, 2u * r + (t & 1), 2u * ((u32(t) >> 1) + keyBit4) + j, threshold));
     }
 }
 
 // Zeroes the dropped probabilities.
-template <int MTiles, int NTiles, class Params>
+template <int MTiles, int NTiles, bool Aligned32, class Params>
 ATTNC_DEVICE void applyDropout(float (&s)[MTiles][NTiles][4], const Params& p, u32 batchHead,
                                u32 threshold, int qRow, int kCol) {
-  forEachDropoutDecision<MTiles, NTiles>(p, batchHead, threshold, qRow, kCol,
-                                         [&](int mi, int ni, int c, bool kept) {
-                                           if (!kept) s[mi][ni][c] = 0.0f;
-                                         });
+  forEachDropoutDecision<MTiles, NTiles, Aligned32>(p, batchHead, threshold, qRow, kCol,
+                                                    [&](int mi, int ni, int c, bool kept) {
+                                                      if (!kept) s[mi][ni][c] = 0.0f;
+                                                    });
 }
 
 }  // namespace sm80

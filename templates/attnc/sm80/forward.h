@@ -185,7 +185,7 @@ ATTNC_DEVICE void forward(const FwdParams& p, unsigned char* smem) {
       if (partial || tiles.isTail(tile)) applyMask<Variant>(s, p, b, h, qRow, kCol, partial);
       // Online softmax update; S becomes P.
       softmax.update(s, o, log2Scale);
-      if constexpr (Variant::kHasDropout) applyDropout(s, p, batchHead, dropThreshold, qRow, kCol);
+      if constexpr (Variant::kHasDropout) applyDropout<kM, kN, Config::kBlockKV % 32 == 0>(s, p, batchHead, dropThreshold, qRow, kCol);
       warp::packP<Element>(pA, s);
     }
 
@@ -198,7 +198,7 @@ ATTNC_DEVICE void forward(const FwdParams& p, unsigned char* smem) {
   cpAsyncWait<0>();
   blockSync();  // every load has landed and every warp is done with the shared tiles
   float lse[kM][2];
-  const float outScale = Variant::kHasDropout ? 1.0f / (1.0f - p.dropout_p) : 1.0f;
+  const float outScale = Variant::kHasDropout ? dropoutScale(p.dropout_p) : 1.0f;
   softmax.finish(o, log2Scale, outScale, lse);
   if (!warpHasRows) return;
 

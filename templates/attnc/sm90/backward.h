@@ -116,12 +116,17 @@ ATTNC_DEVICE void storeAccumulatorRows(Element* gmem, i64 stride, const float (&
 
 // The dropout decisions (philox.h) of a consumer lane's elements of one q tile: bit
 // (ni * 2 + r) * 2 + j for key kvRow + 8 r and query q0 + 8 ni + colInQuad + j. The keys kvRow and
-// kvRow ^ 1 (this lane and lane ^ 4) share every Philox group, so each lane makes the call of
-// j = kvRow & 1 for both and the two swap the other half: one call per 8 elements.
+// kvRow ^ 1 (this lane and lane ^ 4) share every Philox group (with kvRow ^ 16, ^ 17, in the warp
+// beside this one, which makes the same call), so each lane makes the call of j = kvRow & 1 for
+// both and the two swap the other byte: one call per 8 elements.
 template <int NTiles>
 ATTNC_DEVICE u32 dropoutKeepBits(const BwdParams& p, u32 batchHead, u32 threshold, int q0,
                                  int kvRow, int colInQuad, int lane) {
   const int half = (lane >> 2) & 1;  // kvRow & 1: kvRow is 0..7 past a multiple of 16
+  // This lane's byte of a word is 2 ((kvRow >> 4) & 1) + half (the same for kvRow + 8), its
+  // partner's the other one of the pair.
+  const u32 shiftMine = 8u * (2u * ((u32(kvRow) >> 4) & 1u) + u32(half));
+  const u32 shiftTheirs = shiftMine ^ 8u;
   u32 mine = 0u, theirs = 0u;
 #pragma unroll
   for (int m = 0; m < NTiles / 2; ++m) {
@@ -132,8 +137,9 @@ ATTNC_DEVICE u32 dropoutKeepBits(const BwdParams& p, u32 batchHead, u32 threshol
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int e = ((2 * m + t) * 2 + r) * 2 + half;
-        mine |= u32(dropoutHalf(w, 2 * t + r, half) >= threshold) << e;
-        theirs |= u32(dropoutHalf(w, 2 * t + r, half ^ 1) >= threshold) << e;
+        const u32 word = dropoutWord(w, 2u * t + r);
+        mine |= u32(((word >> shiftMine) & 0xffu) >= threshold) << e;
+        theirs |= u32(((word >> shiftTheirs) & 0xffu) >= threshold) << e;
       }
   }
   return mine | __shfl_xor_sync(0xffffffffu, theirs, 4);
@@ -284,7 +290,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   sm80::warp::zero(dv);
   const float log2Scale = Variant::kHasScore ? kLog2e : p.scale * kLog2e;
   const u32 dropThreshold = Variant::kHasDropout ? dropoutThreshold(p.dropout_p) : 0u;
-  const float dropScale = Variant::kHasDropout ? 1.0f / (1.0f - p.dropout_p) : 1.0f;
+  const float dropScale = Variant::kHasDropout ? dropoutScale(p.dropout_p) : 1.0f;
   static_assert(kN * 4 <= 32, "one word of dropout keep bits per q tile");
 
   // dQ = dS K for this consumer's kDqN head-dim columns over all the block's keys: A is dS^T of

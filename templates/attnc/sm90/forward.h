@@ -302,7 +302,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     else
       softmax.advance(s, log2Scale, factors);
     if constexpr (Variant::kHasDropout)
-      sm80::applyDropout(s, p, batchHead, dropThreshold, qRow, kCol);
+      sm80::applyDropout<1, kN, Config::kBlockKV % 32 == 0>(s, p, batchHead, dropThreshold, qRow, kCol);
     return rescales;
   };
 
@@ -368,7 +368,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
 
   // Normalize O, write LSE and O.
   float lse[1][2];
-  const float outScale = Variant::kHasDropout ? 1.0f / (1.0f - p.dropout_p) : 1.0f;
+  const float outScale = Variant::kHasDropout ? dropoutScale(p.dropout_p) : 1.0f;
   softmax.finish(o, log2Scale, outScale, lse);
   if (!groupHasRows) return;
   // (b, h) again, not kept live through the loop
