@@ -228,6 +228,9 @@ def plan(subset):
     groups.append(("dropout0.1", 128, "fp16", [(1000, 129)], 2))
     # Head dim 256 with dropout: the wgmma kernel at B_c = 32 (dropout's registers leave no more).
     groups.append(("dropout0.1", 256, "bf16", [(300, 300), (129, 1000)], 1))
+    # Head dim 32 with dropout: B_c = 112 on sm_90a is not a multiple of 32, so each pair of n8
+    # tiles makes its own Philox call (sm80::forEachDropoutDecision) and uses half of its bytes.
+    groups.append(("dropout0.3", 32, "bf16", [(129, 1000), (300, 300)], 2))
     # head_dim_v != head_dim (a (d, d_v) pair): V and O are d_v wide, Q and K d wide.
     dv_lens = [(17, 17), (127, 1000), (1000, 127), (1000, 1000)]
     groups.append(("causal", (128, 64), "bf16", dv_lens, 2))
