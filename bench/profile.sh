@@ -11,7 +11,7 @@ row=${2:?row name, as the bench takes it with --only}
 out=${3:?output prefix}
 case "$pass" in
   fwd) kernel="_fwd\$"; bench=(python3 bench/bench_forward.py --no-flex --only "$row") ;;
-  bwd) kernel="_bwd_kv\$"; bench=(python3 bench/bench_backward.py --quick --no-flex --only "$row") ;;
+  bwd) kernel="_bwd_kv\$"; bench=(python3 bench/bench_backward.py --no-flex --only "$row") ;;
   *) echo "profile.sh: the first argument is fwd or bwd, not $pass" >&2; exit 2 ;;
 esac
 export ATTNC_CACHE_DIR=${ATTNC_CACHE_DIR:-/tmp/attnc-cache}

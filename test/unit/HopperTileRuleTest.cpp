@@ -67,7 +67,8 @@ TEST(HopperTileRule, EveryHeadDimGetsTheWgmmaKernelOrAReasonedFallback) {
             EXPECT_LE(d, 64);
             EXPECT_LE(dv, 64);
             EXPECT_GE(choice->blockKV, 96);
-            const int64_t budget3 = attnc::sm90::consumerRegisters(3) - epilogue - (8 * scoreOps + 2) / 3;
+            const int64_t budget3 =
+                attnc::sm90::consumerRegisters(3) - epilogue - (8 * scoreOps + 2) / 3;
             if (liveRegisters(dv, choice->blockKV) > budget3 - 40) {
               EXPECT_EQ(epilogue + scoreOps, 0);
               EXPECT_LE(choice->blockKV, 128);

@@ -39,7 +39,8 @@ struct AttnSelectTiles final : mlir::attn::impl::AttnSelectTilesBase<AttnSelectT
                           blockKV,
                           epilogueRegisters(op.getDropout().convertToDouble() > 0, loads),
                           scoreOps};
-      if (!op.getMask().empty()) problem.maskOps = int64_t(op.getMask().front().getOperations().size()) - 1;
+      if (!op.getMask().empty())
+        problem.maskOps = int64_t(op.getMask().front().getOperations().size()) - 1;  // no yield
       FailureOr<TileChoice> choice = deriveTiles(problem, target);
       if (failed(choice)) {
         InFlightDiagnostic error = op.emitOpError()

@@ -19,8 +19,8 @@
 // per 8 elements. p is resolved to 1/256 (the spec rejects a dropout that rounds to 0 or 1): the
 // drop probability is threshold / 256 and kept probabilities are scaled by 256 / (256 - threshold)
 // (dropoutScale), so the expected output is the output without dropout. The softmax normaliser l
-// and the LSE are computed from the probabilities before dropout. (docs/templates.md, "Dropout",
-// says why 8 bits and not 16.)
+// and the LSE are computed from the probabilities before dropout. (docs/templates.md, "Dropout
+// mapping", says why 8 bits and not 16.)
 #pragma once
 
 #include "attnc/common/types.h"
@@ -122,7 +122,8 @@ ATTNC_HD bool dropoutByteKept(u32x4 words, u32 word, u32 byte, u32 threshold) {
 
 // Element (q, k)'s 8 random bits out of its group's words.
 ATTNC_HD u32 dropoutBits(u32x4 words, u32 q, u32 k) {
-  return dropoutByte(words, 2u * ((q >> 3) & 1u) + ((k >> 3) & 1u), 2u * ((k >> 4) & 1u) + (k & 1u));
+  const u32 word = 2u * ((q >> 3) & 1u) + ((k >> 3) & 1u);
+  return dropoutByte(words, word, 2u * ((k >> 4) & 1u) + (k & 1u));
 }
 
 // Random bytes below this one drop their element: P(drop) = threshold / 256 ~= p (round to

@@ -181,7 +181,8 @@ ATTNC_DEVICE void forEachDropoutDecision(const Params& p, u32 batchHead, u32 thr
 #pragma unroll
           for (int j = 0; j < 2; ++j)
             visit(mi, kGroupTiles * g + t, 2 * r + j,
-                  dropoutByteKept(w, 2u * r + (t & 1), 2u * ((u32(t) >> 1) + keyBit4) + j, threshold));
+                  dropoutByteKept(w, 2u * r + (t & 1), 2u * ((u32(t) >> 1) + keyBit4) + j,
+                                  threshold));
     }
 }
 
