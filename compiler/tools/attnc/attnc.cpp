@@ -1,6 +1,7 @@
 // attnc: compiles attention specs to kernels (compile) and explains what it derived (explain).
 #include "compiler/LauncherHeader.h"
 #include "compiler/Pipeline.h"
+#include "attnc/common/philox.h"
 #include "attnc/sm90/config.h"
 
 #include "CLI/CLI.hpp"
@@ -10,6 +11,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 
 using namespace attnc;
@@ -255,6 +257,22 @@ int runExplain(const Common& common, long long seqLen, long long kvSeqLen, long 
          << (kernel->tileClassesEntry.empty()
                  ? ", after S = Q K^T\n"
                  : ", decided while S = Q K^T runs (the mask reads declared inputs)\n");
+  }
+  if (spec.dropout > 0) {
+    // What the kernels make of p (templates/attnc/common/philox.h): 8 random bits per element.
+    const float p = float(spec.dropout);
+    const unsigned threshold = attnc::dropoutThreshold(p);
+    char given[32];
+    std::snprintf(given, sizeof given, "%g", spec.dropout);
+    os << llvm::formatv("  dropout: p = {0} resolves to {1} / 256 = {2:f4} (8 random bits per "
+                        "element), kept probabilities scaled by 256 / {3} = {4:f4}; one "
+                        "Philox4x32-10 call per {5} elements of the forward{6}\n",
+                        given, threshold, threshold / 256.0, 256 - threshold,
+                        attnc::dropoutScale(p), kernel->blockKV % 32 == 0 ? 16 : 8,
+                        kernel->blockKV % 32 == 0
+                            ? std::string()
+                            : llvm::formatv(" (B_c = {0} is not a multiple of 32)", kernel->blockKV)
+                                  .str());
   }
   os << "  spills: " << r.spillStoreBytes << " B stores, " << r.spillLoadBytes << " B loads; stack "
      << r.stackBytes << " B" << (r.spillStoreBytes || r.spillLoadBytes ? "  <-- SPILLS" : "")
