@@ -226,6 +226,8 @@ public:
   int headsQ() const { return metadata().headsQ; }
   int headsKV() const { return metadata().headsKV; }
   const std::string& dtype() const { return metadata().dtype; }
+  // The spec's dropout p. The kernels drop with probability round(256 p) / 256 and scale kept
+  // probabilities by 256 / (256 - round(256 p)) (templates/attnc/common/philox.h).
   float dropout() const { return metadata().dropout; }
   std::vector<std::string> inputNames() const;
   // The cubin and PTX of the first image's first module (what the JIT cache stores first).

@@ -69,7 +69,7 @@ typedef struct attnc_info {
   int32_t head_dim, head_dim_v, heads_q, heads_kv;
   int32_t num_inputs;
   int64_t smem_bytes;
-  float scale, dropout;
+  float scale, dropout; /* dropout: the spec's p; the kernels drop round(256 p) / 256 of elements */
   int32_t has_backward; /* compiled with ATTNC_COMPILE_BACKWARD */
 } attnc_info;
 
