@@ -2,7 +2,8 @@
 // sm_80 forward's per-element branch, the sm_90a forward's branch-free form, and the decisions made
 // as bits before the scores exist, then applied) set the same elements to -inf, and those are the
 // elements the scalar rule drops: keys at or past kv_len always, and with a per-element tile the
-// Variant's mask at the clamped row.
+// Variant's mask at the clamped row. And the forward's dropout decisions, one Philox call per four
+// n8 tiles or per pair of them, are each element's own decision under philox.h's mapping.
 #include "attnc/sm80/epilogue.h"
 
 #include <gtest/gtest.h>
@@ -63,6 +64,46 @@ TEST(Epilogue, MaskFormsAgreeWithTheScalarRule) {
     checkTile<1, 8>(rng);
     checkTile<2, 4>(rng);   // the sm_80 forward's layout: two m16 tiles
     checkTile<1, 32>(rng);  // B_c = 256: four words
+  }
+}
+
+// forEachDropoutDecision visits every element of a lane's accumulator once, with the decision
+// philox.h's mapping gives that element alone (dropoutKept): for kv tiles that start at a multiple
+// of 32 (Aligned32, one call per four n8 tiles) and at a multiple of 16 only (a call per pair).
+template <int MTiles, int NTiles, bool Aligned32>
+void checkDropout(std::mt19937& rng) {
+  FwdParams p{};
+  const u64 seed = (u64(rng()) << 32) | rng();
+  p.dropout_offset = (u64(rng()) << 32) | rng();
+  dropoutKeySchedule(seed, p.dropout_offset, p.dropout_keys);
+  const u32 threshold = dropoutThreshold(float(rng() % 1000) / 1000.0f);
+  const u32 batchHead = rng() % 64;
+  const int lane = int(rng() % 32);
+  const int qRow = 16 * int(rng() % 20) + lane / 4;
+  const int tileStart = (Aligned32 ? 32 : 16) * int(rng() % 40);
+  const int kCol = tileStart + 2 * (lane % 4);
+  int visits[MTiles][NTiles][4] = {};
+  sm80::forEachDropoutDecision<MTiles, NTiles, Aligned32>(
+      p, batchHead, threshold, qRow, kCol, [&](int mi, int ni, int c, bool kept) {
+        ++visits[mi][ni][c];
+        const int q = qRow + 16 * mi + 8 * (c / 2), k = kCol + 8 * ni + c % 2;
+        ASSERT_EQ(kept, dropoutKept(p.dropout_keys, p.dropout_offset, batchHead, threshold, u32(q),
+                                    u32(k)))
+            << "q " << q << " k " << k << " threshold " << threshold;
+      });
+  for (int mi = 0; mi < MTiles; ++mi)
+    for (int ni = 0; ni < NTiles; ++ni)
+      for (int c = 0; c < 4; ++c) ASSERT_EQ(visits[mi][ni][c], 1);
+}
+
+TEST(Epilogue, DropoutDecisionsAreEachElementsOwn) {
+  std::mt19937 rng(9);
+  for (int round = 0; round < 100; ++round) {
+    checkDropout<1, 16, true>(rng);   // sm_90a hd128, B_c = 128: four calls a row pair
+    checkDropout<1, 16, false>(rng);  // the same tile started at an odd multiple of 16
+    checkDropout<1, 14, false>(rng);  // hd32's B_c = 112: a call per pair of n8 tiles
+    checkDropout<2, 8, true>(rng);    // the sm_80 forward's layout, B_c = 64
+    checkDropout<1, 4, true>(rng);    // hd256's B_c = 32
   }
 }
 
