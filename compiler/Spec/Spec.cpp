@@ -190,8 +190,8 @@ private:
                             "dropout is 0.001953125 = 1/512); use 0 for none");
     else if (steps >= 255.5)
       report("dropout", "dropout: " + formatNumber(spec.dropout) +
-                            " rounds to 1 at the kernels' resolution of 1/256 (the largest "
-                            "dropout is 0.998046875 = 511/512)");
+                            " rounds to 1 at the kernels' resolution of 1/256 (it must be below "
+                            "0.998046875 = 511/512)");
   }
 
   const FieldSite *site(const std::string &field) const {

@@ -364,6 +364,25 @@ TEST(SpecBuilder, DiagnosticsNameTheSpecAndField) {
     EXPECT_NE(all.find(expected), std::string::npos) << expected << "\nin\n" << all;
 }
 
+// Dropout resolves to 1/256 in the kernels (philox.h): the smallest and largest p that do not
+// round to 0 or 1 build, the ones just past them do not.
+TEST(SpecBuilder, DropoutWithinTheKernelsResolution) {
+  for (double p : {1.0 / 512, 0.1, 0.5, 510.9 / 512}) {
+    Diagnostics diags;
+    EXPECT_TRUE(SpecBuilder("x").headDim(64).heads(4).dropout(p).build(diags))
+        << p << ": " << renderAll(diags);
+  }
+  const std::pair<double, const char *> bad[] = {
+      {0.0019, "dropout: 0.0019 rounds to 0 at the kernels' resolution of 1/256"},
+      {511.0 / 512, "dropout: 0.998047 rounds to 1 at the kernels' resolution of 1/256"}};
+  for (const auto &[p, message] : bad) {
+    Diagnostics diags;
+    EXPECT_FALSE(SpecBuilder("x").headDim(64).heads(4).dropout(p).build(diags));
+    ASSERT_EQ(diags.size(), 1u);
+    EXPECT_NE(diags[0].render().find(message), std::string::npos) << diags[0].render();
+  }
+}
+
 // ---- Expressions: types and promotion ----
 
 TEST(Expr, TypesAndPromotion) {
