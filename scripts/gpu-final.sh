@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# On the GPU machine, in one call: the run whose tables are committed (docs/perf/H200.md,
+# docs/perf/H200-backward.md, test/gpu/RESULTS*.md), for the library in .device/bundle/ (or
+# $ATTNC_LIB): the forward suite, the forward bench with its targets, the backward bench, the
+# backward suite, the sanitizers and the cold JIT times, each step time-bounded, a summary last.
+#   bash scripts/gpu-final.sh [--out DIR] [--no-jit]
+# Files go to DIR ($OUT, else /tmp/gpu-final): H200.md, H200-forward.png, fwd.json,
+# H200-backward.md, RESULTS.md, RESULTS-backward.md, targets.txt, jit.md and each step's log.
+# About 330 s with the JIT times, 270 s without; the bench rows are the committed tables' (N=4K,
+# N=8K, hd128 N=16K). The sanitizers get 150 s: compiling their kernels into an empty cache took
+# more than the 45 s an earlier hand-written version allowed, which cut the backward racecheck.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+usage() { sed -n '6p' "$0" | sed -e 's/^#  */usage: /' >&2; exit 2; }
+out=${OUT:-/tmp/gpu-final} jit=1
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --out) [[ $# -ge 2 ]] || usage; out=$2; shift 2 ;;
+    --no-jit) jit=0; shift ;;
+    *) echo "gpu-final: unknown argument '$1'" >&2; usage ;;
+  esac
+done
+lib=${ATTNC_LIB:-.device/bundle/libattnc.so}
+[[ -f "$lib" ]] || { echo "gpu-final: no such library: $lib (scripts/device-bundle.sh makes it)" >&2; exit 2; }
+export ATTNC_LIB=$(realpath "$lib")
+export ATTNC_CACHE_DIR=${ATTNC_CACHE_DIR:-/tmp/attnc-cache}
+mkdir -p "$out"
+rows=(--only N=4K --only N=8K --only "hd128 full N=16K" --only "hd128 causal N=16K")
+summary=()
+# step <name> <seconds> <log> <command...>: runs it bounded, keeps its exit status for the summary
+step() {
+  local name=$1 seconds=$2 log=$3
+  shift 3
+  local start=$SECONDS
+  timeout "$seconds" "$@" > "$log" 2>&1
+  local rc=$?
+  local last
+  last=$(grep -E "passed|SUMMARY|NOT met" "$log" | tail -n 1)
+  summary+=("$(printf '%-16s rc=%-3s %4ss  %s' "$name" "$rc" $((SECONDS - start)) "$last")")
+  return $rc
+}
+
+echo "== gpu-final: $(cat .device/bundle/COMMIT 2>/dev/null || echo "code ?") $(date -u +%F' '%H:%M) UTC"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())"
+step "forward suite" 120 "$out/forward.log" \
+  python3 test/gpu/test_forward.py --results-md "$out/RESULTS.md"
+step "forward bench" 200 "$out/bench-fwd.log" \
+  bash bench/run.sh "${rows[@]}" --md "$out/H200.md" --png "$out/H200-forward.png" --json "$out/fwd.json"
+python3 bench/targets.py "$out/fwd.json" > "$out/targets.txt" 2>&1
+step "backward bench" 240 "$out/bench-bwd.log" \
+  bash bench/run-backward.sh "${rows[@]}" --md "$out/H200-backward.md"
+step "backward suite" 180 "$out/backward.log" \
+  python3 test/gpu/test_backward.py --results-md "$out/RESULTS-backward.md"
+step "sanitizers" 150 "$out/sanitize.log" bash test/gpu/sanitize.sh
+if [[ $jit == 1 ]]; then
+  step "cold JIT" 200 "$out/jit.md" python3 bench/jit_time.py --lib "$ATTNC_LIB" examples/*.yaml
+fi
+grep -hE "^FAIL" "$out/forward.log" "$out/backward.log" | head -n 8
+grep -E "SUMMARY" "$out/sanitize.log"
+grep -E "NOT met|: attnc/" "$out/targets.txt" | head -n 20
+grep "^|" "$out/H200-backward.md" | cut -c1-110
+[[ $jit == 1 ]] && tail -n 23 "$out/jit.md"
+echo "== gpu-final: $(date -u +%H:%M) UTC"
+printf '%s\n' "${summary[@]}"
