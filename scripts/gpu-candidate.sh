@@ -33,18 +33,7 @@ for lib in "$candidate" "$base"; do
 done
 mkdir -p "$out"
 export ATTNC_CACHE_DIR=${ATTNC_CACHE_DIR:-/tmp/attnc-cache}
-summary=()
-# step <name> <seconds> <log> <command...>: runs it bounded, keeps its exit status for the summary
-step() {
-  local name=$1 seconds=$2 log=$3
-  shift 3
-  timeout "$seconds" "$@" > "$log" 2>&1
-  local rc=$?
-  local last
-  last=$(grep -E "passed|SUMMARY" "$log" | tail -n 1)
-  summary+=("$(printf '%-22s rc=%-3s %s' "$name" "$rc" "$last")")
-  return $rc
-}
+source scripts/gpu-steps.sh  # step(), summary
 
 if [[ $suites == 1 ]]; then
   step "forward suite" 120 "$out/forward.log" \

@@ -27,19 +27,7 @@ export ATTNC_LIB=$(realpath "$lib")
 export ATTNC_CACHE_DIR=${ATTNC_CACHE_DIR:-/tmp/attnc-cache}
 mkdir -p "$out"
 rows=(--only N=4K --only N=8K --only "hd128 full N=16K" --only "hd128 causal N=16K")
-summary=()
-# step <name> <seconds> <log> <command...>: runs it bounded, keeps its exit status for the summary
-step() {
-  local name=$1 seconds=$2 log=$3
-  shift 3
-  local start=$SECONDS
-  timeout "$seconds" "$@" > "$log" 2>&1
-  local rc=$?
-  local last
-  last=$(grep -E "passed|SUMMARY|NOT met" "$log" | tail -n 1)
-  summary+=("$(printf '%-16s rc=%-3s %4ss  %s' "$name" "$rc" $((SECONDS - start)) "$last")")
-  return $rc
-}
+source scripts/gpu-steps.sh  # step(), summary
 
 echo "== gpu-final: $(cat .device/bundle/COMMIT 2>/dev/null || echo "code ?") $(date -u +%F' '%H:%M) UTC"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
