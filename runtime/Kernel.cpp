@@ -549,9 +549,17 @@ Kernel Kernel::fromImages(const std::vector<KernelImage>& images, Status* status
     const KernelImage& image = images[i];
     const KernelMetadata& m = image.metadata;
     std::string which = "image " + std::to_string(i) + " (" + m.target + ")";
-    if (!image.cubin || image.cubinSize < 4 || std::memcmp(image.cubin, "\x7f" "ELF", 4) != 0)
-      return fail(which + ": expected a cubin (an ELF image), got " +
-                  (image.cubin ? std::to_string(image.cubinSize) + " bytes of something else" : "null"));
+    // The image's modules: its own cubin and PTX, then moreModules; each must be a cubin.
+    std::vector<KernelImage::Module> modules = {{image.cubin, image.cubinSize, image.ptx}};
+    modules.insert(modules.end(), image.moreModules.begin(), image.moreModules.end());
+    for (size_t j = 0; j < modules.size(); ++j) {
+      const KernelImage::Module& module = modules[j];
+      if (!module.cubin || module.cubinSize < 4 || std::memcmp(module.cubin, "\x7f" "ELF", 4) != 0)
+        return fail(which + (j > 0 ? ", module " + std::to_string(j) : "") +
+                    ": expected a cubin (an ELF image), got " +
+                    (module.cubin ? std::to_string(module.cubinSize) + " bytes of something else"
+                                  : "null"));
+    }
     if (m.entry.empty() || m.threads <= 0 || m.blockQ <= 0 || m.headsQ <= 0 || m.headsKV <= 0 ||
         m.computeMajor <= 0 || !(m.scale > 0))
       return fail(which + ": incomplete metadata (entry, threads, block_q, heads, compute "
@@ -569,18 +577,9 @@ Kernel Kernel::fromImages(const std::vector<KernelImage>& images, Status* status
     }
     Impl::Image copy;
     copy.metadata = m;
-    copy.modules.push_back({std::vector<char>(static_cast<const char*>(image.cubin),
-                                              static_cast<const char*>(image.cubin) + image.cubinSize),
-                            image.ptx ? image.ptx : ""});
-    for (size_t j = 0; j < image.moreModules.size(); ++j) {
-      const KernelImage::Module& module = image.moreModules[j];
-      if (!module.cubin || module.cubinSize < 4 || std::memcmp(module.cubin, "\x7f" "ELF", 4) != 0)
-        return fail(which + ", module " + std::to_string(j + 1) +
-                    ": expected a cubin (an ELF image), got " +
-                    (module.cubin ? std::to_string(module.cubinSize) + " bytes of something else"
-                                  : "null"));
-      copy.modules.push_back({std::vector<char>(static_cast<const char*>(module.cubin),
-                                                static_cast<const char*>(module.cubin) + module.cubinSize),
+    for (const KernelImage::Module& module : modules) {
+      const char* cubin = static_cast<const char*>(module.cubin);
+      copy.modules.push_back({std::vector<char>(cubin, cubin + module.cubinSize),
                               module.ptx ? module.ptx : ""});
     }
     impl->images.push_back(std::move(copy));

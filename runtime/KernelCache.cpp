@@ -88,17 +88,16 @@ std::string encodeCacheEntry(const std::string& key, const CacheEntry& entry) {
   std::string metadata = entry.metadata.serialize();
   put<uint32_t>(payload, uint32_t(metadata.size()));
   payload += metadata;
-  put<uint64_t>(payload, entry.cubin.size());
-  payload.append(entry.cubin.data(), entry.cubin.size());
-  put<uint64_t>(payload, entry.ptx.size());
-  payload += entry.ptx;
+  // A module: its cubin and its PTX, each length-prefixed.
+  auto putModule = [&](const std::vector<char>& cubin, const std::string& ptx) {
+    put<uint64_t>(payload, cubin.size());
+    payload.append(cubin.data(), cubin.size());
+    put<uint64_t>(payload, ptx.size());
+    payload += ptx;
+  };
+  putModule(entry.cubin, entry.ptx);
   put<uint32_t>(payload, uint32_t(entry.moreModules.size()));
-  for (const CacheEntry::Module& module : entry.moreModules) {
-    put<uint64_t>(payload, module.cubin.size());
-    payload.append(module.cubin.data(), module.cubin.size());
-    put<uint64_t>(payload, module.ptx.size());
-    payload += module.ptx;
-  }
+  for (const CacheEntry::Module& module : entry.moreModules) putModule(module.cubin, module.ptx);
 
   std::string out(kMagic, sizeof kMagic);
   put<uint32_t>(out, KernelCache::kFormatVersion);
@@ -135,29 +134,35 @@ bool decodeCacheEntry(const std::string& bytes, const std::string& key, CacheEnt
   if (fnv1a64(payload.data(), payload.size()) != checksum) return fail("payload checksum mismatch");
 
   Reader body{payload};
+  // A module as putModule wrote it.
+  auto takeModule = [&](std::vector<char>* cubin, std::string* ptx) {
+    uint64_t cubinSize = 0, ptxSize = 0;
+    std::string bytes;
+    if (!body.get(&cubinSize) || !body.take(cubinSize, &bytes) || !body.get(&ptxSize) ||
+        !body.take(ptxSize, ptx))
+      return false;
+    cubin->assign(bytes.begin(), bytes.end());
+    return true;
+  };
   uint32_t metadataSize = 0;
   uint32_t moreModules = 0;
-  uint64_t cubinSize = 0, ptxSize = 0;
-  std::string metadata, cubin, error;
-  if (!body.get(&metadataSize) || !body.take(metadataSize, &metadata) || !body.get(&cubinSize) ||
-      !body.take(cubinSize, &cubin) || !body.get(&ptxSize) || !body.take(ptxSize, &entry->ptx) ||
-      !body.get(&moreModules))
+  std::string metadata, error;
+  std::vector<char> cubin;
+  if (!body.get(&metadataSize) || !body.take(metadataSize, &metadata) ||
+      !takeModule(&cubin, &entry->ptx) || !body.get(&moreModules))
     return fail("malformed payload");
   entry->moreModules.clear();
   for (uint32_t i = 0; i < moreModules; ++i) {
-    std::string moduleCubin;
     CacheEntry::Module module;
-    if (!body.get(&cubinSize) || !body.take(cubinSize, &moduleCubin) || !body.get(&ptxSize) ||
-        !body.take(ptxSize, &module.ptx))
+    if (!takeModule(&module.cubin, &module.ptx))
       return fail("malformed payload (module " + std::to_string(i + 1) + ")");
-    module.cubin.assign(moduleCubin.begin(), moduleCubin.end());
     entry->moreModules.push_back(std::move(module));
   }
   if (body.at != payload.size()) return fail("malformed payload");
   std::optional<KernelMetadata> parsed = KernelMetadata::parse(metadata, &error);
   if (!parsed) return fail(error);
   entry->metadata = std::move(*parsed);
-  entry->cubin.assign(cubin.begin(), cubin.end());
+  entry->cubin = std::move(cubin);
   return true;
 }
 

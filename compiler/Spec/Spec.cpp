@@ -3,6 +3,7 @@
 #include "compiler/Spec/Spec.h"
 #include "compiler/Spec/Expr.h"
 #include "compiler/Spec/SpecCheck.h"
+#include "attnc/common/philox.h"
 
 #include "llvm/ADT/StringExtras.h"
 
@@ -181,14 +182,14 @@ private:
   bool skip(const std::string &field) const { return sites && sites->reported.count(field); }
 
   // The kernels drop with probability round(256 p) / 256 (the float p, templates/attnc/common/
-  // philox.h dropoutThreshold): a p that rounds to 0 or to 1 there cannot be what was meant.
+  // philox.h dropoutSteps): a p that rounds to 0 or to 1 there cannot be what was meant.
   void checkDropoutResolution() {
-    const double steps = double(float(spec.dropout)) * 256.0;
-    if (steps < 0.5)
+    const double steps = attnc::dropoutSteps(float(spec.dropout));
+    if (steps < 1.0)
       report("dropout", "dropout: " + formatNumber(spec.dropout) +
                             " rounds to 0 at the kernels' resolution of 1/256 (the smallest "
                             "dropout is 0.001953125 = 1/512); use 0 for none");
-    else if (steps >= 255.5)
+    else if (steps >= 256.0)
       report("dropout", "dropout: " + formatNumber(spec.dropout) +
                             " rounds to 1 at the kernels' resolution of 1/256 (it must be below "
                             "0.998046875 = 511/512)");

@@ -68,9 +68,10 @@ TEST(Epilogue, MaskFormsAgreeWithTheScalarRule) {
 }
 
 // forEachDropoutDecision visits every element of a lane's accumulator once, with the decision
-// philox.h's mapping gives that element alone (dropoutKept): for kv tiles that start at a multiple
-// of 32 (Aligned32, one call per four n8 tiles) and at a multiple of 16 only (a call per pair).
-template <int MTiles, int NTiles, bool Aligned32>
+// philox.h's mapping gives that element alone (dropoutKept), for kv tiles of NTiles n8 tiles at
+// multiples of their width: one call per four n8 tiles where that is a multiple of 32 keys, else a
+// call per pair (dropoutGroupTiles).
+template <int MTiles, int NTiles>
 void checkDropout(std::mt19937& rng) {
   FwdParams p{};
   const u64 seed = (u64(rng()) << 32) | rng();
@@ -80,10 +81,10 @@ void checkDropout(std::mt19937& rng) {
   const u32 batchHead = rng() % 64;
   const int lane = int(rng() % 32);
   const int qRow = 16 * int(rng() % 20) + lane / 4;
-  const int tileStart = (Aligned32 ? 32 : 16) * int(rng() % 40);
+  const int tileStart = 8 * NTiles * int(rng() % 40);
   const int kCol = tileStart + 2 * (lane % 4);
   int visits[MTiles][NTiles][4] = {};
-  sm80::forEachDropoutDecision<MTiles, NTiles, Aligned32>(
+  sm80::forEachDropoutDecision<MTiles, NTiles>(
       p, batchHead, threshold, qRow, kCol, [&](int mi, int ni, int c, bool kept) {
         ++visits[mi][ni][c];
         const int q = qRow + 16 * mi + 8 * (c / 2), k = kCol + 8 * ni + c % 2;
@@ -99,11 +100,11 @@ void checkDropout(std::mt19937& rng) {
 TEST(Epilogue, DropoutDecisionsAreEachElementsOwn) {
   std::mt19937 rng(9);
   for (int round = 0; round < 100; ++round) {
-    checkDropout<1, 16, true>(rng);   // sm_90a hd128, B_c = 128: four calls a row pair
-    checkDropout<1, 16, false>(rng);  // the same tile started at an odd multiple of 16
-    checkDropout<1, 14, false>(rng);  // hd32's B_c = 112: a call per pair of n8 tiles
-    checkDropout<2, 8, true>(rng);    // the sm_80 forward's layout, B_c = 64
-    checkDropout<1, 4, true>(rng);    // hd256's B_c = 32
+    checkDropout<1, 16>(rng);  // sm_90a hd128, B_c = 128: four calls a row pair
+    checkDropout<1, 14>(rng);  // hd32's B_c = 112: a call per pair of n8 tiles
+    checkDropout<1, 6>(rng);   // B_c = 48: pairs, tiles at odd and even multiples of 16
+    checkDropout<2, 8>(rng);   // the sm_80 forward's layout, B_c = 64
+    checkDropout<1, 4>(rng);   // hd256's B_c = 32
   }
 }
 

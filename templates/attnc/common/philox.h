@@ -126,10 +126,14 @@ ATTNC_HD u32 dropoutBits(u32x4 words, u32 q, u32 k) {
   return dropoutByte(words, word, 2u * ((k >> 4) & 1u) + (k & 1u));
 }
 
+// 256 p + 1/2: its floor is p rounded to 256ths (half up). The spec rejects a p for which this
+// is below 1 (rounds to 0) or at least 256 (rounds to 1).
+ATTNC_HD double dropoutSteps(float p) { return double(p) * 256.0 + 0.5; }
+
 // Random bytes below this one drop their element: P(drop) = threshold / 256 ~= p (round to
 // nearest; NaN and p <= 0 drop nothing; at most 255).
 ATTNC_HD u32 dropoutThreshold(float p) {
-  const double t = double(p) * 256.0 + 0.5;
+  const double t = dropoutSteps(p);
   if (!(t >= 1.0)) return 0u;  // also p == NaN
   return t >= 255.0 ? 255u : u32(t);
 }
@@ -138,6 +142,11 @@ ATTNC_HD u32 dropoutThreshold(float p) {
 // expected output. (256 times the reciprocal is exactly the rounded quotient, and kernels compute a
 // reciprocal without the general division's slow path.)
 ATTNC_HD float dropoutScale(float p) { return 256.0f * (1.0f / float(256u - dropoutThreshold(p))); }
+
+// The n8 tiles whose decisions one Philox call makes in the forward's frame, for a kv tile of
+// `nTiles` n8 tiles that starts at a multiple of 8 nTiles keys: four (32 keys from a multiple of
+// 32, 16 elements of a lane) where nTiles is a multiple of 4, else two (half of the call's bytes).
+ATTNC_HD constexpr int dropoutGroupTiles(int nTiles) { return nTiles % 4 == 0 ? 4 : 2; }
 
 // The decision of one element alone (one Philox call each, with the launch's round keys).
 ATTNC_HD bool dropoutKept(const u32 (&keys)[kDropoutRoundKeys], u64 offset, u32 batchHead,

@@ -640,11 +640,11 @@ ATTNC_DEVICE void backwardQ(const BwdParams& p, unsigned char* smem) {
 #pragma unroll
       for (int i = 0; i < kBitWords; ++i) keepBits[i] = 0u;
       if constexpr (Variant::kHasDropout)
-        forEachDropoutDecision<kM, kN, Config::kBlockKV % 32 == 0>(
-            p, batchHead, dropThreshold, qRow, kCol, [&](int mi, int ni, int c, bool kept) {
-              const int e = ((mi * 2 + c / 2) * kN + ni) * 2 + c % 2;
-              keepBits[e / 32] |= u32(kept) << (e % 32);
-            });
+        forEachDropoutDecision<kM, kN>(p, batchHead, dropThreshold, qRow, kCol,
+                                       [&](int mi, int ni, int c, bool kept) {
+                                         const int e = ((mi * 2 + c / 2) * kN + ni) * 2 + c % 2;
+                                         keepBits[e / 32] |= u32(kept) << (e % 32);
+                                       });
 #pragma unroll
       for (int mi = 0; mi < kM; ++mi)
 #pragma unroll

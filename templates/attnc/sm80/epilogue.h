@@ -154,17 +154,18 @@ ATTNC_DEVICE void applyKeepBits(float (&s)[MTiles][NTiles][4], const KeepBits<MT
 
 // The dropout decisions (the mapping is documented in philox.h) of this lane's elements of an
 // accumulator in the forward's frame (rows q, columns k): calls visit(mi, ni, c, kept) for element
-// [mi][ni][c]. One Philox call decides the lane's 16 elements of rows q, q + 8 and four adjacent
-// n8 tiles (32 keys from a multiple of 32): word 2 r + (t & 1), byte 2 (t >> 1) + j for tile t of
-// the four. Where the tiles start at a multiple of 32 (Aligned32: B_c is one) and come in fours,
-// each group is one call; else each pair of tiles (16 keys from a multiple of 16) makes its own
-// call and uses half of it. qRow and kCol are the lane's first row and column, both 0..7 past a
-// multiple of 16 (the mma and wgmma accumulator layouts).
-template <int MTiles, int NTiles, bool Aligned32, class Params, class Visit>
+// [mi][ni][c]. The accumulator's NTiles n8 tiles are a kv tile, which starts at a multiple of
+// 8 NTiles keys (B_c). One Philox call decides the lane's 16 elements of rows q, q + 8 and four
+// adjacent n8 tiles (32 keys from a multiple of 32): word 2 r + (t & 1), byte 2 (t >> 1) + j for
+// tile t of the four; where B_c is not a multiple of 32, each pair of tiles (16 keys from a
+// multiple of 16) makes its own call and uses half of it (dropoutGroupTiles). qRow and kCol are
+// the lane's first row and column, both 0..7 past a multiple of 16 (the mma and wgmma accumulator
+// layouts).
+template <int MTiles, int NTiles, class Params, class Visit>
 ATTNC_DEVICE void forEachDropoutDecision(const Params& p, u32 batchHead, u32 threshold, int qRow,
                                          int kCol, Visit&& visit) {
   static_assert(NTiles % 2 == 0, "dropout decides pairs of n8 tiles");
-  constexpr int kGroupTiles = Aligned32 && NTiles % 4 == 0 ? 4 : 2;
+  constexpr int kGroupTiles = dropoutGroupTiles(NTiles);
 #pragma unroll
   for (int mi = 0; mi < MTiles; ++mi)
 #pragma unroll
@@ -187,13 +188,13 @@ ATTNC_DEVICE void forEachDropoutDecision(const Params& p, u32 batchHead, u32 thr
 }
 
 // Zeroes the dropped probabilities.
-template <int MTiles, int NTiles, bool Aligned32, class Params>
+template <int MTiles, int NTiles, class Params>
 ATTNC_DEVICE void applyDropout(float (&s)[MTiles][NTiles][4], const Params& p, u32 batchHead,
                                u32 threshold, int qRow, int kCol) {
-  forEachDropoutDecision<MTiles, NTiles, Aligned32>(p, batchHead, threshold, qRow, kCol,
-                                                    [&](int mi, int ni, int c, bool kept) {
-                                                      if (!kept) s[mi][ni][c] = 0.0f;
-                                                    });
+  forEachDropoutDecision<MTiles, NTiles>(p, batchHead, threshold, qRow, kCol,
+                                         [&](int mi, int ni, int c, bool kept) {
+                                           if (!kept) s[mi][ni][c] = 0.0f;
+                                         });
 }
 
 }  // namespace sm80

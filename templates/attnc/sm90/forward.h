@@ -302,8 +302,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     else
       softmax.advance(s, log2Scale, factors);
     if constexpr (Variant::kHasDropout)
-      sm80::applyDropout<1, kN, Config::kBlockKV % 32 == 0>(s, p, batchHead, dropThreshold, qRow,
-                                                            kCol);
+      sm80::applyDropout(s, p, batchHead, dropThreshold, qRow, kCol);
     return rescales;
   };
 
