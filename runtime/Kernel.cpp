@@ -996,13 +996,24 @@ Status backwardKvGrid(const std::string& kernel, const BackwardMetadata& b, int6
     grid = {unsigned(kvTiles), unsigned(heads_kv), unsigned(batch)};
     return Status::success();
   }
-  // The ordered dK/dV grid: (heads_kv, kv tiles, batch), the tile rank in blockIdx.y.
+  // The ordered dK/dV grid (block_order.h): the kv tiles along y, groups of (kv head, batch)
+  // pairs along z.
   if (kvTiles > kMaxGridYZ)
     return Status::error("kernel '" + kernel + "' (backward): kv_len " + std::to_string(kv_len) +
                          " makes " + std::to_string(kvTiles) +
                          " kv tiles; this dK/dV kernel's ordered grid takes at most 65535 (its y "
                          "dimension)");
-  grid = {unsigned(heads_kv), unsigned(kvTiles), unsigned(batch)};
+  const int64_t pairs = heads_kv * batch;
+  if (pairs > INT32_MAX)
+    return Status::error("kernel '" + kernel + "' (backward): heads_kv x batch = " +
+                         std::to_string(pairs) +
+                         "; this dK/dV kernel's ordered grid takes at most 2147483647 pairs");
+  grid = orderedGrid(int(kvTiles), int(pairs));
+  if (grid.z > kMaxGridYZ)
+    return Status::error("kernel '" + kernel + "' (backward): heads_kv x batch = " +
+                         std::to_string(pairs) + " makes " + std::to_string(grid.z) +
+                         " groups; this dK/dV kernel's ordered grid takes at most 65535 (its z "
+                         "dimension)");
   return Status::success();
 }
 

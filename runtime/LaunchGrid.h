@@ -1,7 +1,7 @@
 // The launch grids whose shape depends on how the kernel was built: the forward's (q tiles,
 // heads_q, batch), or templates/attnc/common/block_order.h's orderedGrid for a kernel built for it
-// (KernelMetadata::orderedGrid); the backward dK/dV kernel's (kv tiles, heads_kv, batch), or
-// (heads_kv, kv tiles, batch) (BackwardMetadata::kvOrderedGrid). Kept apart from Kernel.cpp so that
+// (KernelMetadata::orderedGrid); the backward dK/dV kernel's (kv tiles, heads_kv, batch), or the
+// orderedGrid over its kv tiles (BackwardMetadata::kvOrderedGrid). Kept apart from Kernel.cpp so that
 // they can be tested without a GPU.
 #pragma once
 
@@ -18,7 +18,7 @@ namespace attnc {
 Status forwardGrid(const KernelMetadata& m, int64_t batch, int64_t q_len, OrderedGrid& grid);
 
 // The grid of `kernel`'s _kv and _kv_nodq entries (`b`: its backward metadata). Fails, saying
-// why, past 65535 kv tiles on the ordered grid (its y dimension).
+// why, where the ordered grid would not fit (65535 kv tiles along y, 65535 groups along z).
 Status backwardKvGrid(const std::string& kernel, const BackwardMetadata& b, int64_t heads_kv,
                       int64_t batch, int64_t kv_len, OrderedGrid& grid);
 

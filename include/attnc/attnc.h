@@ -100,9 +100,9 @@ struct BackwardMetadata {
   long long kvSmemBytes = 0, qSmemBytes = 0;  // dynamic shared memory of _kv/_kv_nodq and _q
   std::string kvKernel = "sm80";  // the dK/dV kernel's template and launch ABI: "sm80" | "sm90"
   int preprocessThreads = 0;      // block size of _preprocess and _convert_dq
-  // _kv and _kv_nodq take the grid (heads_kv, kv tiles, batch), the tile rank in blockIdx.y, so
-  // that every batch's kv tiles start longest first across its heads (the sm_90a dK/dV kernel of
-  // a masked spec); otherwise (kv tiles, heads_kv, batch).
+  // _kv and _kv_nodq take block_order.h's orderedGrid over the kv tiles and (kv head, batch)
+  // pairs, the tile rank in blockIdx.y, so that in each group of pairs the kv tiles start longest
+  // first (the sm_90a dK/dV kernel of a masked spec); otherwise (kv tiles, heads_kv, batch).
   bool kvOrderedGrid = false;
 };
 

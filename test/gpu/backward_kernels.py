@@ -59,8 +59,9 @@ def ordered(tiles, heads, batch, on):
     per_group = min(heads * batch, -(-256 // tiles))
     return (per_group, tiles, -(-(heads * batch) // per_group))
 def kv_grid(tiles, heads, batch, on):
-    """The dK/dV kernel's grid: (heads, tiles, batch) where it was built for the ordered one."""
-    return (heads, tiles, batch) if on else (tiles, heads, batch)
+    """The dK/dV kernel's grid: block_order.h's orderedGrid over (kv head, batch) pairs where it
+    was built for the ordered one (kv_ordered in the .meta), else (tiles, heads, batch)."""
+    return ordered(tiles, heads, batch, True) if on else (tiles, heads, batch)
 def launch(f, grid, threads, smem, prm):
     args = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.pointer(prm), ctypes.c_void_p))
     ck(cuda.cuLaunchKernel(f, *grid, int(threads), 1, 1, int(smem), None, args, None), "launch")

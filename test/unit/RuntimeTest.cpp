@@ -288,11 +288,19 @@ TEST(Kernel, BackwardKvGrid) {
   EXPECT_EQ(grid.x, 32u);
   EXPECT_EQ(grid.y, 8u);
   EXPECT_EQ(grid.z, 4u);
-  b.kvOrderedGrid = true;  // (heads_kv, kv tiles, batch)
+  b.kvOrderedGrid = true;  // orderedGrid(kv tiles, heads_kv x batch): groups of ~256 blocks
   ASSERT_TRUE(backwardKvGrid("k", b, 8, 4, 4000, grid));
-  EXPECT_EQ(grid.x, 8u);
+  EXPECT_EQ(grid.x, 8u);  // 32 tiles: 8 (kv head, batch) pairs a group
   EXPECT_EQ(grid.y, 32u);
   EXPECT_EQ(grid.z, 4u);
+  ASSERT_TRUE(backwardKvGrid("k", b, 16, 1, 16384, grid));
+  EXPECT_EQ(grid.x, 2u);  // 128 tiles: two kv heads a group, not all 16 at once
+  EXPECT_EQ(grid.y, 128u);
+  EXPECT_EQ(grid.z, 8u);
+  ASSERT_TRUE(backwardKvGrid("k", b, 3, 1, 128, grid));
+  EXPECT_EQ(grid.x, 3u);  // one tile: every pair in one group
+  EXPECT_EQ(grid.y, 1u);
+  EXPECT_EQ(grid.z, 1u);
   Status tooLong = backwardKvGrid("k", b, 8, 1, int64_t(65536) * 128, grid);
   EXPECT_FALSE(tooLong);
   EXPECT_NE(tooLong.message.find("65536 kv tiles"), std::string::npos) << tooLong.message;

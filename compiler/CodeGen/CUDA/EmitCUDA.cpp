@@ -244,8 +244,8 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
   result.orderedGrid = hopper && !op.getMask().empty();
   os << "  static constexpr bool kOrderedGrid = " << (result.orderedGrid ? "true" : "false")
      << ";\n";
-  // Likewise the sm_90a dK/dV kernel of a masked spec: grid (heads_kv, kv tiles, batch), rank in
-  // blockIdx.y (BackwardSource::kvOrderedGrid).
+  // Likewise the sm_90a dK/dV kernel of a masked spec: orderedGrid over its kv tiles and (kv head,
+  // batch) pairs, rank in blockIdx.y (BackwardSource::kvOrderedGrid).
   const bool kvOrderedGrid = hopperBackward && !op.getMask().empty();
   os << "  static constexpr bool kKvOrderedGrid = " << (kvOrderedGrid ? "true" : "false")
      << ";\n";

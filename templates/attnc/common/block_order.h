@@ -1,5 +1,7 @@
 // The block order of the sm_90a forward and dK/dV kernels, whose tiles differ in length under a
-// mask (causal: a q tile's kv range grows with its index; a kv tile's q range shrinks).
+// mask (causal: a q tile's kv range grows with its index; a kv tile's q range shrinks). Both take
+// orderedGrid: the forward over q tiles and (head, batch) pairs, the dK/dV kernel over kv tiles and
+// (kv head, batch) pairs (sm90/backward.h kvBlockCoord).
 //
 // The hardware starts blocks roughly in the order of their linear index (x fastest). A (tiles,
 // heads, batch) grid runs each head's tiles longest to shortest, one head after another, so it
@@ -36,7 +38,7 @@ ATTNC_HD OrderedGrid orderedGrid(int tiles, int pairs) {
 // together with the launch's KernelMetadata::orderedGrid); false for a Variant without the member.
 ATTNC_VARIANT_FLAG(VariantOrderedGrid, kOrderedGrid);
 
-// Whether a Variant's sm_90a dK/dV kernel takes the grid (heads_kv, kv tiles, batch) (its
+// Whether a Variant's sm_90a dK/dV kernel takes the ordered grid over its kv tiles (its
 // `kKvOrderedGrid`, emitted with BackwardMetadata::kvOrderedGrid); false without the member.
 ATTNC_VARIANT_FLAG(VariantKvOrderedGrid, kKvOrderedGrid);
 

@@ -82,20 +82,24 @@ struct BackwardSmem {
   ATTNC_DEVICE u32 dsFull(int buffer) const { return barrier(1 + 2 * Config::kStages + buffer); }
   ATTNC_DEVICE u32 dsEmpty(int buffer) const { return barrier(3 + 2 * Config::kStages + buffer); }
 
-  // Each stage's schedule slot: query head (-1: the stream has ended), q tile, class.
+  // Each stage's schedule slot: query head (-1: the stream has ended), q tile, class, and the
+  // block's batch (on the ordered grid the consumers read it here instead of computing it,
+  // kvBlockCoord; like the rest of the slot, only while they hold the stage).
   ATTNC_DEVICE u32 slot(int stage) const {
     return barrier(5 + 2 * Config::kStages) + u32(16 * stage);
   }
-  ATTNC_DEVICE void publish(int stage, int head, int tile, expr::Tri cls) const {
+  ATTNC_DEVICE void publish(int stage, int head, int tile, expr::Tri cls, int batch) const {
     sm80::storeShared32(slot(stage), u32(head));
     sm80::storeShared32(slot(stage) + 4, u32(tile));
     sm80::storeShared32(slot(stage) + 8, u32(cls));
+    sm80::storeShared32(slot(stage) + 12, u32(batch));
   }
   ATTNC_DEVICE int scheduledHead(int stage) const { return int(loadShared32(slot(stage))); }
   ATTNC_DEVICE int scheduledTile(int stage) const { return int(loadShared32(slot(stage) + 4)); }
   ATTNC_DEVICE expr::Tri scheduledClass(int stage) const {
     return expr::Tri(loadShared32(slot(stage) + 8));
   }
+  ATTNC_DEVICE int scheduledBatch(int stage) const { return int(loadShared32(slot(stage) + 12)); }
 };
 
 // Writes a warpgroup accumulator (times `factor`) to global rows: this lane's rows `row` and
@@ -145,6 +149,19 @@ ATTNC_DEVICE u32 dropoutKeepBits(const BwdParams& p, u32 batchHead, u32 threshol
   return mine | __shfl_xor_sync(0xffffffffu, theirs, 4);
 }
 
+// The dK/dV kernel's block: (kv tile rank, kv head, batch) of an orderedGrid over kv heads x batch
+// (block_order.h) where the Variant takes it, else of the grid (kv tiles, heads_kv, batch). With
+// Fresh, from volatile reads of the special registers, which the compiler makes again at each call
+// instead of keeping the result in a register.
+template <bool Ordered, bool Fresh = false>
+ATTNC_DEVICE BlockCoord kvBlockCoord(const BwdParams& p) {
+  if constexpr (!Ordered)
+    return plainBlock();
+  else if constexpr (Fresh)
+    return orderedBlockAgain(p.heads_kv, p.batch);
+  else
+    return orderedBlock(p.heads_kv, p.batch);
+}
 // Each consumer's named barrier (1 + consumer; 0 is __syncthreads): its dQ tile is free, or
 // written.
 constexpr int kDqBarrier = 1;
@@ -154,50 +171,65 @@ constexpr int kTurnBarrier = 3;
 
 // The producer warp: K and V once, then for every (query head, q tile) pair of the stream Q, dO
 // (TMA, lane 0), and the LSE and delta rows (all lanes), through the stages. A slot holding head
-// -1 (its barrier completed by plain arrivals) ends the stream.
-template <class Config, class Variant>
+// -1 (its barrier completed by plain arrivals) ends the stream. The block's (kv tile, kv head,
+// batch) come from `coord` (fresh reads of the block index, kvBlockCoord) wherever they are
+// needed, and the stream is made again in every iteration, so that none of them is kept in one of
+// the warp's 24 registers through the loop (on the ordered grid they are computed, and kept ones
+// spilled: document, prefix-LM, sliding window).
+template <class Config, class Variant, class Coord>
 ATTNC_DEVICE void produceBackward(const BwdParamsTma& pt, const BackwardSmem<Config>& smem,
-                                  int kv0, int kvLast, int b, int hKv) {
+                                  const Coord& coord) {
+  using Stream = sm80::bwd::QTileStream<Config, Variant>;
   const BwdParams& p = pt.base;
   const int lane = threadIdx.x & 31;
   const bool leader = lane == 0;
-  const int groupSize = p.heads_q / p.heads_kv;
-  const int hEnd = (hKv + 1) * groupSize;
-  const sm80::bwd::QTileStream<Config, Variant> stream{p, b, kv0, kvLast, hEnd};
-  sm80::bwd::QItem item = stream.start(hKv * groupSize);
-  if (leader && item.h < hEnd) {
-    prefetchTensorMap(&pt.tma_q);
-    prefetchTensorMap(&pt.tma_do);
-    tmaLoadTile<Config::kKChunks, Config::kBlockKV>(smem.k(), &pt.tma_k, smem.kvFull(),
-                                                    Config::kKBytes, kv0, hKv, b);
-    tmaLoadTile<Config::kVChunks, Config::kBlockKV>(smem.v(), &pt.tma_v, smem.kvFull(),
-                                                    Config::kVBytes, kv0, hKv, b);
+  const auto streamOf = [&](const BlockCoord& at) {
+    const int kv0 = at.rank * Config::kBlockKV;
+    const int groupSize = p.heads_q / p.heads_kv;
+    return Stream{p, at.b, kv0, minOf(kv0 + Config::kBlockKV, p.kv_len) - 1,
+                  (at.h + 1) * groupSize};
+  };
+  sm80::bwd::QItem item;
+  {
+    const BlockCoord at = coord();
+    const Stream stream = streamOf(at);
+    item = stream.start(at.h * (p.heads_q / p.heads_kv));
+    if (leader && item.h < stream.hEnd) {
+      prefetchTensorMap(&pt.tma_q);
+      prefetchTensorMap(&pt.tma_do);
+      tmaLoadTile<Config::kKChunks, Config::kBlockKV>(smem.k(), &pt.tma_k, smem.kvFull(),
+                                                      Config::kKBytes, stream.kLo, at.h, at.b);
+      tmaLoadTile<Config::kVChunks, Config::kBlockKV>(smem.v(), &pt.tma_v, smem.kvFull(),
+                                                      Config::kVBytes, stream.kLo, at.h, at.b);
+    }
   }
   constexpr int kChunkBytes = Config::kBlockQ * kSwizzleRowBytes;  // one box of Q or dO
   for (int iteration = 0;; ++iteration) {
     const int stage = iteration % Config::kStages;
     const u32 phase = u32(iteration / Config::kStages) & 1u;
-    const bool live = item.h < hEnd;
+    const BlockCoord at = coord();
+    const Stream stream = streamOf(at);
+    const bool live = item.h < stream.hEnd;
     const int q0 = item.tile * Config::kBlockQ;
     mbarrierWait(smem.empty(stage), phase ^ 1u);
     if (leader) {
-      smem.publish(stage, live ? item.h : -1, item.tile, item.cls);
+      smem.publish(stage, live ? item.h : -1, item.tile, item.cls, at.b);
       if (live) {
         mbarrierArriveExpectTx(smem.full(stage), Config::kQBytes + Config::kDoBytes);
 #pragma unroll
         for (int c = 0; c < Config::kKChunks; ++c)
           tmaLoad4d(smem.q(stage) + u32(c * kChunkBytes), &pt.tma_q, smem.full(stage),
-                    c * kChunkElements, q0, item.h, b);
+                    c * kChunkElements, q0, item.h, at.b);
 #pragma unroll
         for (int c = 0; c < Config::kVChunks; ++c)
           tmaLoad4d(smem.dO(stage) + u32(c * kChunkBytes), &pt.tma_do, smem.full(stage),
-                    c * kChunkElements, q0, item.h, b);
+                    c * kChunkElements, q0, item.h, at.b);
       } else {
         mbarrierArrive(smem.full(stage));
       }
     }
     if (live) {
-      const i64 rowBase = (i64(b) * p.heads_q + item.h) * p.q_len;
+      const i64 rowBase = (i64(at.b) * p.heads_q + item.h) * p.q_len;
       const u32 stats = smem.stats(stage);
 #pragma unroll
       for (int r = lane; r < Config::kBlockQ; r += 32) {
@@ -228,18 +260,27 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   constexpr int kDvN = 8 * Config::kDvTiles;
   const BwdParams& p = pt.base;
 
-  // The grid is (heads_kv, kv tiles, batch) for a masked spec (Variant::kKvOrderedGrid): under a
-  // causal mask the first kv tiles meet the most q tiles, and with the rank the slower index every
-  // batch's grid starts them first across its heads and ends on its shortest tiles
-  // (block_order.h says why the rank is a block index). Else (kv tiles, heads_kv, batch).
+  // The grid is orderedGrid(kv tiles, heads_kv x batch) for a masked spec
+  // (Variant::kKvOrderedGrid, block_order.h): under a causal mask the first kv tiles meet the most
+  // q tiles, and with the rank the slower index inside each group of (kv head, batch) pairs the
+  // grid starts them first and ends each group on its shortest tiles, while the blocks running at
+  // once share a few heads' Q, dO and dq_accum tiles in L2. Else (kv tiles, heads_kv, batch).
   constexpr bool kOrdered = VariantKvOrderedGrid<Variant>::value;
-  const int b = blockIdx.z, hKv = kOrdered ? blockIdx.x : blockIdx.y;
-  const int kv0 = (kOrdered ? blockIdx.y : blockIdx.x) * Config::kBlockKV;
+  // On the ordered grid (batch, kv head) are computed from the block index, and the compiler
+  // spilled kept ones rather than compute them again (document): the consumers read the batch
+  // from the slot of the stage they hold where they use it, and compute both again at the end;
+  // the plain grid's are the block index itself.
+  const BlockCoord at = kvBlockCoord<kOrdered, kOrdered>(p);
+  if (!at.live) return;
+  const int kv0 = at.rank * Config::kBlockKV;
   if (kv0 >= p.kv_len) return;
-  const int kvLast = minOf(kv0 + Config::kBlockKV, p.kv_len) - 1;
+  const BackwardSmem<Config> smem(smemRaw);
+  int stage = 0;  // the stage the consumers hold (the loop's)
+  const auto batchNow = [&]() {
+    return kOrdered ? smem.scheduledBatch(stage) : kvBlockCoord<false>(p).b;
+  };
   const int warpGroup = threadIdx.x / 128;
   const int groupThread = threadIdx.x % 128;
-  const BackwardSmem<Config> smem(smemRaw);
 
   if (threadIdx.x == 0) {
     mbarrierInit(smem.kvFull(), 2);  // the K and the V copy each announce their bytes
@@ -259,7 +300,9 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
 
   if (warpGroup == 0) {
     setMaxRegistersDec<Config::kProducerRegisters>();
-    if (groupThread < 32) produceBackward<Config, Variant>(pt, smem, kv0, kvLast, b, hKv);
+    if (groupThread < 32)
+      produceBackward<Config, Variant>(pt, smem,
+                                       [&]() { return kvBlockCoord<kOrdered, true>(p); });
     return;
   }
   setMaxRegistersInc<Config::kConsumerRegisters>();
@@ -326,7 +369,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   // This consumer's dQ columns of one q tile into its shared tile (TiledDqLayout), then one TMA
   // bulk reduction into dq_accum; the tile is free again once the previous reduction has read it.
   using DqLayout = TiledDqLayout<Config>;
-  const auto reduceDQ = [&](int head, int tileQ0) {
+  const auto reduceDQ = [&](int batch, int head, int tileQ0) {
     const u32 dqTile = smem.dq(group);
     if (groupThread == 0) bulkWaitRead<0>();
     namedBarrierSync(kDqBarrier + group, 128);
@@ -340,7 +383,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     namedBarrierSync(kDqBarrier + group, 128);
     if (groupThread == 0) {
       const int rows = minOf(kBlockQ, p.q_len - tileQ0);
-      float* dst = p.dq_accum + DqLayout::tileOffset(p.q_len, p.heads_q, b, head, tileQ0) +
+      float* dst = p.dq_accum + DqLayout::tileOffset(p.q_len, p.heads_q, batch, head, tileQ0) +
                    group * 64 * Config::kDqN;
       bulkReduceAddF32(dst, dqTile, u32(rows * Config::kDqN * 4));
       bulkCommit();
@@ -348,12 +391,12 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   };
   // With the split: the same columns added to dq_accum straight from the registers, one vector
   // reduction of 4 floats per n8 tile, lane pairs swapping halves (bwd_config.h DqPairReduction).
-  const auto reduceDQFromRegisters = [&](int head, int tileQ0, int part) {
+  const auto reduceDQFromRegisters = [&](int batch, int head, int tileQ0, int part) {
     using Pair = DqPairReduction;
     const bool odd = Pair::odd(lane);
     const int row = 16 * warp + Pair::row(lane);
     const bool inside = tileQ0 + row < p.q_len;  // every lane swaps; rows past q_len add nothing
-    float* block = p.dq_accum + DqLayout::tileOffset(p.q_len, p.heads_q, b, head, tileQ0) +
+    float* block = p.dq_accum + DqLayout::tileOffset(p.q_len, p.heads_q, batch, head, tileQ0) +
                    group * 64 * Config::kDqN;
 #pragma unroll
     for (int n = 0; n < kDqPartN / 8; ++n) {
@@ -385,7 +428,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
 
   int iteration = 0;
   for (;; ++iteration) {
-    const int stage = iteration % kStages;
+    stage = iteration % kStages;
     const u32 phase = u32(iteration / kStages) & 1u;
     takeTurn();
     mbarrierWait(smem.full(stage), phase);
@@ -398,7 +441,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     const int q0 = smem.scheduledTile(stage) * kBlockQ;
     const Tri tileClass = smem.scheduledClass(stage);
     const u32 qTile = smem.q(stage), doTile = smem.dO(stage), stats = smem.stats(stage);
-    const u32 batchHead = u32(b * p.heads_q + h);
+    const u32 batchHead = u32(batchNow() * p.heads_q + h);
 
     // S^T = K Q^T and dP^T = V dO^T, two groups: this consumer's rows of K (V) against the q
     // tile's rows of Q (dO), both K-major.
@@ -416,7 +459,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     Tri groupClass = groupHasRows ? tileClass : Tri::False;
     if constexpr (Variant::kHasMask) {
       if (groupClass == Tri::Unknown) {
-        const QTiles<Variant, kBlockQ, BwdParams> tiles(p, b, h, groupKv, groupLast);
+        const QTiles<Variant, kBlockQ, BwdParams> tiles(p, batchNow(), h, groupKv, groupLast);
         groupClass = tiles.classify(q0, minOf(q0 + kBlockQ, p.q_len) - 1, groupKv, groupLast);
       }
     }
@@ -431,6 +474,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     const bool rowKept[2] = {groupClass != Tri::False && kvRow < p.kv_len,
                              groupClass != Tri::False && kvRow + 8 < p.kv_len};
     const auto probabilities = [&](auto masked) {
+      const int b = batchNow();
 #pragma unroll
       for (int ni = 0; ni < kN; ++ni)
 #pragma unroll
@@ -526,22 +570,23 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     wgmmaWait<0>();
     fenceRegisters(flat(dk));
     fenceRegisters(flat(dv));
+    const int batch = batchNow();  // read while the stage's slot is still held
     mbarrierArrive(smem.empty(stage));  // Q, dO and the stats of this stage are read
     if constexpr (WriteDQ) {
       fenceRegisters(flat(dq));
       if constexpr (Config::kSplit) {
-        if (iteration > 0) reduceDQFromRegisters(previousHead, previousQ0, 0);
+        if (iteration > 0) reduceDQFromRegisters(batch, previousHead, previousQ0, 0);
 #pragma unroll
         for (int part = 1; part < kDqParts; ++part) {
           issueDQ((iteration - 1) & 1, part);
           wgmmaWait<0>();
           fenceRegisters(flat(dq));
-          if (iteration > 0) reduceDQFromRegisters(previousHead, previousQ0, part);
+          if (iteration > 0) reduceDQFromRegisters(batch, previousHead, previousQ0, part);
         }
         if (iteration > 0) mbarrierArrive(smem.dsEmpty((iteration - 1) & 1));
       } else if (iteration > 0) {
         mbarrierArrive(smem.dsEmpty((iteration - 1) & 1));
-        reduceDQ(previousHead, previousQ0);
+        reduceDQ(batch, previousHead, previousQ0);
       }
       previousHead = h;
       previousQ0 = q0;
@@ -560,9 +605,9 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
       fenceRegisters(flat(dq));
       if (previousHead >= 0) {
         if constexpr (Config::kSplit)
-          reduceDQFromRegisters(previousHead, previousQ0, part);
+          reduceDQFromRegisters(batchNow(), previousHead, previousQ0, part);
         else
-          reduceDQ(previousHead, previousQ0);
+          reduceDQ(batchNow(), previousHead, previousQ0);
       }
     }
     if (groupThread == 0) bulkWait<0>();
@@ -570,6 +615,8 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
 
   // dK (times the softmax scale) and dV: this consumer's columns of them.
   if (!groupHasRows) return;
+  const BlockCoord end = kvBlockCoord<kOrdered, kOrdered>(p);
+  const int b = end.b, hKv = end.h;
   storeAccumulatorRows(
       static_cast<Element*>(p.dk) + b * p.dk_stride_b + hKv * p.dk_stride_h + dkCol0, p.dk_stride_s,
       dk, p.scale, kvRow, p.kv_len, colInQuad, Config::kHeadDim - dkCol0);
