@@ -49,6 +49,9 @@ def plan(subset):
     # head_dim_v != head_dim (a (d, d_v) pair): V, O and dO are d_v wide.
     groups.append(("causal", (128, 64), "bf16", [(17, 17), (127, 1000), (1000, 1000)], 2))
     groups.append(("causal", (64, 128), "bf16", [(17, 17), (1000, 127), (1000, 1000)], 2))
+    # The sm_90a dK/dV kernel's ordered grid with two groups and padding blocks (block_order.h):
+    # 12 (kv head, batch) pairs over 33 kv tiles, 8 pairs a group.
+    groups.append(("causal", 128, "bf16", [(4097, 4097)], 3))
     return groups
 
 
