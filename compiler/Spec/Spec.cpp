@@ -122,6 +122,12 @@ std::vector<double> standardAlibiSlopes(int64_t heads) {
 
 // ---- Checks ----
 
+std::string formatNumber(double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%g", value);
+  return buffer;
+}
+
 namespace detail {
 
 std::string nearestName(llvm::StringRef name, llvm::ArrayRef<llvm::StringRef> candidates) {
@@ -144,12 +150,6 @@ static bool isIdentifier(llvm::StringRef text) {
   if (text.empty() || !(llvm::isAlpha(text[0]) || text[0] == '_'))
     return false;
   return llvm::all_of(text, [](char c) { return llvm::isAlnum(c) || c == '_'; });
-}
-
-static std::string formatNumber(double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%g", value);
-  return buffer;
 }
 
 namespace {

@@ -143,6 +143,9 @@ std::string builtinExpressionText(const ScoreSpec &score, int64_t headsQ);
 // interleaved from 2n otherwise. What `score: alibi` uses when no slopes input is named.
 std::vector<double> standardAlibiSlopes(int64_t heads);
 
+// A spec's number as messages and `attnc explain` print it ("%g": 0.1, 30, 1e-05).
+std::string formatNumber(double value);
+
 } // namespace attnc
 
 #endif // ATTNC_SPEC_SPEC_H

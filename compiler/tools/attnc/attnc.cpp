@@ -11,7 +11,6 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
-#include <cstdio>
 #include <map>
 
 using namespace attnc;
@@ -263,12 +262,10 @@ int runExplain(const Common& common, long long seqLen, long long kvSeqLen, long 
     const float p = float(spec.dropout);
     const unsigned threshold = attnc::dropoutThreshold(p);
     const int groupTiles = attnc::dropoutGroupTiles(int(kernel->blockKV / 8));
-    char given[32];
-    std::snprintf(given, sizeof given, "%g", spec.dropout);
     os << llvm::formatv("  dropout: p = {0} resolves to {1} / 256 = {2:f4} (8 random bits per "
                         "element), kept probabilities scaled by 256 / {3} = {4:f4}; one "
                         "Philox4x32-10 call per {5} elements of the forward{6}\n",
-                        given, threshold, threshold / 256.0, 256 - threshold,
+                        formatNumber(spec.dropout), threshold, threshold / 256.0, 256 - threshold,
                         attnc::dropoutScale(p), 4 * groupTiles,
                         groupTiles == 4
                             ? std::string()
