@@ -19,6 +19,9 @@
 // tile for its own 64 rows (a tile empty for them is multiplied and masked, not skipped: see the
 // loop).
 //
+// With three consumers, a warpgroup none of whose rows is in the sequence runs idleConsumer
+// instead: it keeps the stages' and turns' protocol without computing.
+//
 // Shared memory (config.h): [Q: Consumers x 64 rows][K_0 V_0][K_1 V_1]...[mbarriers, slots].
 #pragma once
 
@@ -143,6 +146,53 @@ ATTNC_DEVICE void produce(const FwdParamsTma& pt, const ForwardSmem<Config>& sme
   }
 }
 
+// A consumer warpgroup none of whose 64 rows is in the sequence (in the last q tile of a
+// sequence that does not fill it, or an end-aligned first tile: block_order.h) computes nothing,
+// but keeps the block's protocol as forward()'s loop does: it waits for each stage's K and V and
+// releases them, and takes and passes its ping-pong turns, so the other warpgroups' GEMMs run
+// without its share of the tensor cores (at hd64, N = 4096 the last of 22 tiles of 192 rows has
+// 64 rows in the sequence).
+template <class Config>
+ATTNC_DEVICE void idleConsumer(const ForwardSmem<Config>& smem, int group) {
+  constexpr int kStages = Config::kStages;
+  const auto takeTurn = [&]() {
+    if constexpr (Config::kConsumers > 1) namedBarrierSync(1 + group, 256);
+  };
+  const auto passTurn = [&]() {
+    if constexpr (Config::kConsumers > 1)
+      namedBarrierArrive(1 + (group + 1) % Config::kConsumers, 256);
+  };
+  int stage = 0;
+  u32 phase = 0;
+  mbarrierWait(smem.kFull(stage), phase);
+  mbarrierWait(smem.qFull(), 0);  // Q's copy lands before the block can exit
+  if (smem.scheduledTile(stage) < 0) return;
+  if (group == Config::kConsumers - 1) passTurn();
+  takeTurn();
+  passTurn();
+  mbarrierArrive(smem.kEmpty(stage));
+  for (int iteration = 1;; ++iteration) {
+    const int prevStage = stage;
+    const u32 prevPhase = phase;
+    const int nextStage = iteration % kStages;
+    const u32 nextPhase = u32(iteration / kStages) & 1u;
+    mbarrierWait(smem.kFull(nextStage), nextPhase);
+    if (smem.scheduledTile(nextStage) < 0) break;
+    stage = nextStage;
+    phase = nextPhase;
+    mbarrierWait(smem.vFull(prevStage), prevPhase);
+    takeTurn();
+    passTurn();
+    mbarrierArrive(smem.kEmpty(stage));
+    mbarrierArrive(smem.vEmpty(prevStage));
+  }
+  mbarrierWait(smem.vFull(stage), phase);
+  takeTurn();
+  passTurn();
+  if (group == 0) takeTurn();
+  mbarrierArrive(smem.vEmpty(stage));
+}
+
 template <int A, int B, int C>
 ATTNC_DEVICE float (&flat(float (&x)[A][B][C]))[A * B * C] {
   return reinterpret_cast<float(&)[A * B * C]>(x);
@@ -192,9 +242,17 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   KvTiles<Variant, Config::kBlockKV> tiles(p, b, h, qFirst, qLast);
   // The launch's precomputed tile classes (tile_classes.h), when it made them.
   tiles.useTileClasses((b * p.heads_q + h) * ceilDiv(p.q_len, Config::kBlockQ) + qTileIndex);
-  if (warpGroup == 0) {
+  // A consumer warpgroup with no rows in the sequence gives its registers back too (idleConsumer):
+  // with three consumers, where up to two thirds of a tile can be outside.
+  const int firstRow = q0 + 64 * (warpGroup - 1);
+  const bool idle = Config::kConsumers >= 3 && warpGroup > 0 &&
+                    unsigned(firstRow + 63) >= unsigned(p.q_len + 63);
+  if (warpGroup == 0 || idle) {
     setMaxRegistersDec<Config::kProducerRegisters>();
-    if (groupThread < 32) produce<Config, Variant>(pt, smem, tiles, q0, b, h, hKv);
+    if (idle)
+      idleConsumer<Config>(smem, warpGroup - 1);
+    else if (groupThread < 32)
+      produce<Config, Variant>(pt, smem, tiles, q0, b, h, hKv);
     return;
   }
   setMaxRegistersInc<Config::kConsumerRegisters>();
