@@ -201,7 +201,10 @@ def plan(subset):
                 ("custom_score", 64, "bf16", small, 2), ("dropout0.1", 64, "bf16", [(128, 128)], 2),
                 # hd128: two consumer warpgroups on sm_90a (hd64 takes three); q tiles end-aligned
                 ("dropout0.1", 128, "bf16", [(129, 300)], 2),
-                ("causal", (128, 64), "bf16", [(129, 129)], 2)]
+                ("causal", (128, 64), "bf16", [(129, 129)], 2),
+                # hd64 (three consumers): the first warpgroup's rows end a kv tile before the
+                # block's (kGroupTail), and the first tile has idle warpgroups
+                ("causal", 64, "bf16", [(300, 300)], 2)]
     groups = []
     hd_lens = [(1, 1), (17, 17), (129, 1000), (1000, 129), (1000, 1000), (128, 4097), (1, 4097), (4097, 4097)]
     for hd in (32, 64, 72, 80, 96, 128, 160, 192, 256):

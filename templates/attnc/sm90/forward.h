@@ -20,7 +20,9 @@
 // loop).
 //
 // With three consumers, a warpgroup none of whose rows is in the sequence runs idleConsumer
-// instead: it keeps the stages' and turns' protocol without computing.
+// instead: it keeps the stages' and turns' protocol without computing; and under a mask of
+// positions a warpgroup leaves the loop after its own last live tile and idles through the rest
+// of the block's (kGroupTail).
 //
 // Shared memory (config.h): [Q: Consumers x 64 rows][K_0 V_0][K_1 V_1]...[mbarriers, slots].
 #pragma once
@@ -374,6 +376,17 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     return mask;
   };
 
+  // With three consumers and a mask of positions, the kv tiles past this warpgroup's own last
+  // live one (under a causal mask, the block's last tiles for its first rows) are not computed:
+  // the warpgroup leaves the loop there and idles through the rest of the stream.
+  constexpr bool kGroupTail =
+      Config::kConsumers >= 3 && Variant::kHasMask && !VariantTileClasses<Variant>::value;
+  int groupLastTile = 1 << 30;
+  if constexpr (kGroupTail) {
+    const KvTiles<Variant, Config::kBlockKV> own(p, b, h, maxOf(groupRow, 0), groupLast);
+    groupLastTile = own.last();
+  }
+  int iteration = 0;
   mbarrierWait(smem.kFull(stage), phase);
   int tile = smem.scheduledTile(stage);
   if (tile >= 0) {
@@ -386,14 +399,14 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     // O is still zero: nothing to rescale.
     softmaxStep(tile, waitForS(tile, /*pvPending=*/Flag<false>()), factors);
     sm80::warp::packP<Element>(pA, s);
-    for (int iteration = 1;; ++iteration) {
+    for (iteration = 1;; ++iteration) {
       const int prevStage = stage;
       const u32 prevPhase = phase;
       const int nextStage = iteration % kStages;
       const u32 nextPhase = u32(iteration / kStages) & 1u;
       mbarrierWait(smem.kFull(nextStage), nextPhase);
       tile = smem.scheduledTile(nextStage);
-      if (tile < 0) break;
+      if (tile < 0 || (kGroupTail && tile > groupLastTile)) break;
       stage = nextStage;
       phase = nextPhase;
       mbarrierWait(smem.vFull(prevStage), prevPhase);
@@ -416,10 +429,26 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     wgmmaFence();
     issuePV(stage);
     passTurn();
-    if (group == 0) takeTurn();
+    if (!kGroupTail && group == 0) takeTurn();
     wgmmaWait<0>();
     fenceRegisters(flat(o));
     mbarrierArrive(smem.vEmpty(stage));
+    if constexpr (kGroupTail) {
+      // The rest of the stream (tile is the one the loop stopped at, in stage iteration % Stages):
+      // each tile's turn, then its K and V released, as idleConsumer does.
+      while (tile >= 0) {
+        const int at = iteration % kStages;
+        takeTurn();
+        passTurn();
+        mbarrierArrive(smem.kEmpty(at));
+        mbarrierWait(smem.vFull(at), u32(iteration / kStages) & 1u);
+        mbarrierArrive(smem.vEmpty(at));
+        ++iteration;
+        mbarrierWait(smem.kFull(iteration % kStages), u32(iteration / kStages) & 1u);
+        tile = smem.scheduledTile(iteration % kStages);
+      }
+      if (group == 0) takeTurn();
+    }
   } else {
     mbarrierWait(smem.qFull(), 0);  // no live tile: Q's copy (produce) must still land first
   }
