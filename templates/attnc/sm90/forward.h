@@ -251,10 +251,13 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
                     unsigned(firstRow + 63) >= unsigned(p.q_len + 63);
   if (warpGroup == 0 || idle) {
     setMaxRegistersDec<Config::kProducerRegisters>();
-    if (idle)
-      idleConsumer<Config>(smem, warpGroup - 1);
-    else if (groupThread < 32)
-      produce<Config, Variant>(pt, smem, tiles, q0, b, h, hKv);
+    if constexpr (Config::kConsumers >= 3) {  // (not compiled where no warpgroup can idle)
+      if (idle) {
+        idleConsumer<Config>(smem, warpGroup - 1);
+        return;
+      }
+    }
+    if (groupThread < 32) produce<Config, Variant>(pt, smem, tiles, q0, b, h, hKv);
     return;
   }
   setMaxRegistersInc<Config::kConsumerRegisters>();
