@@ -238,8 +238,15 @@ int runExplain(const Common& common, long long seqLen, long long kvSeqLen, long 
     os << "  warp roles: 1 producer warpgroup (TMA; setmaxnreg down to "
        << attnc::sm90::producerRegisters(int(kernel->blockQ / 64)) << " registers) and "
        << kernel->blockQ / 64 << " consumer warpgroups of 64 rows (wgmma; setmaxnreg up to "
-       << attnc::sm90::consumerRegisters(int(kernel->blockQ / 64)) << ")\n"
-       << "  block order: "
+       << attnc::sm90::consumerRegisters(int(kernel->blockQ / 64)) << ")\n";
+    // Three consumers (sm90/forward.h idleConsumer, kGroupTail): warpgroups skip what is not theirs.
+    if (kernel->blockQ / 64 >= 3)
+      os << "  idle warpgroups: one whose 64 rows are all outside the sequence computes nothing"
+         << (spec.mask.kind != MaskSpec::None && kernel->tileClassesEntry.empty()
+                 ? "; each stops after its own last live kv tile and idles through the block's rest"
+                 : "")
+         << "\n";
+    os << "  block order: "
        << (kernel->orderedGrid
                ? "grid (pairs per group, q tiles, groups): the longest q tiles first across groups "
                  "of (head, batch) pairs of about 256 blocks; q tiles end-aligned, a partial tile "
