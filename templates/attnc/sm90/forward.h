@@ -148,51 +148,58 @@ ATTNC_DEVICE void produce(const FwdParamsTma& pt, const ForwardSmem<Config>& sme
   }
 }
 
-// A consumer warpgroup none of whose 64 rows is in the sequence (in the last q tile of a
-// sequence that does not fill it, or an end-aligned first tile: block_order.h) computes nothing,
-// but keeps the block's protocol as forward()'s loop does: it waits for each stage's K and V and
-// releases them, and takes and passes its ping-pong turns, so the other warpgroups' GEMMs run
-// without its share of the tensor cores (at hd64, N = 4096 the last of 22 tiles of 192 rows has
-// 64 rows in the sequence).
+// The consumers' ping-pong turns (forward()'s loop): warpgroup g waits on named barrier 1 + g
+// for its turn and then passes it on to the next one (barriers hold 2 warpgroups).
 template <class Config>
-ATTNC_DEVICE void idleConsumer(const ForwardSmem<Config>& smem, int group) {
-  constexpr int kStages = Config::kStages;
-  const auto takeTurn = [&]() {
+struct Turns {
+  int group;
+  ATTNC_DEVICE void take() const {
     if constexpr (Config::kConsumers > 1) namedBarrierSync(1 + group, 256);
-  };
-  const auto passTurn = [&]() {
+  }
+  ATTNC_DEVICE void pass() const {
     if constexpr (Config::kConsumers > 1)
       namedBarrierArrive(1 + (group + 1) % Config::kConsumers, 256);
-  };
-  int stage = 0;
-  u32 phase = 0;
-  mbarrierWait(smem.kFull(stage), phase);
-  mbarrierWait(smem.qFull(), 0);  // Q's copy lands before the block can exit
-  if (smem.scheduledTile(stage) < 0) return;
-  if (group == Config::kConsumers - 1) passTurn();
-  takeTurn();
-  passTurn();
-  mbarrierArrive(smem.kEmpty(stage));
-  for (int iteration = 1;; ++iteration) {
-    const int prevStage = stage;
-    const u32 prevPhase = phase;
-    const int nextStage = iteration % kStages;
-    const u32 nextPhase = u32(iteration / kStages) & 1u;
-    mbarrierWait(smem.kFull(nextStage), nextPhase);
-    if (smem.scheduledTile(nextStage) < 0) break;
-    stage = nextStage;
-    phase = nextPhase;
-    mbarrierWait(smem.vFull(prevStage), prevPhase);
-    takeTurn();
-    passTurn();
-    mbarrierArrive(smem.kEmpty(stage));
-    mbarrierArrive(smem.vEmpty(prevStage));
   }
-  mbarrierWait(smem.vFull(stage), phase);
-  takeTurn();
-  passTurn();
-  if (group == 0) takeTurn();
-  mbarrierArrive(smem.vEmpty(stage));
+};
+
+// A consumer warpgroup that computes nothing more keeps the block's protocol from stream position
+// `iteration` on, whose K it has waited for (`tile`, -1 at the end of the stream): for each tile
+// it takes and passes the turn the tile's GEMMs would take and releases the stage's K and V (V
+// once its copy has landed, so that the release counts for this tile's phase).
+template <class Config>
+ATTNC_DEVICE void idleThrough(const ForwardSmem<Config>& smem, Turns<Config> turns, int iteration,
+                              int tile) {
+  constexpr int kStages = Config::kStages;
+  while (tile >= 0) {
+    const int stage = iteration % kStages;
+    turns.take();
+    turns.pass();
+    mbarrierArrive(smem.kEmpty(stage));
+    mbarrierWait(smem.vFull(stage), u32(iteration / kStages) & 1u);
+    mbarrierArrive(smem.vEmpty(stage));
+    ++iteration;
+    mbarrierWait(smem.kFull(iteration % kStages), u32(iteration / kStages) & 1u);
+    tile = smem.scheduledTile(iteration % kStages);
+  }
+}
+
+// A consumer warpgroup none of whose 64 rows is in the sequence (in the last q tile of a
+// sequence that does not fill it, or an end-aligned first tile: block_order.h) computes nothing,
+// but keeps the block's protocol as forward()'s loop does (idleThrough), so the other
+// warpgroups' GEMMs run without its share of the tensor cores (at hd64, N = 4096 the last of 22
+// tiles of 192 rows has 64 rows in the sequence).
+template <class Config>
+ATTNC_DEVICE void idleConsumer(const ForwardSmem<Config>& smem, int group) {
+  const Turns<Config> turns{group};
+  mbarrierWait(smem.kFull(0), 0);
+  mbarrierWait(smem.qFull(), 0);  // Q's copy lands before the block can exit
+  const int tile = smem.scheduledTile(0);
+  if (tile < 0) return;
+  if (group == Config::kConsumers - 1) turns.pass();
+  idleThrough<Config>(smem, turns, 0, tile);
+  turns.take();  // the turn of the last tile's P V
+  turns.pass();
+  if (group == 0) turns.take();
 }
 
 template <int A, int B, int C>
@@ -294,17 +301,12 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   float s[1][kN][4];
   int stage = 0;
   u32 phase = 0;
-  // Ping-pong (FlashAttention-3): the consumer warpgroups take turns issuing their GEMMs, so that
-  // one's softmax runs while the other's GEMMs occupy the tensor cores. Warpgroup g waits on named
-  // barrier 1 + g for its turn and then passes it on to the next one (barriers hold 2
-  // warpgroups); the last one starts by passing the first turn to warpgroup 0.
-  const auto takeTurn = [&]() {
-    if constexpr (Config::kConsumers > 1) namedBarrierSync(1 + group, 256);
-  };
-  const auto passTurn = [&]() {
-    if constexpr (Config::kConsumers > 1)
-      namedBarrierArrive(1 + (group + 1) % Config::kConsumers, 256);
-  };
+  // Ping-pong (FlashAttention-3): the consumer warpgroups take turns issuing their GEMMs (Turns),
+  // so that one's softmax runs while the other's GEMMs occupy the tensor cores; the last one
+  // starts by passing the first turn to warpgroup 0.
+  const Turns<Config> turns{group};
+  const auto takeTurn = [&]() { turns.take(); };
+  const auto passTurn = [&]() { turns.pass(); };
   const auto issueQK = [&]() {
     wgmmaFence();
     gemmKMajor<Element, Config::kBlockKV, Config::kQKSteps>(flat(s), qTile, 64, smem.k(stage),
@@ -437,19 +439,8 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     fenceRegisters(flat(o));
     mbarrierArrive(smem.vEmpty(stage));
     if constexpr (kGroupTail) {
-      // The rest of the stream (tile is the one the loop stopped at, in stage iteration % Stages):
-      // each tile's turn, then its K and V released, as idleConsumer does.
-      while (tile >= 0) {
-        const int at = iteration % kStages;
-        takeTurn();
-        passTurn();
-        mbarrierArrive(smem.kEmpty(at));
-        mbarrierWait(smem.vFull(at), u32(iteration / kStages) & 1u);
-        mbarrierArrive(smem.vEmpty(at));
-        ++iteration;
-        mbarrierWait(smem.kFull(iteration % kStages), u32(iteration / kStages) & 1u);
-        tile = smem.scheduledTile(iteration % kStages);
-      }
+      // The rest of the stream: tile is the one the loop stopped at, at position `iteration`.
+      idleThrough<Config>(smem, turns, iteration, tile);
       if (group == 0) takeTurn();
     }
   } else {
