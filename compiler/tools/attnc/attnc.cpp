@@ -239,10 +239,12 @@ int runExplain(const Common& common, long long seqLen, long long kvSeqLen, long 
        << attnc::sm90::producerRegisters(int(kernel->blockQ / 64)) << " registers) and "
        << kernel->blockQ / 64 << " consumer warpgroups of 64 rows (wgmma; setmaxnreg up to "
        << attnc::sm90::consumerRegisters(int(kernel->blockQ / 64)) << ")\n";
-    // Three consumers (sm90/forward.h idleConsumer, kGroupTail): warpgroups skip what is not theirs.
-    if (kernel->blockQ / 64 >= 3)
+    // Warpgroups that skip what is not theirs (sm90/config.h idleWarpgroups, warpgroupLastTile).
+    const int consumers = int(kernel->blockQ / 64);
+    const bool positionMask = spec.mask.kind != MaskSpec::None && kernel->tileClassesEntry.empty();
+    if (attnc::sm90::idleWarpgroups(consumers))
       os << "  idle warpgroups: one whose 64 rows are all outside the sequence computes nothing"
-         << (spec.mask.kind != MaskSpec::None && kernel->tileClassesEntry.empty()
+         << (attnc::sm90::warpgroupLastTile(consumers, positionMask)
                  ? "; each stops after its own last live kv tile and idles through the block's rest"
                  : "")
          << "\n";

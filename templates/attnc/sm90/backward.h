@@ -162,6 +162,7 @@ ATTNC_DEVICE BlockCoord kvBlockCoord(const BwdParams& p) {
   else
     return orderedBlock(p.heads_kv, p.batch);
 }
+
 // Each consumer's named barrier (1 + consumer; 0 is __syncthreads): its dQ tile is free, or
 // written.
 constexpr int kDqBarrier = 1;

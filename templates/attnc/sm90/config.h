@@ -31,6 +31,15 @@ ATTNC_HD constexpr int consumerRegisters(int consumers, int producerRegisters) {
 // noise, but hd64 causal -5%: there O's rescale is 32 multiplies a thread, and the warp vote on the
 // path to the exponentials costs more than they do. `attnc explain` prints the choice.
 ATTNC_HD constexpr bool lazyRowMaxima(int headDimV) { return headDimV >= 128; }
+// Whether a consumer warpgroup none of whose rows is in the sequence idles (forward.h
+// idleConsumer), and, under a mask of positions only (no declared inputs), whether each warpgroup
+// stops after its own last live kv tile (forward.h kGroupTail): with three consumers, where up to
+// two thirds of a tile can be outside (docs/templates.md has the measurements; with two, the check
+// changed ptxas's schedule of the loop and lost). `attnc explain` prints both.
+ATTNC_HD constexpr bool idleWarpgroups(int consumers) { return consumers >= 3; }
+ATTNC_HD constexpr bool warpgroupLastTile(int consumers, bool positionMask) {
+  return idleWarpgroups(consumers) && positionMask;
+}
 
 ATTNC_HD constexpr int consumerRegisters(int consumers) {
   return consumerRegisters(consumers, producerRegisters(consumers));

@@ -202,6 +202,12 @@ ATTNC_DEVICE void idleConsumer(const ForwardSmem<Config>& smem, int group) {
   if (group == 0) turns.take();
 }
 
+// Whether any of the 64 rows from firstRow is in the sequence: -64 < firstRow < q_len (rows below
+// 0 are padding of an end-aligned first tile, block_order.h).
+ATTNC_DEVICE bool rowsInSequence(int firstRow, int qLen) {
+  return unsigned(firstRow + 63) < unsigned(qLen + 63);
+}
+
 template <int A, int B, int C>
 ATTNC_DEVICE float (&flat(float (&x)[A][B][C]))[A * B * C] {
   return reinterpret_cast<float(&)[A * B * C]>(x);
@@ -251,14 +257,16 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   KvTiles<Variant, Config::kBlockKV> tiles(p, b, h, qFirst, qLast);
   // The launch's precomputed tile classes (tile_classes.h), when it made them.
   tiles.useTileClasses((b * p.heads_q + h) * ceilDiv(p.q_len, Config::kBlockQ) + qTileIndex);
-  // A consumer warpgroup with no rows in the sequence gives its registers back too (idleConsumer):
-  // with three consumers, where up to two thirds of a tile can be outside.
+  // A consumer warpgroup with no rows in the sequence gives its registers back too (idleConsumer;
+  // config.h idleWarpgroups).
+  constexpr bool kIdleWarpgroups = idleWarpgroups(Config::kConsumers);
+  // (!rowsInSequence spelled out: the negated call changed ptxas's schedule of the hd64 kernels)
   const int firstRow = q0 + 64 * (warpGroup - 1);
-  const bool idle = Config::kConsumers >= 3 && warpGroup > 0 &&
+  const bool idle = kIdleWarpgroups && warpGroup > 0 &&
                     unsigned(firstRow + 63) >= unsigned(p.q_len + 63);
   if (warpGroup == 0 || idle) {
     setMaxRegistersDec<Config::kProducerRegisters>();
-    if constexpr (Config::kConsumers >= 3) {  // (not compiled where no warpgroup can idle)
+    if constexpr (kIdleWarpgroups) {  // (not compiled where no warpgroup can idle)
       if (idle) {
         idleConsumer<Config>(smem, warpGroup - 1);
         return;
@@ -274,8 +282,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   const int lane = groupThread & 31, warp = groupThread >> 5;
   const int groupRow = q0 + 64 * group;
   const int groupLast = minOf(groupRow + 63, p.q_len - 1);
-  // -64 < groupRow < q_len: rows below 0 are padding (an end-aligned first tile, block_order.h)
-  const bool groupHasRows = unsigned(groupRow + 63) < unsigned(p.q_len + 63);
+  const bool groupHasRows = rowsInSequence(groupRow, p.q_len);
   const int qRow = groupRow + 16 * warp + (lane >> 2);
 
   float o[1][kNv][4];
@@ -381,11 +388,12 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     return mask;
   };
 
-  // With three consumers and a mask of positions, the kv tiles past this warpgroup's own last
-  // live one (under a causal mask, the block's last tiles for its first rows) are not computed:
-  // the warpgroup leaves the loop there and idles through the rest of the stream.
-  constexpr bool kGroupTail =
-      Config::kConsumers >= 3 && Variant::kHasMask && !VariantTileClasses<Variant>::value;
+  // With three consumers and a mask of positions (config.h warpgroupLastTile), the kv tiles past
+  // this warpgroup's own last live one (under a causal mask, the block's last tiles for its first
+  // rows) are not computed: the warpgroup leaves the loop there and idles through the rest of the
+  // stream.
+  constexpr bool kGroupTail = warpgroupLastTile(
+      Config::kConsumers, Variant::kHasMask && !VariantTileClasses<Variant>::value);
   int groupLastTile = 1 << 30;
   if constexpr (kGroupTail) {
     const KvTiles<Variant, Config::kBlockKV> own(p, b, h, maxOf(groupRow, 0), groupLast);
