@@ -55,6 +55,8 @@ def rows(quick):
             for n in ns:
                 out.append(Row(f"hd{hd} {kind} N={n // 1024}K", hd, HEADS_FOR_HD[hd], HEADS_FOR_HD[hd], n,
                                mask="causal" if kind == "causal" else "none"))
+    # Three 64-column chunks (the sm_90a backward's padded head-dim split); no target.
+    out.append(Row("hd192 causal N=4K", 192, 12, 12, 4096, mask="causal"))
     out.append(Row("GQA 32/8 causal hd128 N=4K", 128, 32, 8, 4096, mask="causal"))
     out.append(Row("window 1K hd128 N=8K", 128, 16, 16, 8192, mask="window", window=1024))
     out.append(Row("prefix-LM 1K hd128 N=8K", 128, 16, 16, 8192, mask="prefix", prefix=1024))

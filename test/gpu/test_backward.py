@@ -28,10 +28,12 @@ def plan(subset):
         return [("causal", 128, "bf16", [(129, 300), (300, 129)], 2),
                 ("full", 64, "fp16", [(17, 17), (200, 200)], 2),
                 # the sm_90a dK/dV kernel's head-dim split (bwd_config.h)
-                ("causal", 256, "bf16", [(129, 300)], 1)]
+                ("causal", 256, "bf16", [(129, 300)], 1),
+                # the split over three chunks padded to four (hd192)
+                ("causal", 192, "bf16", [(300, 129)], 1)]
     lens = [(1, 1), (17, 17), (127, 1000), (1000, 127), (1000, 1000)]
     groups = []
-    for hd in (32, 64, 72, 96, 128, 160, 256):
+    for hd in (32, 64, 72, 96, 128, 136, 160, 192, 256):
         groups.append(("causal", hd, "bf16", lens, 2))
     groups += [("full", 64, "fp16", lens, 2), ("full", 128, "bf16", lens + [(4097, 4097)], 1),
                ("causal_top_left", 128, "fp16", lens, 2), ("gqa8", 128, "bf16", lens, 2),
@@ -49,6 +51,8 @@ def plan(subset):
     # head_dim_v != head_dim (a (d, d_v) pair): V, O and dO are d_v wide.
     groups.append(("causal", (128, 64), "bf16", [(17, 17), (127, 1000), (1000, 1000)], 2))
     groups.append(("causal", (64, 128), "bf16", [(17, 17), (1000, 127), (1000, 1000)], 2))
+    # The padded split with dK over four chunks (three loaded) and dV over two.
+    groups.append(("causal", (192, 128), "bf16", [(127, 1000), (1000, 1000)], 2))
     # The sm_90a dK/dV kernel's ordered grid with two groups and padding blocks (block_order.h):
     # 12 (kv head, batch) pairs over 33 kv tiles, 8 pairs a group.
     groups.append(("causal", 128, "bf16", [(4097, 4097)], 3))

@@ -181,11 +181,13 @@ TEST(HopperTileRule, BackwardTakesTheWgmmaKernelWhereItsRegistersFit) {
     }
   }
   EXPECT_GT(hopper, 30);  // hd 16..128 without an epilogue, at least, with three d_v each
-  // hd128, the main case, fits with nothing to spare; hd136 does not.
+  // hd128, the main case, fits with nothing to spare; hd136 does not, and takes the split.
   TileProblem hd128{128, 128, 2, 0, 0, 0, 0};
   EXPECT_EQ(deriveBackwardTiles(hd128, target)->kvKernel, "sm90");
+  EXPECT_FALSE(deriveBackwardTiles(hd128, target)->hopperSplit);
   TileProblem hd136{136, 136, 2, 0, 0, 0, 0};
-  EXPECT_EQ(deriveBackwardTiles(hd136, target)->kvKernel, "sm80");
+  EXPECT_EQ(deriveBackwardTiles(hd136, target)->kvKernel, "sm90");
+  EXPECT_TRUE(deriveBackwardTiles(hd136, target)->hopperSplit);
   // hd256 takes the head-dim split: 64 shared kv rows, 2 stages, dQ by vector reductions (no dQ
   // tiles in shared memory, which would not fit).
   TileProblem hd256{256, 256, 2, 0, 0, 0, 0};
@@ -203,9 +205,21 @@ TEST(HopperTileRule, BackwardTakesTheWgmmaKernelWhereItsRegistersFit) {
   TileProblem heavy = hd256;
   heavy.backwardHeavyEpilogue = true;
   EXPECT_EQ(deriveBackwardTiles(heavy, target)->kvKernel, "sm80");
-  // Three 64-column chunks do not split between two consumers: hd192 stays on the sm80 kernel.
+  // Three 64-column chunks are padded to four (the fourth zeroed in shared memory): hd192 takes
+  // the split with hd256's shared memory, its consumers 128 columns each.
   TileProblem hd192{192, 192, 2, 0, 0, 0, 0};
-  EXPECT_EQ(deriveBackwardTiles(hd192, target)->kvKernel, "sm80");
+  mlir::FailureOr<BackwardTileChoice> odd = deriveBackwardTiles(hd192, target);
+  EXPECT_EQ(odd->kvKernel, "sm90");
+  EXPECT_TRUE(odd->hopperSplit);
+  EXPECT_EQ(odd->hopperStages, 2);
+  EXPECT_EQ(odd->hopperSmemBytes, 231528);
+  using Hd192 = attnc::sm90::BwdConfig<attnc::bf16, 192, 192, 2, 2, true>;
+  static_assert(Hd192::kKChunks == 4 && Hd192::kKLoadChunks == 3 && Hd192::kDkTiles == 16 &&
+                    Hd192::kQKSteps == 12,
+                "hd192's split: four chunks in shared memory, three loaded, 12 k16 steps of S^T");
+  // A head dim of at most 64 columns has no chunk a consumer could take whole.
+  EXPECT_FALSE(attnc::sm90::splitFits(64, 64, 2));
+  EXPECT_TRUE(attnc::sm90::splitFits(192, 128, 2));
 }
 
 // The head-dim split's dQ reduction: simulate a warp's lanes swapping halves of one n8 tile (the
@@ -241,9 +255,9 @@ TEST(HopperBackward, SplitDqPairReductionAddsEveryElementOnceInRowOrder) {
   }
 }
 
-template <int D>
+template <int D, bool Split = false>
 void checkTiledDqLayout() {
-  using Config = attnc::sm90::BwdConfig<attnc::bf16, D, D, 2, 2>;
+  using Config = attnc::sm90::BwdConfig<attnc::bf16, D, D, 2, 2, Split>;
   using Layout = attnc::sm90::TiledDqLayout<Config>;
   SCOPED_TRACE(testing::Message() << "head dim " << D);
   // Every consumer column of every row lands on its own float of the 64 x kDqN block.
@@ -270,4 +284,8 @@ TEST(HopperTileRule, TiledDqLayoutIsAPermutationInsideTheWorkspace) {
   checkTiledDqLayout<72>();
   checkTiledDqLayout<96>();
   checkTiledDqLayout<128>();
+  // The head-dim split: hd160 and hd192 pad to four chunks, 128 dQ columns a consumer.
+  checkTiledDqLayout<160, true>();
+  checkTiledDqLayout<192, true>();
+  checkTiledDqLayout<256, true>();
 }

@@ -168,10 +168,11 @@ struct BwdParams {
 };
 
 // Floats of BwdParams::dq_accum: enough for either dK/dV kernel's layout. The sm_90a one keeps
-// whole q tiles of 64 rows and pads the head dim to its consumers' column blocks (32 or 64 wide).
+// whole q tiles of 64 rows and pads the head dim to its two consumers' column blocks (16 or 32
+// wide up to hd64, else whole 64-column chunks each: an even number of chunks).
 ATTNC_HD constexpr i64 dqAccumElements(int batch, int heads_q, int q_len, int head_dim) {
   return i64(batch) * heads_q * ((q_len + 63) / 64 * 64) *
-         (head_dim <= 64 ? (head_dim + 31) / 32 * 32 : (head_dim + 63) / 64 * 64);
+         (head_dim <= 64 ? (head_dim + 31) / 32 * 32 : (head_dim + 127) / 128 * 128);
 }
 // Floats of BwdParams::delta.
 ATTNC_HD constexpr i64 deltaElements(int batch, int heads_q, int q_len) {

@@ -102,6 +102,25 @@ struct BackwardSmem {
   ATTNC_DEVICE int scheduledBatch(int stage) const { return int(loadShared32(slot(stage) + 12)); }
 };
 
+// Zeroes the chunks past a padded tile's loaded ones (bwd_config.h splitChunks) in K, V and each
+// stage's Q and dO, with every thread of the block: tiles of `rows` rows are chunk after chunk of
+// rows x 128 bytes.
+template <class Config>
+ATTNC_DEVICE void zeroPaddingChunks(const BackwardSmem<Config>& smem) {
+  const auto zero = [](u32 tile, int rows, int firstChunk, int chunks) {
+    const u32 begin = tile + u32(firstChunk * rows * kSwizzleRowBytes);
+    const u32 end = tile + u32(chunks * rows * kSwizzleRowBytes);
+    for (u32 at = begin + 16u * threadIdx.x; at < end; at += 16u * Config::kThreads)
+      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(at), "r"(0u) : "memory");
+  };
+  zero(smem.k(), Config::kBlockKV, Config::kKLoadChunks, Config::kKChunks);
+  zero(smem.v(), Config::kBlockKV, Config::kVLoadChunks, Config::kVChunks);
+  for (int stage = 0; stage < Config::kStages; ++stage) {
+    zero(smem.q(stage), Config::kBlockQ, Config::kKLoadChunks, Config::kKChunks);
+    zero(smem.dO(stage), Config::kBlockQ, Config::kVLoadChunks, Config::kVChunks);
+  }
+}
+
 // Writes a warpgroup accumulator (times `factor`) to global rows: this lane's rows `row` and
 // `row + 8` below `rows`, its pairs of columns below `width`.
 template <class Element, int Tiles>
@@ -198,10 +217,10 @@ ATTNC_DEVICE void produceBackward(const BwdParamsTma& pt, const BackwardSmem<Con
     if (leader && item.h < stream.hEnd) {
       prefetchTensorMap(&pt.tma_q);
       prefetchTensorMap(&pt.tma_do);
-      tmaLoadTile<Config::kKChunks, Config::kBlockKV>(smem.k(), &pt.tma_k, smem.kvFull(),
-                                                      Config::kKBytes, stream.kLo, at.h, at.b);
-      tmaLoadTile<Config::kVChunks, Config::kBlockKV>(smem.v(), &pt.tma_v, smem.kvFull(),
-                                                      Config::kVBytes, stream.kLo, at.h, at.b);
+      tmaLoadTile<Config::kKLoadChunks, Config::kBlockKV>(smem.k(), &pt.tma_k, smem.kvFull(),
+                                                          Config::kKLoadBytes, stream.kLo, at.h, at.b);
+      tmaLoadTile<Config::kVLoadChunks, Config::kBlockKV>(smem.v(), &pt.tma_v, smem.kvFull(),
+                                                          Config::kVLoadBytes, stream.kLo, at.h, at.b);
     }
   }
   constexpr int kChunkBytes = Config::kBlockQ * kSwizzleRowBytes;  // one box of Q or dO
@@ -216,13 +235,13 @@ ATTNC_DEVICE void produceBackward(const BwdParamsTma& pt, const BackwardSmem<Con
     if (leader) {
       smem.publish(stage, live ? item.h : -1, item.tile, item.cls, at.b);
       if (live) {
-        mbarrierArriveExpectTx(smem.full(stage), Config::kQBytes + Config::kDoBytes);
+        mbarrierArriveExpectTx(smem.full(stage), Config::kStageLoadBytes);
 #pragma unroll
-        for (int c = 0; c < Config::kKChunks; ++c)
+        for (int c = 0; c < Config::kKLoadChunks; ++c)
           tmaLoad4d(smem.q(stage) + u32(c * kChunkBytes), &pt.tma_q, smem.full(stage),
                     c * kChunkElements, q0, item.h, at.b);
 #pragma unroll
-        for (int c = 0; c < Config::kVChunks; ++c)
+        for (int c = 0; c < Config::kVLoadChunks; ++c)
           tmaLoad4d(smem.dO(stage) + u32(c * kChunkBytes), &pt.tma_do, smem.full(stage),
                     c * kChunkElements, q0, item.h, at.b);
       } else {
@@ -296,6 +315,12 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
       mbarrierInit(smem.dsEmpty(buffer), 128 * Config::kConsumers);
     }
     fenceBarrierInit();
+  }
+  if constexpr (Config::kKChunks > Config::kKLoadChunks || Config::kVChunks > Config::kVLoadChunks) {
+    // The head-dim split's padding chunk (bwd_config.h splitChunks) of K, V and every stage's Q
+    // and dO, which TMA never writes: zeros, so the last consumer's GEMMs over it add nothing.
+    zeroPaddingChunks(smem);
+    fenceProxyAsync();  // the wgmma (async proxy) read them
   }
   sm80::blockSync();
 

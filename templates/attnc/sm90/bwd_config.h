@@ -32,19 +32,25 @@ ATTNC_HD constexpr int dqColumns(int headDim, int consumers) {
 }
 
 // The head-dim split (Split): where a consumer cannot hold dK and dV of its 64 kv rows over the
-// whole head dims (hd256: 256 registers a thread for them alone), the consumers share the same 64
-// kv rows and each keeps the dK and dV columns of its dqColumns() share, as it does for dQ. Each
-// then computes S^T and dP^T of the 64 rows in full (the same product twice: 7 GEMMs' work for
-// 5), and no consumer waits for another's. A share is whole 64-column chunks of the tiles, so
-// both head dims must have a number of chunks the consumers divide (splitFits).
+// whole head dims (hd256: 256 registers a thread for them alone; hd160-192: 160-192), the
+// consumers share the same 64 kv rows and each keeps the dK and dV columns of its dqColumns()
+// share, as it does for dQ. Each then computes S^T and dP^T of the 64 rows in full (the same
+// product twice: 7 GEMMs' work for 5), and no consumer waits for another's. A share is whole
+// 64-column chunks of the tiles: a head dim of an odd number of chunks (129-192) is padded with
+// one more chunk, which TMA fills with zeros (its box lies past the tensor's edge), so the last
+// consumer's dK, dV and dQ GEMMs run over zero columns that are never stored (splitChunks).
 ATTNC_HD constexpr int bwdKvRows(int consumers, bool split) { return split ? 64 : 64 * consumers; }
 ATTNC_HD constexpr int bwdColumns(int headDim, int consumers, bool split) {
   return split ? dqColumns(headDim, consumers) : roundUp(headDim, 16);
 }
+// The 64-column chunks of a K, V, Q or dO tile in shared memory: with the split, padded to a
+// multiple of the consumers.
+ATTNC_HD constexpr int splitChunks(int headDim, int consumers, bool split) {
+  return split ? roundUp(ceilDiv(headDim, 64), consumers) : ceilDiv(headDim, 64);
+}
 ATTNC_HD constexpr bool splitFits(int headDim, int headDimV, int consumers) {
-  return ceilDiv(headDim, 64) % consumers == 0 && ceilDiv(headDimV, 64) % consumers == 0 &&
-         dqColumns(headDim, consumers) == 64 * ceilDiv(headDim, 64) / consumers &&
-         dqColumns(headDimV, consumers) == 64 * ceilDiv(headDimV, 64) / consumers;
+  return dqColumns(headDim, consumers) == 64 * splitChunks(headDim, consumers, true) / consumers &&
+         dqColumns(headDimV, consumers) == 64 * splitChunks(headDimV, consumers, true) / consumers;
 }
 
 // Shared memory: 1024 bytes of alignment slack; the block's K and V (kept for the whole loop); per
@@ -55,8 +61,8 @@ ATTNC_HD constexpr bool splitFits(int headDim, int headDimV, int consumers) {
 // and two per dS^T buffer.
 ATTNC_HD constexpr int bwdSmemBytes(int headDim, int headDimV, int consumers, int stages,
                                     bool split = false) {
-  return 1024 + bwdKvRows(consumers, split) * (ceilDiv(headDim, 64) + ceilDiv(headDimV, 64)) * 128 +
-         stages * kBwdBlockQ * (ceilDiv(headDim, 64) + ceilDiv(headDimV, 64)) * 128 +
+  const int chunks = splitChunks(headDim, consumers, split) + splitChunks(headDimV, consumers, split);
+  return 1024 + bwdKvRows(consumers, split) * chunks * 128 + stages * kBwdBlockQ * chunks * 128 +
          2 * consumers * 64 * kBwdBlockQ * 2 +
          (split ? 0 : consumers * 64 * dqColumns(headDim, consumers) * 4) + stages * kBwdBlockQ * 8 +
          8 * (1 + 2 * stages + 4) + 16 * stages;
@@ -124,13 +130,20 @@ struct BwdConfig {
   static constexpr int kDkTiles = bwdColumns(HeadDim, Consumers, Split) / 8;
   static constexpr int kDvTiles = bwdColumns(HeadDimV, Consumers, Split) / 8;
 
-  static constexpr int kKChunks = ceilDiv(HeadDim, 64);
-  static constexpr int kVChunks = ceilDiv(HeadDimV, 64);
+  // 64-column chunks of the K / Q and V / dO tiles (with the split, padded: splitChunks)
+  static constexpr int kKChunks = splitChunks(HeadDim, Consumers, Split);
+  static constexpr int kVChunks = splitChunks(HeadDimV, Consumers, Split);
+  // the chunks TMA loads (the rest of a padded tile is zeroed once, backward.h)
+  static constexpr int kKLoadChunks = ceilDiv(HeadDim, 64);
+  static constexpr int kVLoadChunks = ceilDiv(HeadDimV, 64);
   static constexpr int kKBytes = kBlockKV * kKChunks * 128;
   static constexpr int kVBytes = kBlockKV * kVChunks * 128;
   static constexpr int kQBytes = kBlockQ * kKChunks * 128;
   static constexpr int kDoBytes = kBlockQ * kVChunks * 128;
   static constexpr int kStageBytes = kQBytes + kDoBytes;
+  static constexpr int kKLoadBytes = kBlockKV * kKLoadChunks * 128;  // bytes TMA writes: K
+  static constexpr int kVLoadBytes = kBlockKV * kVLoadChunks * 128;  // V
+  static constexpr int kStageLoadBytes = kBlockQ * (kKLoadChunks + kVLoadChunks) * 128;  // Q + dO
   static constexpr int kDsBytes = 64 * kBlockQ * 2;          // one consumer's dS^T, 64 x 64
   // one consumer's dQ columns, fp32 (none with the split: vector reductions from registers)
   static constexpr int kDqTileBytes = Split ? 0 : 64 * kDqN * 4;
