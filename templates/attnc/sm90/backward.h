@@ -182,9 +182,6 @@ ATTNC_DEVICE BlockCoord kvBlockCoord(const BwdParams& p) {
     return orderedBlock(p.heads_kv, p.batch);
 }
 
-// Each consumer's named barrier (1 + consumer; 0 is __syncthreads): its dQ tile is free, or
-// written.
-constexpr int kDqBarrier = 1;
 // Each consumer's turn at issuing its S^T and dP^T GEMMs (ping-pong, as the forward's): named
 // barrier kTurnBarrier + consumer.
 constexpr int kTurnBarrier = 3;
@@ -392,26 +389,30 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
           kk > 0);
     wgmmaCommit();
   };
-  // This consumer's dQ columns of one q tile into its shared tile (TiledDqLayout), then one TMA
-  // bulk reduction into dq_accum; the tile is free again once the previous reduction has read it.
+  // This consumer's dQ columns of one q tile into its shared tile (TiledDqLayout), then TMA bulk
+  // reductions into dq_accum, one per warp over the warp's own 16 rows (a row's floats stay in the
+  // row, so 16 rows are 16 x kDqN consecutive floats in the tile and in dq_accum): the warp's rows
+  // are free again once its previous reduction has read them, which its lane 0 waits for, so the
+  // warps never wait for each other.
   using DqLayout = TiledDqLayout<Config>;
   const auto reduceDQ = [&](int batch, int head, int tileQ0) {
-    const u32 dqTile = smem.dq(group);
-    if (groupThread == 0) bulkWaitRead<0>();
-    namedBarrierSync(kDqBarrier + group, 128);
+    const u32 warpRows = smem.dq(group) + u32(16 * warp * Config::kDqN * 4);
+    if (lane == 0) bulkWaitRead<0>();
+    __syncwarp();
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
       for (int n = 0; n < Config::kDqTiles; ++n)
-        storeSharedF32x2(dqTile + u32(4 * DqLayout::swizzled(tileRow + 8 * r, 8 * n + colInQuad)),
+        storeSharedF32x2(smem.dq(group) +
+                             u32(4 * DqLayout::swizzled(tileRow + 8 * r, 8 * n + colInQuad)),
                          dq[0][n][2 * r], dq[0][n][2 * r + 1]);
     fenceProxyAsync();
-    namedBarrierSync(kDqBarrier + group, 128);
-    if (groupThread == 0) {
-      const int rows = minOf(kBlockQ, p.q_len - tileQ0);
+    __syncwarp();
+    const int rows = minOf(16, p.q_len - tileQ0 - 16 * warp);
+    if (lane == 0 && rows > 0) {
       float* dst = p.dq_accum + DqLayout::tileOffset(p.q_len, p.heads_q, batch, head, tileQ0) +
-                   group * 64 * Config::kDqN;
-      bulkReduceAddF32(dst, dqTile, u32(rows * Config::kDqN * 4));
+                   group * 64 * Config::kDqN + 16 * warp * Config::kDqN;
+      bulkReduceAddF32(dst, warpRows, u32(rows * Config::kDqN * 4));
       bulkCommit();
     }
   };
@@ -636,7 +637,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
           reduceDQ(batchNow(), previousHead, previousQ0);
       }
     }
-    if (groupThread == 0) bulkWait<0>();
+    if (lane == 0) bulkWait<0>();  // every warp's reductions (with the split, none)
   }
 
   // dK (times the softmax scale) and dV: this consumer's columns of them.
