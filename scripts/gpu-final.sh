@@ -35,10 +35,10 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())"
 step "forward suite" 120 "$out/forward.log" \
   python3 test/gpu/test_forward.py --results-md "$out/RESULTS.md"
-step "forward bench" 200 "$out/bench-fwd.log" \
+step "forward bench" 230 "$out/bench-fwd.log" \
   bash bench/run.sh "${rows[@]}" --md "$out/H200.md" --png "$out/H200-forward.png" --json "$out/fwd.json"
 python3 bench/targets.py "$out/fwd.json" > "$out/targets.txt" 2>&1
-step "backward bench" 240 "$out/bench-bwd.log" \
+step "backward bench" 280 "$out/bench-bwd.log" \
   bash bench/run-backward.sh "${rows[@]}" --md "$out/H200-backward.md"
 step "backward suite" 180 "$out/backward.log" \
   python3 test/gpu/test_backward.py --results-md "$out/RESULTS-backward.md"
