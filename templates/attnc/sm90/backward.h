@@ -17,8 +17,9 @@
 //      dQ  = dS K              wgmma, dS^T of both consumers staged in shared memory (two
 //                              buffers) and read transposed, K MN-major; each consumer takes half
 //                              the head dim, one q tile late (see the loop)
-//    each consumer writes its dQ columns into its own shared fp32 tile, which one TMA bulk
-//    reduction per q tile adds to dq_accum (TiledDqLayout; no per-element atomics).
+//    each consumer writes its dQ columns into its own shared fp32 tile, which TMA bulk
+//    reductions, one per warp and q tile, add to dq_accum (TiledDqLayout; no per-element
+//    atomics).
 //
 // With the head-dim split (Config::kSplit, bwd_config.h: hd256, whose dK and dV do not fit a
 // consumer whole) both consumers keep the same 64 kv rows and each its share of dK's and dV's
