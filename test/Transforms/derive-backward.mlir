@@ -172,6 +172,21 @@ attn.tiled_forward @hopper_hd256 attributes {dropout = 0.0, element_type = bf16,
 
 // -----
 
+// sm_90a at head dim 192 (three 64-column chunks) with d_v 128: the split pads dK's head dim to
+// four chunks, the second consumer's last 64 columns zeros; V's two chunks split as they are.
+// HOPPER-LABEL: attn.tiled_backward @hopper_hd192_bwd
+// HOPPER-SAME: each keeping 128 of dK's of 192 padded to 256 and 64 of dV's columns
+// HOPPER-SAME: hopper_smem_bytes = 232072 : i64, hopper_split = 1 : i64, hopper_stages = 3 : i64
+// HOPPER-SAME: kv_kernel = "sm90"
+attn.tiled_forward @hopper_hd192 attributes {dropout = 0.0, element_type = bf16, head_dim = 192,
+    head_dim_v = 128, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.072,
+    kernel = "sm90", block_q = 128, block_kv = 64, warps = 12, stages = 2, smem_bytes = 230528,
+    classification = "none", kv_bounds = "all", target = "sm_90a", derivation = []} mask {
+} score {
+}
+
+// -----
+
 // sm_90a at head dim 256 with softcap: its derivative depends on the score, which the split
 // kernel has no registers for (12 bytes spilled): the sm80 kernel serves.
 // HOPPER-LABEL: attn.tiled_backward @hopper_hd256_softcap_bwd

@@ -413,13 +413,22 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
          ": the sm80 dK/dV kernel below serves");
     return;
   }
-  if (split)
+  if (split) {
+    // Three 64-column chunks are padded to four (bwd_config.h splitChunks): say so, since the
+    // second consumer's columns then run past the head dim.
+    auto padded = [&](int64_t dim) {
+      const int chunks = attnc::sm90::splitChunks(int(dim), int(consumers), true);
+      return chunks * 64 > llvm::alignTo(dim, 64)
+                 ? llvm::formatv(" of {0} padded to {1}", dim, chunks * 64).str()
+                 : std::string();
+    };
     note(overBudget +
          llvm::formatv(": the head-dim split, the consumers sharing 64 kv rows and each keeping {0} "
-                       "of dK's and {1} of dV's columns (S^T and dP^T computed by both)",
+                       "of dK's{2} and {1} of dV's{3} columns (S^T and dP^T computed by both)",
                        attnc::sm90::dqColumns(int(d), int(consumers)),
-                       attnc::sm90::dqColumns(int(dv), int(consumers)))
+                       attnc::sm90::dqColumns(int(dv), int(consumers)), padded(d), padded(dv))
              .str());
+  }
   const int64_t model = split ? splitModel : plainModel;
   const int64_t needed = model + reserve;
   auto smem = [&](int64_t stages) {
