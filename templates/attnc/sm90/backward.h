@@ -215,10 +215,10 @@ ATTNC_DEVICE void produceBackward(const BwdParamsTma& pt, const BackwardSmem<Con
     if (leader && item.h < stream.hEnd) {
       prefetchTensorMap(&pt.tma_q);
       prefetchTensorMap(&pt.tma_do);
-      tmaLoadTile<Config::kKLoadChunks, Config::kBlockKV>(smem.k(), &pt.tma_k, smem.kvFull(),
-                                                          Config::kKLoadBytes, stream.kLo, at.h, at.b);
-      tmaLoadTile<Config::kVLoadChunks, Config::kBlockKV>(smem.v(), &pt.tma_v, smem.kvFull(),
-                                                          Config::kVLoadBytes, stream.kLo, at.h, at.b);
+      tmaLoadTile<Config::kKLoadChunks, Config::kBlockKV>(
+          smem.k(), &pt.tma_k, smem.kvFull(), Config::kKLoadBytes, stream.kLo, at.h, at.b);
+      tmaLoadTile<Config::kVLoadChunks, Config::kBlockKV>(
+          smem.v(), &pt.tma_v, smem.kvFull(), Config::kVLoadBytes, stream.kLo, at.h, at.b);
     }
   }
   constexpr int kChunkBytes = Config::kBlockQ * kSwizzleRowBytes;  // one box of Q or dO
@@ -314,7 +314,8 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     }
     fenceBarrierInit();
   }
-  if constexpr (Config::kKChunks > Config::kKLoadChunks || Config::kVChunks > Config::kVLoadChunks) {
+  if constexpr (Config::kKChunks > Config::kKLoadChunks ||
+                Config::kVChunks > Config::kVLoadChunks) {
     // The head-dim split's padding chunk (bwd_config.h splitChunks) of K, V and every stage's Q
     // and dO, which TMA never writes: zeros, so the last consumer's GEMMs over it add nothing.
     zeroPaddingChunks(smem);

@@ -37,8 +37,9 @@ ATTNC_HD constexpr int dqColumns(int headDim, int consumers) {
 // share, as it does for dQ. Each then computes S^T and dP^T of the 64 rows in full (the same
 // product twice: 7 GEMMs' work for 5), and no consumer waits for another's. A share is whole
 // 64-column chunks of the tiles: a head dim of an odd number of chunks (129-192) is padded with
-// one more chunk, which TMA fills with zeros (its box lies past the tensor's edge), so the last
-// consumer's dK, dV and dQ GEMMs run over zero columns that are never stored (splitChunks).
+// one more chunk in shared memory, which TMA never writes and the kernel zeroes once
+// (backward.h zeroPaddingChunks), so the last consumer's dK, dV and dQ GEMMs also run over zero
+// columns, whose results are never stored (splitChunks).
 ATTNC_HD constexpr int bwdKvRows(int consumers, bool split) { return split ? 64 : 64 * consumers; }
 ATTNC_HD constexpr int bwdColumns(int headDim, int consumers, bool split) {
   return split ? dqColumns(headDim, consumers) : roundUp(headDim, 16);
@@ -61,7 +62,8 @@ ATTNC_HD constexpr bool splitFits(int headDim, int headDimV, int consumers) {
 // and two per dS^T buffer.
 ATTNC_HD constexpr int bwdSmemBytes(int headDim, int headDimV, int consumers, int stages,
                                     bool split = false) {
-  const int chunks = splitChunks(headDim, consumers, split) + splitChunks(headDimV, consumers, split);
+  const int chunks =
+      splitChunks(headDim, consumers, split) + splitChunks(headDimV, consumers, split);
   return 1024 + bwdKvRows(consumers, split) * chunks * 128 + stages * kBwdBlockQ * chunks * 128 +
          2 * consumers * 64 * kBwdBlockQ * 2 +
          (split ? 0 : consumers * 64 * dqColumns(headDim, consumers) * 4) + stages * kBwdBlockQ * 8 +
