@@ -398,15 +398,15 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   // warps never wait for each other.
   using DqLayout = TiledDqLayout<Config>;
   const auto reduceDQ = [&](int batch, int head, int tileQ0) {
-    const u32 warpRows = smem.dq(group) + u32(16 * warp * Config::kDqN * 4);
+    const u32 dqTile = smem.dq(group);
+    const u32 warpRows = dqTile + u32(16 * warp * Config::kDqN * 4);
     if (lane == 0) bulkWaitRead<0>();
     __syncwarp();
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
       for (int n = 0; n < Config::kDqTiles; ++n)
-        storeSharedF32x2(smem.dq(group) +
-                             u32(4 * DqLayout::swizzled(tileRow + 8 * r, 8 * n + colInQuad)),
+        storeSharedF32x2(dqTile + u32(4 * DqLayout::swizzled(tileRow + 8 * r, 8 * n + colInQuad)),
                          dq[0][n][2 * r], dq[0][n][2 * r + 1]);
     fenceProxyAsync();
     __syncwarp();
