@@ -138,6 +138,48 @@ ATTNC_DEVICE void storeAccumulatorRows(Element* gmem, i64 stride, const float (&
   }
 }
 
+// Whether a consumer's dK and dV (64 rows of bf16 or fp16) fit its shared fp32 dQ tile, through
+// which storeRowsStaged writes them (not with the head-dim split, which has no such tile).
+template <class Config>
+struct StagedRowsFit {
+  static constexpr bool value = !Config::kSplit &&
+                                64 * 8 * Config::kDkTiles * 2 <= Config::kDqTileBytes &&
+                                64 * 8 * Config::kDvTiles * 2 <= Config::kDqTileBytes;
+};
+
+// Writes a warpgroup accumulator (times `factor`) of 64 rows to global rows 0 .. rows - 1, columns
+// below `width`, through shared memory at `stage`: each lane puts its pairs there (row r's 16-byte
+// chunk c at c ^ (r % swizzle), so that a store instruction's 8 rows hit distinct banks), then the
+// 128 threads copy whole 16-byte chunks, a warp two or more consecutive rows at a time. Stored
+// directly from the accumulator layout, every store instruction wrote 4 bytes to each of 8 rows.
+// `barrier`: a named barrier of the warpgroup's 128 threads; the stage is free again on return.
+template <class Element, int Tiles>
+ATTNC_DEVICE void storeRowsStaged(Element* gmem, i64 stride, const float (&acc)[1][Tiles][4],
+                                  float factor, int rows, int width, u32 stage, int tileRow,
+                                  int lane, int groupThread, int barrier) {
+  constexpr int kChunks = Tiles;  // an n8 tile is one 16-byte chunk of a row
+  constexpr int kRowBytes = 16 * kChunks;
+  constexpr int kSwizzle = kChunks % 8 == 0 ? 7 : kChunks % 4 == 0 ? 3 : kChunks % 2 == 0 ? 1 : 0;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = tileRow + 8 * r;
+#pragma unroll
+    for (int n = 0; n < Tiles; ++n)
+      sm80::storeShared32(stage + u32(row * kRowBytes + ((n ^ (row & kSwizzle)) * 16) + 4 * (lane & 3)),
+                          Convert<Element>::pack2(acc[0][n][2 * r] * factor,
+                                                  acc[0][n][2 * r + 1] * factor));
+  }
+  namedBarrierSync(barrier, 128);
+#pragma unroll
+  for (int idx = groupThread; idx < 64 * kChunks; idx += 128) {
+    const int row = idx / kChunks, c = idx % kChunks;
+    if (row < rows && 8 * c < width)
+      sm80::storeGlobal128(gmem + row * stride + 8 * c,
+                           sm80::loadShared128(stage + u32(row * kRowBytes + ((c ^ (row & kSwizzle)) * 16))));
+  }
+  namedBarrierSync(barrier, 128);
+}
+
 // The dropout decisions (philox.h) of a consumer lane's elements of one q tile: bit
 // (ni * 2 + r) * 2 + j for key kvRow + 8 r and query q0 + 8 ni + colInQuad + j. The keys kvRow and
 // kvRow ^ 1 (this lane and lane ^ 4) share every Philox group (with kvRow ^ 16, ^ 17, in the warp
@@ -186,6 +228,9 @@ ATTNC_DEVICE BlockCoord kvBlockCoord(const BwdParams& p) {
 // Each consumer's turn at issuing its S^T and dP^T GEMMs (ping-pong, as the forward's): named
 // barrier kTurnBarrier + consumer.
 constexpr int kTurnBarrier = 3;
+// Each consumer's barrier of its 128 threads around the staged dK and dV stores (storeRowsStaged):
+// kStoreBarrier + consumer.
+constexpr int kStoreBarrier = 5;
 
 // The producer warp: K and V once, then for every (query head, q tile) pair of the stream Q, dO
 // (TMA, lane 0), and the LSE and delta rows (all lanes), through the stages. A slot holding head
@@ -639,19 +684,32 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
           reduceDQ(batchNow(), previousHead, previousQ0);
       }
     }
-    if (lane == 0) bulkWait<0>();  // every warp's reductions (with the split, none)
+    // Every warp's reductions have read the shared dQ tile (with the split, there are none); their
+    // writes to dq_accum complete on their own before the grid does.
+    if (lane == 0) bulkWaitRead<0>();
   }
 
   // dK (times the softmax scale) and dV: this consumer's columns of them.
   if (!groupHasRows) return;
   const BlockCoord end = kvBlockCoord<kOrdered, kOrdered>(p);
   const int b = end.b, hKv = end.h;
-  storeAccumulatorRows(
-      static_cast<Element*>(p.dk) + b * p.dk_stride_b + hKv * p.dk_stride_h + dkCol0, p.dk_stride_s,
-      dk, p.scale, kvRow, p.kv_len, colInQuad, Config::kHeadDim - dkCol0);
-  storeAccumulatorRows(
-      static_cast<Element*>(p.dv) + b * p.dv_stride_b + hKv * p.dv_stride_h + dvCol0, p.dv_stride_s,
-      dv, 1.0f, kvRow, p.kv_len, colInQuad, Config::kHeadDimV - dvCol0);
+  Element* dkRows = static_cast<Element*>(p.dk) + b * p.dk_stride_b + hKv * p.dk_stride_h + dkCol0;
+  Element* dvRows = static_cast<Element*>(p.dv) + b * p.dv_stride_b + hKv * p.dv_stride_h + dvCol0;
+  if constexpr (StagedRowsFit<Config>::value) {
+    // Through the consumer's shared dQ tile, free now, so that the global stores are whole rows.
+    namedBarrierSync(kStoreBarrier + group, 128);  // every warp's dQ reductions have read it
+    storeRowsStaged(dkRows + i64(groupKv) * p.dk_stride_s, p.dk_stride_s, dk, p.scale,
+                    p.kv_len - groupKv, Config::kHeadDim, smem.dq(group), tileRow, lane,
+                    groupThread, kStoreBarrier + group);
+    storeRowsStaged(dvRows + i64(groupKv) * p.dv_stride_s, p.dv_stride_s, dv, 1.0f,
+                    p.kv_len - groupKv, Config::kHeadDimV, smem.dq(group), tileRow, lane,
+                    groupThread, kStoreBarrier + group);
+  } else {
+    storeAccumulatorRows(dkRows, p.dk_stride_s, dk, p.scale, kvRow, p.kv_len, colInQuad,
+                         Config::kHeadDim - dkCol0);
+    storeAccumulatorRows(dvRows, p.dv_stride_s, dv, 1.0f, kvRow, p.kv_len, colInQuad,
+                         Config::kHeadDimV - dvCol0);
+  }
 }
 
 }  // namespace sm90
