@@ -289,3 +289,46 @@ TEST(HopperTileRule, TiledDqLayoutIsAPermutationInsideTheWorkspace) {
   checkTiledDqLayout<192, true>();
   checkTiledDqLayout<256, true>();
 }
+
+// The staged dK/dV store (sm90/backward.h storeRowsStaged): every (row, chunk) of the 64 rows gets
+// its own 16 bytes inside the rows' span, and where a row is a multiple of 8 chunks the 8 rows one
+// store instruction writes (one chunk each, rows r0 .. r0 + 7 of a lane quad's group) land in 8
+// distinct 16-byte bank groups (shared memory's 32 banks are 8 groups of 16 bytes).
+template <int Chunks>
+void checkStagedRows() {
+  using Layout = attnc::sm90::StagedRows<Chunks>;
+  std::vector<int> owner(64 * Chunks, -1);
+  for (int row = 0; row < 64; ++row)
+    for (int c = 0; c < Chunks; ++c) {
+      const int at = Layout::offset(row, c);
+      ASSERT_EQ(at % 16, 0);
+      ASSERT_GE(at, row * Layout::kRowBytes) << "row " << row << " chunk " << c;
+      ASSERT_LT(at, (row + 1) * Layout::kRowBytes) << "row " << row << " chunk " << c;
+      EXPECT_EQ(owner[at / 16], -1) << "row " << row << " chunk " << c;
+      owner[at / 16] = row * Chunks + c;
+    }
+  if (Chunks % 8 != 0) return;
+  for (int r0 = 0; r0 < 64; r0 += 8)
+    for (int c = 0; c < Chunks; ++c) {
+      std::vector<bool> group(8, false);
+      for (int row = r0; row < r0 + 8; ++row) {
+        const int g = (Layout::offset(row, c) / 16) % 8;
+        EXPECT_FALSE(group[g]) << Chunks << " chunks: rows " << r0 << "+ chunk " << c;
+        group[g] = true;
+      }
+    }
+}
+
+TEST(HopperBackward, StagedDkDvRowsArePrivateAndConflictFree) {
+  checkStagedRows<2>();   // hd16
+  checkStagedRows<6>();   // hd48
+  checkStagedRows<8>();   // hd64
+  checkStagedRows<12>();  // hd96
+  checkStagedRows<16>();  // hd128
+  // Which configs stage: dK and dV must fit the consumer's fp32 dQ tile; never with the split.
+  EXPECT_TRUE((attnc::sm90::StagedRowsFit<attnc::sm90::BwdConfig<attnc::bf16, 128, 128, 2, 3>>::value));
+  EXPECT_TRUE((attnc::sm90::StagedRowsFit<attnc::sm90::BwdConfig<attnc::bf16, 64, 64, 2, 3>>::value));
+  EXPECT_FALSE((attnc::sm90::StagedRowsFit<attnc::sm90::BwdConfig<attnc::bf16, 64, 128, 2, 3>>::value));
+  EXPECT_FALSE(
+      (attnc::sm90::StagedRowsFit<attnc::sm90::BwdConfig<attnc::bf16, 256, 256, 2, 2, true>>::value));
+}

@@ -138,19 +138,10 @@ ATTNC_DEVICE void storeAccumulatorRows(Element* gmem, i64 stride, const float (&
   }
 }
 
-// Whether a consumer's dK and dV (64 rows of bf16 or fp16) fit its shared fp32 dQ tile, through
-// which storeRowsStaged writes them (not with the head-dim split, which has no such tile).
-template <class Config>
-struct StagedRowsFit {
-  static constexpr bool value = !Config::kSplit &&
-                                64 * 8 * Config::kDkTiles * 2 <= Config::kDqTileBytes &&
-                                64 * 8 * Config::kDvTiles * 2 <= Config::kDqTileBytes;
-};
-
 // Writes a warpgroup accumulator (times `factor`) of 64 rows to global rows 0 .. rows - 1, columns
-// below `width`, through shared memory at `stage`: each lane puts its pairs there (row r's 16-byte
-// chunk c at c ^ (r % swizzle), so that a store instruction's 8 rows hit distinct banks), then the
-// 128 threads copy whole 16-byte chunks, a warp two or more consecutive rows at a time. Stored
+// below `width`, through shared memory at `stage`: each lane puts its pairs there (in the
+// StagedRows layout, bwd_config.h), then the 128 threads copy whole 16-byte chunks, a warp two or
+// more consecutive rows at a time. Stored
 // directly from the accumulator layout, every store instruction wrote 4 bytes to each of 8 rows.
 // `barrier`: a named barrier of the warpgroup's 128 threads; the stage is free again on return.
 template <class Element, int Tiles>
@@ -158,14 +149,13 @@ ATTNC_DEVICE void storeRowsStaged(Element* gmem, i64 stride, const float (&acc)[
                                   float factor, int rows, int width, u32 stage, int tileRow,
                                   int lane, int groupThread, int barrier) {
   constexpr int kChunks = Tiles;  // an n8 tile is one 16-byte chunk of a row
-  constexpr int kRowBytes = 16 * kChunks;
-  constexpr int kSwizzle = kChunks % 8 == 0 ? 7 : kChunks % 4 == 0 ? 3 : kChunks % 2 == 0 ? 1 : 0;
+  using Layout = StagedRows<kChunks>;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = tileRow + 8 * r;
 #pragma unroll
     for (int n = 0; n < Tiles; ++n)
-      sm80::storeShared32(stage + u32(row * kRowBytes + ((n ^ (row & kSwizzle)) * 16) + 4 * (lane & 3)),
+      sm80::storeShared32(stage + u32(Layout::offset(row, n) + 4 * (lane & 3)),
                           Convert<Element>::pack2(acc[0][n][2 * r] * factor,
                                                   acc[0][n][2 * r + 1] * factor));
   }
@@ -175,7 +165,7 @@ ATTNC_DEVICE void storeRowsStaged(Element* gmem, i64 stride, const float (&acc)[
     const int row = idx / kChunks, c = idx % kChunks;
     if (row < rows && 8 * c < width)
       sm80::storeGlobal128(gmem + row * stride + 8 * c,
-                           sm80::loadShared128(stage + u32(row * kRowBytes + ((c ^ (row & kSwizzle)) * 16))));
+                           sm80::loadShared128(stage + u32(Layout::offset(row, c))));
   }
   namedBarrierSync(barrier, 128);
 }

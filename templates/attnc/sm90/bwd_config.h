@@ -173,6 +173,30 @@ struct BwdConfig {
                 "a consumer's share of the head dims is whole 64-column chunks");
 };
 
+// The layout in which backward.h's storeRowsStaged puts 64 rows of a consumer's dK or dV (Chunks
+// 16-byte chunks a row: its n8 tiles) into shared memory before copying them out as whole rows:
+// row after row, chunk c of row r at c ^ (r & swizzle), the swizzle the largest of 7, 3, 1 that
+// keeps a chunk inside its aligned group of Chunks' chunks. A store instruction writes one chunk of 8
+// consecutive rows, which then fall into distinct 16-byte bank groups where Chunks is a multiple
+// of 8 (hd64, hd128).
+template <int Chunks>
+struct StagedRows {
+  static constexpr int kRowBytes = 16 * Chunks;
+  static constexpr int kSwizzle = Chunks % 8 == 0 ? 7 : Chunks % 4 == 0 ? 3 : Chunks % 2 == 0 ? 1 : 0;
+  ATTNC_HD static constexpr int offset(int row, int chunk) {
+    return row * kRowBytes + (chunk ^ (row & kSwizzle)) * 16;
+  }
+};
+
+// Whether a consumer's dK and dV (64 rows of bf16 or fp16) fit its shared fp32 dQ tile, through
+// which storeRowsStaged writes them (not with the head-dim split, which has no such tile).
+template <class Config>
+struct StagedRowsFit {
+  static constexpr bool value = !Config::kSplit &&
+                                64 * 8 * Config::kDkTiles * 2 <= Config::kDqTileBytes &&
+                                64 * 8 * Config::kDvTiles * 2 <= Config::kDqTileBytes;
+};
+
 // dq_accum as the sm_90a dK/dV kernel writes it (sm80/backward.h, RowMajorDqLayout, has the
 // interface): per (batch, head) the q tiles of 64 rows one after another; a tile is one block of
 // 64 rows x kDqN floats per consumer (its dQ columns), each written by one TMA bulk reduction from
