@@ -21,8 +21,9 @@ import bench_forward as fwd  # noqa: E402
 PEERS = ["cudnn", "fa2", "flex"]
 
 
-def run_row(lib, row, flex, create_block_mask, use_flex):
-    dev = torch.device("cuda")
+def row_tensors(row, dev):
+    """A row's Q, K, V and dO (BHSD, fresh random, seeded) and its document ids (row.docs documents
+    of equal length; None without)."""
     torch.manual_seed(0)
     B, H, HK, N, D = row.b, row.hq, row.hkv, row.n, row.hd
     q = torch.randn(B, H, N, D, device=dev, dtype=fwd.DT)
@@ -32,6 +33,13 @@ def run_row(lib, row, flex, create_block_mask, use_flex):
     doc = None
     if row.docs:
         doc = (torch.arange(N, device=dev, dtype=torch.int32) * row.docs // N).contiguous()
+    return q, k, v, do, doc
+
+
+def run_row(lib, row, flex, create_block_mask, use_flex):
+    dev = torch.device("cuda")
+    B, H, HK, N, D = row.b, row.hq, row.hkv, row.n, row.hd
+    q, k, v, do, doc = row_tensors(row, dev)
     frac = fwd.unmasked_fraction(row, doc, dev)
     flops = 2.5 * 4.0 * B * H * N * N * D * frac
     res = {"row": row.name, "tflops": {}, "note": {}}

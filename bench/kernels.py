@@ -13,19 +13,14 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_backward as bwd  # noqa: E402
 import bench_forward as fwd  # noqa: E402
 
 
 def setup(lib, row, backward):
     dev = torch.device("cuda")
-    torch.manual_seed(0)
-    B, H, HK, N, D = row.b, row.hq, row.hkv, row.n, row.hd
-    q = torch.randn(B, H, N, D, device=dev, dtype=fwd.DT)
-    k = torch.randn(B, HK, N, D, device=dev, dtype=fwd.DT)
-    v = torch.randn(B, HK, N, D, device=dev, dtype=fwd.DT)
-    doc = None
-    if row.docs:  # the backward bench's documents (equal lengths)
-        doc = (torch.arange(N, device=dev, dtype=torch.int32) * row.docs // N).contiguous()
+    B, H, N = row.b, row.hq, row.n
+    q, k, v, do, doc = bwd.row_tensors(row, dev)  # the backward bench's documents (equal lengths)
     inputs = [(doc, "pos")] if doc is not None else []
     kern = lib.compile_text(fwd.spec_of(row), backward=backward)
     o = torch.empty_like(q)
@@ -35,7 +30,6 @@ def setup(lib, row, backward):
         args = kern.make_args(q, k, v, o, lse, inputs, seed=42, offset=0, layout="bhsd")
         return lambda: kern.launch(args, stream), (q, k, v, o, lse, doc)
     kern.forward(q, k, v, o, lse, inputs, seed=42, offset=0, layout="bhsd")
-    do = torch.randn_like(q)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     workspace = torch.empty(kern.backward_workspace_bytes(B, N), device=dev, dtype=torch.uint8)
     args = kern.make_backward_args(q, k, v, o, do, lse, dq, dk, dv, inputs, 42, 0, "bhsd", False,
