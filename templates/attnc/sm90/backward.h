@@ -141,9 +141,9 @@ ATTNC_DEVICE void storeAccumulatorRows(Element* gmem, i64 stride, const float (&
 // Writes a warpgroup accumulator (times `factor`) of 64 rows to global rows 0 .. rows - 1, columns
 // below `width`, through shared memory at `stage`: each lane puts its pairs there (in the
 // StagedRows layout, bwd_config.h), then the 128 threads copy whole 16-byte chunks, a warp two or
-// more consecutive rows at a time. Stored
-// directly from the accumulator layout, every store instruction wrote 4 bytes to each of 8 rows.
-// `barrier`: a named barrier of the warpgroup's 128 threads; the stage is free again on return.
+// more consecutive rows at a time (from the accumulator layout, storeAccumulatorRows, every store
+// instruction writes 4 bytes to each of 8 rows). `barrier`: a named barrier of the warpgroup's
+// 128 threads; the stage is free again on return.
 template <class Element, int Tiles>
 ATTNC_DEVICE void storeRowsStaged(Element* gmem, i64 stride, const float (&acc)[1][Tiles][4],
                                   float factor, int rows, int width, u32 stage, int tileRow,

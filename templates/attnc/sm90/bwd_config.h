@@ -175,10 +175,10 @@ struct BwdConfig {
 
 // The layout in which backward.h's storeRowsStaged puts 64 rows of a consumer's dK or dV (Chunks
 // 16-byte chunks a row: its n8 tiles) into shared memory before copying them out as whole rows:
-// row after row, chunk c of row r at c ^ (r & swizzle), the swizzle the largest of 7, 3, 1 that
-// keeps a chunk inside its aligned group of Chunks' chunks. A store instruction writes one chunk of 8
-// consecutive rows, which then fall into distinct 16-byte bank groups where Chunks is a multiple
-// of 8 (hd64, hd128).
+// row after row, chunk c of row r at c ^ (r & swizzle), the swizzle the largest of 7, 3 and 1
+// whose group of 8, 4 or 2 chunks divides Chunks (so a chunk stays inside its row). A store
+// instruction writes one chunk of 8 consecutive rows, which then fall into distinct 16-byte bank
+// groups where Chunks is a multiple of 8 (hd64, hd128).
 template <int Chunks>
 struct StagedRows {
   static constexpr int kRowBytes = 16 * Chunks;
