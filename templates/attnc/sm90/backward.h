@@ -142,14 +142,17 @@ ATTNC_DEVICE void storeAccumulatorRows(Element* gmem, i64 stride, const float (&
 // below `width`, through shared memory at `stage`: each lane puts its pairs there (in the
 // StagedRows layout, bwd_config.h), then the 128 threads copy whole 16-byte chunks, a warp two or
 // more consecutive rows at a time (from the accumulator layout, storeAccumulatorRows, every store
-// instruction writes 4 bytes to each of 8 rows). `barrier`: a named barrier of the warpgroup's
-// 128 threads; the stage is free again on return.
+// instruction writes 4 bytes to each of 8 rows). `groupThread`: the thread's index in the
+// warpgroup; `barrier`: a named barrier of the warpgroup's 128 threads; the stage is free again on
+// return.
 template <class Element, int Tiles>
 ATTNC_DEVICE void storeRowsStaged(Element* gmem, i64 stride, const float (&acc)[1][Tiles][4],
-                                  float factor, int rows, int width, u32 stage, int tileRow,
-                                  int lane, int groupThread, int barrier) {
+                                  float factor, int rows, int width, u32 stage, int groupThread,
+                                  int barrier) {
   constexpr int kChunks = Tiles;  // an n8 tile is one 16-byte chunk of a row
   using Layout = StagedRows<kChunks>;
+  const int lane = groupThread & 31;
+  const int tileRow = 16 * (groupThread >> 5) + (lane >> 2);  // the lane's first accumulator row
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = tileRow + 8 * r;
@@ -689,11 +692,11 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     // Through the consumer's shared dQ tile, free now, so that the global stores are whole rows.
     namedBarrierSync(kStoreBarrier + group, 128);  // every warp's dQ reductions have read it
     storeRowsStaged(dkRows + i64(groupKv) * p.dk_stride_s, p.dk_stride_s, dk, p.scale,
-                    p.kv_len - groupKv, Config::kHeadDim, smem.dq(group), tileRow, lane,
-                    groupThread, kStoreBarrier + group);
+                    p.kv_len - groupKv, Config::kHeadDim, smem.dq(group), groupThread,
+                    kStoreBarrier + group);
     storeRowsStaged(dvRows + i64(groupKv) * p.dv_stride_s, p.dv_stride_s, dv, 1.0f,
-                    p.kv_len - groupKv, Config::kHeadDimV, smem.dq(group), tileRow, lane,
-                    groupThread, kStoreBarrier + group);
+                    p.kv_len - groupKv, Config::kHeadDimV, smem.dq(group), groupThread,
+                    kStoreBarrier + group);
   } else {
     storeAccumulatorRows(dkRows, p.dk_stride_s, dk, p.scale, kvRow, p.kv_len, colInQuad,
                          Config::kHeadDim - dkCol0);
