@@ -697,6 +697,19 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     storeRowsStaged(dvRows + i64(groupKv) * p.dv_stride_s, p.dv_stride_s, dv, 1.0f,
                     p.kv_len - groupKv, Config::kHeadDimV, smem.dq(group), groupThread,
                     kStoreBarrier + group);
+  } else if constexpr (Config::kSplit) {
+    // The head-dim split has no dQ tile: each consumer stages its columns in the Q tile of its own
+    // stage, once neither consumer reads any stage (they share the 64 kv rows, so both are here).
+    static_assert(Config::kStages >= Config::kConsumers &&
+                      64 * 16 * maxOf(Config::kDkTiles, Config::kDvTiles) <= Config::kQBytes,
+                  "a consumer's staged rows fit its stage's Q tile");
+    namedBarrierSync(kStoreBarrier, 128 * Config::kConsumers);
+    storeRowsStaged(dkRows + i64(groupKv) * p.dk_stride_s, p.dk_stride_s, dk, p.scale,
+                    p.kv_len - groupKv, Config::kHeadDim - dkCol0, smem.q(group), groupThread,
+                    kStoreBarrier + 1 + group);
+    storeRowsStaged(dvRows + i64(groupKv) * p.dv_stride_s, p.dv_stride_s, dv, 1.0f,
+                    p.kv_len - groupKv, Config::kHeadDimV - dvCol0, smem.q(group), groupThread,
+                    kStoreBarrier + 1 + group);
   } else {
     storeAccumulatorRows(dkRows, p.dk_stride_s, dk, p.scale, kvRow, p.kv_len, colInQuad,
                          Config::kHeadDim - dkCol0);
