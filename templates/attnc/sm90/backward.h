@@ -222,7 +222,9 @@ ATTNC_DEVICE BlockCoord kvBlockCoord(const BwdParams& p) {
 // barrier kTurnBarrier + consumer.
 constexpr int kTurnBarrier = 3;
 // Each consumer's barrier of its 128 threads around the staged dK and dV stores (storeRowsStaged):
-// kStoreBarrier + consumer.
+// kStoreBarrier + consumer; with the head-dim split, which stages them in the stages' Q tiles,
+// kStoreBarrier holds both consumers until neither reads a stage, and each then uses
+// kStoreBarrier + 1 + consumer.
 constexpr int kStoreBarrier = 5;
 
 // The producer warp: K and V once, then for every (query head, q tile) pair of the stream Q, dO
