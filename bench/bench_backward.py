@@ -146,7 +146,8 @@ def write_md(path, results, argv):
             f.write(f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}\n- GPU: {facts}\n")
             f.write(f"- command: `bash bench/run-backward.sh {command}`\n")
             f.write("- bf16, BHSD; the rows of docs/perf/H200.md; TFLOP/s = 2.5 x 4 B Hq N^2 D x unmasked "
-                    "fraction / median time (CUDA events); attnc in its default dQ mode (fp32 sums: TMA "
+                    f"fraction / median time (CUDA events, after {fwd.WARM_MS:.0f} ms of untimed calls); "
+                    "attnc in its default dQ mode (fp32 sums: TMA "
                     "bulk reductions in the sm_90a dK/dV kernel, atomics in the sm80 one), peers through "
                     "torch.autograd.grad on SDPA (cuDNN, FA2) and torch.compile(flex_attention).\n\n")
             f.write("\n".join(lines) + "\n")
@@ -161,10 +162,13 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--md", default=None)
     ap.add_argument("--no-flex", action="store_true")
+    ap.add_argument("--warm-ms", type=float, default=fwd.WARM_MS,
+                    help="ms of untimed back-to-back calls before each implementation's timed batches")
     ap.add_argument("--lib", default=None)
     ap.add_argument("--only", action="append", default=None,
                     help="rows whose name contains this text (repeatable), e.g. --only 'N=16K'")
     args = ap.parse_args()
+    fwd.WARM_MS = args.warm_ms
     lib = fwd.attnc_ctypes.Library(args.lib)
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     # The timed backward runs many times on one graph (retain_graph=True); compiled graphs donate

@@ -120,7 +120,18 @@ def alibi_slopes(n):
     return [start ** (i + 1) for i in range(n)]  # n is a power of two here
 
 
-def time_ms(fn, min_batch_ms=3.0, reps=25):
+# Milliseconds of back-to-back calls before an implementation's timed batches (--warm-ms). Under
+# sustained load the H200 sits at its power limit with lower clocks than after an idle moment (a
+# compile, a correctness check): measured without this, the implementation timed first in a row (attnc)
+# ran 4-10% faster than it does at steady state (bench/interleave.py, docs/perf/H200.md).
+WARM_MS = 500.0
+
+
+def time_ms(fn, min_batch_ms=3.0, reps=25, warm_ms=None):
+    """Median, min and max ms per call: batches of back-to-back calls (>= min_batch_ms each), timed
+    after warm_ms (default WARM_MS) of untimed batches, so that every implementation is measured at
+    the clocks it sustains."""
+    warm_ms = WARM_MS if warm_ms is None else warm_ms
     fn()
     torch.cuda.synchronize()
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -129,8 +140,16 @@ def time_ms(fn, min_batch_ms=3.0, reps=25):
     e.record()
     e.synchronize()
     inner = max(1, math.ceil(min_batch_ms / max(s.elapsed_time(e), 1e-3)))
-    for _ in range(3):
-        fn()
+    spent = 0.0
+    while True:
+        s.record()
+        for _ in range(inner):
+            fn()
+        e.record()
+        e.synchronize()
+        spent += s.elapsed_time(e)
+        if spent >= warm_ms:
+            break
     times = []
     for _ in range(reps):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -303,7 +322,8 @@ def write_outputs(results, facts, argv, md_path, png_path, json_path):
              " 16 at hd128, 8 at hd256 (heads x hd = 2048, the same work per token). Sq == Skv, so torch's"
              " top-left `is_causal` equals attnc's bottom-right causal.",
              "- TFLOP/s = 4·B·Hq·N²·D × the exact unmasked fraction / median time. Time: CUDA events around"
-             " batches of back-to-back calls (>= 3 ms each), median of 25 batches after warm-up; Q+K+V are"
+             " batches of back-to-back calls (>= 3 ms each), median of 25 batches after"
+             f" {WARM_MS:.0f} ms of untimed ones (each implementation at the clocks it sustains); Q+K+V are"
              " >= 96 MiB per row, above the 60 MB L2, so inputs are not rotated.",
              "- Each attnc row is checked against a peer's output (relerr < 1e-2) before it is timed.",
              "- Peers: cuDNN = SDPA with SDPBackend.CUDNN_ATTENTION; FA2 = SDPBackend.FLASH_ATTENTION;"
@@ -359,6 +379,7 @@ def write_outputs(results, facts, argv, md_path, png_path, json_path):
 
 
 def main():
+    global NO_FLEX, WARM_MS
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="N in {1K, 4K} only")
     ap.add_argument("--md", default=None)
@@ -366,11 +387,13 @@ def main():
     ap.add_argument("--json", default=None)
     ap.add_argument("--lib", default=None)
     ap.add_argument("--no-flex", action="store_true", help="skip FlexAttention (its compiles take minutes)")
+    ap.add_argument("--warm-ms", type=float, default=WARM_MS,
+                    help="ms of untimed back-to-back calls before each implementation's timed batches")
     ap.add_argument("--only", action="append", default=None,
                     help="rows whose name contains this text (repeatable), e.g. --only hd64")
     args = ap.parse_args()
-    global NO_FLEX
     NO_FLEX = args.no_flex
+    WARM_MS = args.warm_ms
     torch.zeros(1, device="cuda")
     import torch._dynamo as dynamo  # each row's shapes recompile flex: lift the recompile limits
     for name in ("cache_size_limit", "recompile_limit"):
