@@ -7,9 +7,9 @@
 # Files go to DIR ($OUT, else /tmp/gpu-final): H200.md, H200-forward.png, fwd.json,
 # H200-backward.md, RESULTS.md, RESULTS-backward.md, targets.txt, jit.md and each step's log.
 # About 400-540 s with the JIT times, 340-480 s without (each bench implementation warms up for
-# 500 ms); the bench rows are the committed tables' (N=4K, N=8K, hd128 N=16K). The sanitizers get 150 s: compiling their kernels into an
-# empty cache took more than the 45 s an earlier hand-written version allowed, which cut the
-# backward racecheck.
+# 500 ms); the bench rows are the committed tables' (N=4K, N=8K, hd128 N=16K). The sanitizers get
+# 150 s: compiling their kernels into an empty cache took more than the 45 s an earlier
+# hand-written version allowed, which cut the backward racecheck.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
