@@ -127,11 +127,8 @@ def alibi_slopes(n):
 WARM_MS = 500.0
 
 
-def time_ms(fn, min_batch_ms=3.0, reps=25, warm_ms=None):
-    """Median, min and max ms per call: batches of back-to-back calls (>= min_batch_ms each), timed
-    after warm_ms (default WARM_MS) of untimed batches, so that every implementation is measured at
-    the clocks it sustains."""
-    warm_ms = WARM_MS if warm_ms is None else warm_ms
+def batch_size(fn, min_batch_ms=3.0):
+    """How many back-to-back calls of fn make a batch of at least min_batch_ms (after one warm call)."""
     fn()
     torch.cuda.synchronize()
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -139,26 +136,36 @@ def time_ms(fn, min_batch_ms=3.0, reps=25, warm_ms=None):
     fn()
     e.record()
     e.synchronize()
-    inner = max(1, math.ceil(min_batch_ms / max(s.elapsed_time(e), 1e-3)))
+    return max(1, math.ceil(min_batch_ms / max(s.elapsed_time(e), 1e-3)))
+
+
+def one_batch(fn, inner):
+    """Milliseconds per call of one batch of `inner` back-to-back calls (CUDA events)."""
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(inner):
+        fn()
+    e.record()
+    e.synchronize()
+    return s.elapsed_time(e) / inner
+
+
+def warm_up(fn, inner, warm_ms):
+    """Untimed batches until warm_ms of GPU time have passed."""
     spent = 0.0
     while True:
-        s.record()
-        for _ in range(inner):
-            fn()
-        e.record()
-        e.synchronize()
-        spent += s.elapsed_time(e)
+        spent += one_batch(fn, inner) * inner
         if spent >= warm_ms:
-            break
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(inner):
-            fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) / inner)
+            return
+
+
+def time_ms(fn, min_batch_ms=3.0, reps=25, warm_ms=None):
+    """Median, min and max ms per call: batches of back-to-back calls (>= min_batch_ms each), timed
+    after warm_ms (default WARM_MS) of untimed batches, so that every implementation is measured at
+    the clocks it sustains."""
+    inner = batch_size(fn, min_batch_ms)
+    warm_up(fn, inner, WARM_MS if warm_ms is None else warm_ms)
+    times = [one_batch(fn, inner) for _ in range(reps)]
     return statistics.median(times), min(times), max(times)
 
 

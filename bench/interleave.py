@@ -18,27 +18,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import bench_forward as bf
 
 
-def batch_size(fn, min_batch_ms=3.0):
-    fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    fn()
-    e.record()
-    e.synchronize()
-    return max(1, math.ceil(min_batch_ms / max(s.elapsed_time(e), 1e-3)))
-
-
-def one_batch(fn, inner):
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(inner):
-        fn()
-    e.record()
-    e.synchronize()
-    return s.elapsed_time(e) / inner
-
-
 class Sampler:
     """nvidia-smi sampling SM clock and power every 20 ms while a block of work runs."""
     def __enter__(self):
@@ -57,10 +36,8 @@ class Sampler:
 
 def steady(fn, inner, warm_ms, batches):
     """Back-to-back batches for warm_ms, then the median of `batches` timed ones."""
-    spent = 0.0
-    while spent < warm_ms:
-        spent += one_batch(fn, inner) * inner
-    return statistics.median(one_batch(fn, inner) for _ in range(batches))
+    bf.warm_up(fn, inner, warm_ms)
+    return statistics.median(bf.one_batch(fn, inner) for _ in range(batches))
 
 
 def smi():
@@ -113,14 +90,14 @@ def main():
         err = bf.relerr(o, ref)
         assert err < 1e-2, f"{row.name}: relerr {err}"
         fns = {"attnc": attnc_fn, "cudnn": cudnn_fn}
-        inner = {n: batch_size(f) for n, f in fns.items()}
+        inner = {n: bf.batch_size(f) for n, f in fns.items()}
         tf = lambda ms: flops / (ms * 1e-3) / 1e12  # noqa: E731
         for r in range(args.rounds):
             med = {}
             for n, f in fns.items():
                 for _ in range(3):
                     f()
-                med[n] = statistics.median(one_batch(f, inner[n]) for _ in range(args.batches))
+                med[n] = statistics.median(bf.one_batch(f, inner[n]) for _ in range(args.batches))
             print(f"{row.name:32} {'sequential':12} {tf(med['attnc']):7.0f} {tf(med['cudnn']):7.0f} "
                   f"{med['cudnn'] / med['attnc']:6.3f}  {smi()}", flush=True)
         for order in (("attnc", "cudnn"), ("cudnn", "attnc")):
@@ -134,7 +111,7 @@ def main():
         times = {n: [] for n in fns}
         for _ in range(args.batches * args.rounds):
             for n, f in fns.items():
-                times[n].append(one_batch(f, inner[n]))
+                times[n].append(bf.one_batch(f, inner[n]))
         med = {n: statistics.median(t) for n, t in times.items()}
         print(f"{row.name:32} {'interleaved':12} {tf(med['attnc']):7.0f} {tf(med['cudnn']):7.0f} "
               f"{med['cudnn'] / med['attnc']:6.3f}  {smi()}", flush=True)
