@@ -386,10 +386,10 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
   // dK's and dV's columns) where the plain kernel does not fit: only where dK and dV are what does
   // not fit (the plain kernel without the epilogue), in whole 64-column chunks per consumer (three
   // chunks padded to four, bwd_config.h splitChunks), and without a heavy epilogue: the split
-  // kernel's dQ reductions take what the plain kernel leaves an epilogue. Calibrated with ptxas (CUDA 13.0) at hd256: a causal, window, prefix, ALiBi or
-  // additive score compiles without spills; dropout (4 bytes), softcap (12) and document (32)
-  // spilled, and a large mask at hd128 (custom_mask) spilled 8; hd136, 160, 192 and (192, 128)
-  // compile without spills too.
+  // kernel's dQ reductions take what the plain kernel leaves an epilogue. Calibrated with ptxas
+  // (CUDA 13.0) at hd256: a causal, window, prefix, ALiBi or additive score compiles without
+  // spills; dropout (4 bytes), softcap (12) and document (32) spilled, and a large mask at hd128
+  // (custom_mask) spilled 8; hd136, 160, 192 and (192, 128) compile without spills too.
   const bool tryingSplit = plainNeeded > available;
   const bool splitAllowed = tryingSplit && attnc::sm90::splitFits(int(d), int(dv), int(consumers)) &&
                             plainModel + kHopperBwdReserveRegisters > available &&

@@ -690,28 +690,26 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   const int b = end.b, hKv = end.h;
   Element* dkRows = static_cast<Element*>(p.dk) + b * p.dk_stride_b + hKv * p.dk_stride_h + dkCol0;
   Element* dvRows = static_cast<Element*>(p.dv) + b * p.dv_stride_b + hKv * p.dv_stride_h + dvCol0;
-  if constexpr (StagedRowsFit<Config>::value) {
-    // Through the consumer's shared dQ tile, free now, so that the global stores are whole rows.
-    namedBarrierSync(kStoreBarrier + group, 128);  // every warp's dQ reductions have read it
+  if constexpr (StagedRowsFit<Config>::value || SplitStagedRowsFit<Config>::value) {
+    // Through shared memory, so that the global stores are whole rows: the consumer's dQ tile, free
+    // once every warp's dQ reductions have read it; with the split (no dQ tile), the Q tile of the
+    // stage with the consumer's index, once neither consumer reads any stage (they share the 64 kv
+    // rows, so both are here).
+    const u32 staging = [&] {
+      if constexpr (Config::kSplit)
+        return smem.q(group);
+      else
+        return smem.dq(group);
+    }();
+    const int barrier = Config::kSplit ? kStoreBarrier + 1 + group : kStoreBarrier + group;
+    if constexpr (Config::kSplit)
+      namedBarrierSync(kStoreBarrier, 128 * Config::kConsumers);
+    else
+      namedBarrierSync(barrier, 128);
     storeRowsStaged(dkRows + i64(groupKv) * p.dk_stride_s, p.dk_stride_s, dk, p.scale,
-                    p.kv_len - groupKv, Config::kHeadDim, smem.dq(group), groupThread,
-                    kStoreBarrier + group);
+                    p.kv_len - groupKv, Config::kHeadDim - dkCol0, staging, groupThread, barrier);
     storeRowsStaged(dvRows + i64(groupKv) * p.dv_stride_s, p.dv_stride_s, dv, 1.0f,
-                    p.kv_len - groupKv, Config::kHeadDimV, smem.dq(group), groupThread,
-                    kStoreBarrier + group);
-  } else if constexpr (Config::kSplit) {
-    // The head-dim split has no dQ tile: each consumer stages its columns in the Q tile of its own
-    // stage, once neither consumer reads any stage (they share the 64 kv rows, so both are here).
-    static_assert(Config::kStages >= Config::kConsumers &&
-                      64 * 16 * maxOf(Config::kDkTiles, Config::kDvTiles) <= Config::kQBytes,
-                  "a consumer's staged rows fit its stage's Q tile");
-    namedBarrierSync(kStoreBarrier, 128 * Config::kConsumers);
-    storeRowsStaged(dkRows + i64(groupKv) * p.dk_stride_s, p.dk_stride_s, dk, p.scale,
-                    p.kv_len - groupKv, Config::kHeadDim - dkCol0, smem.q(group), groupThread,
-                    kStoreBarrier + 1 + group);
-    storeRowsStaged(dvRows + i64(groupKv) * p.dv_stride_s, p.dv_stride_s, dv, 1.0f,
-                    p.kv_len - groupKv, Config::kHeadDimV - dvCol0, smem.q(group), groupThread,
-                    kStoreBarrier + 1 + group);
+                    p.kv_len - groupKv, Config::kHeadDimV - dvCol0, staging, groupThread, barrier);
   } else {
     storeAccumulatorRows(dkRows, p.dk_stride_s, dk, p.scale, kvRow, p.kv_len, colInQuad,
                          Config::kHeadDim - dkCol0);

@@ -197,6 +197,15 @@ struct StagedRowsFit {
                                 64 * 8 * Config::kDvTiles * 2 <= Config::kDqTileBytes;
 };
 
+// With the head-dim split, which has no dQ tile, whether a consumer's dK and dV columns fit the Q
+// tile of the stage with its index, where storeRowsStaged puts them once no stage is read.
+template <class Config>
+struct SplitStagedRowsFit {
+  static constexpr bool value =
+      Config::kSplit && Config::kStages >= Config::kConsumers &&
+      64 * 16 * maxOf(Config::kDkTiles, Config::kDvTiles) <= Config::kQBytes;
+};
+
 // dq_accum as the sm_90a dK/dV kernel writes it (sm80/backward.h, RowMajorDqLayout, has the
 // interface): per (batch, head) the q tiles of 64 rows one after another; a tile is one block of
 // 64 rows x kDqN floats per consumer (its dQ columns), each written by one TMA bulk reduction from
