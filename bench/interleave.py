@@ -1,7 +1,8 @@
-"""Forward attnc against cuDNN with the two measured in alternating batches, so that both see the
-same clocks, power and temperature, next to the sequential method of bench_forward.py (all of one
-implementation's batches, then all of the other's). Prints, per row and method, the medians and
-their ratio; with --rounds R the sequential pass is repeated R times.
+"""Forward attnc against cuDNN, three ways on the same tensors: sequentially as bench_forward.py
+timed them before its warm-up (all of one implementation's batches, then all of the other's; with
+--rounds R, R passes), each at steady state (after --warm-ms of untimed calls, in both orders, with
+nvidia-smi's SM clock and power over the run), and in alternating batches, so that both see the same
+clocks, power and temperature. Prints, per row and method, the medians and their ratio.
 
   python3 bench/interleave.py [--lib L] [--rounds 3] --only "hd128 full N=4K"
 """
@@ -21,23 +22,19 @@ import bench_forward as bf
 class Sampler:
     """nvidia-smi sampling SM clock and power every 20 ms while a block of work runs."""
     def __enter__(self):
-        self.proc = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
-                                      "-lms", "20"], stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw",
+                                      "--format=csv,noheader,nounits", "-lms", "20"],
+                                     stdout=subprocess.PIPE, text=True)
         return self
 
     def __exit__(self, *exc):
         self.proc.terminate()
         out, _ = self.proc.communicate()
-        vals = [tuple(float(x) for x in line.split(",")) for line in out.splitlines() if line.count(",") == 1]
+        vals = [tuple(float(x) for x in line.split(","))
+                for line in out.splitlines() if line.count(",") == 1]
         vals = vals[len(vals) // 4:] or vals  # the last three quarters
         self.mhz = statistics.mean(v[0] for v in vals) if vals else float("nan")
         self.watts = statistics.mean(v[1] for v in vals) if vals else float("nan")
-
-
-def steady(fn, inner, warm_ms, batches):
-    """Back-to-back batches for warm_ms, then the median of `batches` timed ones."""
-    bf.warm_up(fn, inner, warm_ms)
-    return statistics.median(bf.one_batch(fn, inner) for _ in range(batches))
 
 
 def smi():
@@ -104,7 +101,7 @@ def main():
             med, pw = {}, {}
             for n in order:
                 with Sampler() as smp:
-                    med[n] = steady(fns[n], inner[n], args.warm_ms, args.batches)
+                    med[n] = bf.time_ms(fns[n], reps=args.batches, warm_ms=args.warm_ms)[0]
                 pw[n] = f"{n} {smp.mhz:.0f} MHz {smp.watts:.0f} W"
             print(f"{row.name:32} {'steady ' + order[0][:2]:12} {tf(med['attnc']):7.0f} {tf(med['cudnn']):7.0f} "
                   f"{med['cudnn'] / med['attnc']:6.3f}  {pw['attnc']}; {pw['cudnn']}", flush=True)
