@@ -314,10 +314,18 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   const Turns<Config> turns{group};
   const auto takeTurn = [&]() { turns.take(); };
   const auto passTurn = [&]() { turns.pass(); };
+  // Q's A fragments in registers (kQInRegisters): S = Q K^T then reads only K from shared memory.
+  constexpr bool kQInRegisters = Config::kConsumers == 2 && Config::kQKSteps <= 8 &&
+                                 Config::kBlockKV <= 128 && !Variant::kHasScore;
+  u32 qA[kQInRegisters ? Config::kQKSteps : 1][4];
   const auto issueQK = [&]() {
     wgmmaFence();
-    gemmKMajor<Element, Config::kBlockKV, Config::kQKSteps>(flat(s), qTile, 64, smem.k(stage),
-                                                             Config::kBlockKV);
+    if constexpr (kQInRegisters)
+      gemmRegsKMajor<Element, Config::kBlockKV, Config::kQKSteps>(flat(s), qA, smem.k(stage),
+                                                                   Config::kBlockKV);
+    else
+      gemmKMajor<Element, Config::kBlockKV, Config::kQKSteps>(flat(s), qTile, 64, smem.k(stage),
+                                                               Config::kBlockKV);
   };
   const auto issuePV = [&](int vStage) {
     gemmRegsMNMajor<Element, Config::kHeadDimV>(flat(o), pA[0], smem.v(vStage), Config::kBlockKV);
@@ -405,6 +413,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   if (tile >= 0) {
     if (group == Config::kConsumers - 1) passTurn();
     mbarrierWait(smem.qFull(), 0);
+    if constexpr (kQInRegisters) loadKMajorFragments(qA, qTile, 64, warp, lane);
     takeTurn();
     issueQK();
     passTurn();

@@ -75,6 +75,35 @@ ATTNC_DEVICE void gemmRegsMNMajor(float (&acc)[N / 2], const u32 (&a)[Steps][4],
   wgmmaCommit();
 }
 
+// acc = A B^T over Steps k16 steps, one commit group: A in registers (loadKMajorFragments), B a
+// K-major tile of 64-column chunks of bRows rows (kMajorDescriptor); the first step overwrites acc.
+template <class Element, int N, int Steps>
+ATTNC_DEVICE void gemmRegsKMajor(float (&acc)[N / 2], const u32 (&a)[Steps][4], u32 bTile,
+                                 int bRows) {
+#pragma unroll
+  for (int kk = 0; kk < Steps; ++kk)
+    WgmmaRS<Element, N>::template run<0>(acc, a[kk], kMajorDescriptor(bTile, bRows, kk), kk > 0);
+  wgmmaCommit();
+}
+
+// This warp's A fragments (m16k16, the layout WgmmaRS takes: rows 16 warp .. 16 warp + 15) of a
+// K-major 128-byte-swizzled tile of `rows` rows (kMajorDescriptor's layout), Steps k16 steps from
+// column 0: ldmatrix.x4 per step, lane l addressing row 16 warp + l % 16 and the 16-byte chunk
+// 2 kk + l / 16 of the row's 64-column chunk kk / 4, XOR-swizzled by the row within its atom.
+template <int Steps>
+ATTNC_DEVICE void loadKMajorFragments(u32 (&a)[Steps][4], u32 tile, int rows, int warp, int lane) {
+  const int row = 16 * warp + (lane & 15);
+#pragma unroll
+  for (int kk = 0; kk < Steps; ++kk) {
+    const int chunk16 = (2 * kk + (lane >> 4)) & 7;
+    const u32 at = tile + u32((kk / 4) * rows * kSwizzleRowBytes + row * kSwizzleRowBytes +
+                              ((chunk16 ^ (row & 7)) << 4));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(a[kk][0]), "=r"(a[kk][1]), "=r"(a[kk][2]), "=r"(a[kk][3])
+                 : "r"(at));
+  }
+}
+
 // Pins accumulator registers at this point of the program: the compiler may not move their reads
 // or writes across it (it cannot see that wgmma writes them asynchronously).
 template <int N>
