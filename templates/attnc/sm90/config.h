@@ -31,6 +31,20 @@ ATTNC_HD constexpr int consumerRegisters(int consumers, int producerRegisters) {
 // noise, but hd64 causal -5%: there O's rescale is 32 multiplies a thread, and the warp vote on the
 // path to the exponentials costs more than they do. `attnc explain` prints the choice.
 ATTNC_HD constexpr bool lazyRowMaxima(int headDimV) { return headDimV >= 128; }
+// Whether each consumer keeps its 64 rows of Q as register A fragments (forward.h,
+// loadKMajorFragments) and issues S = Q K^T as a register-A wgmma, so that the GEMM reads only K
+// from shared memory (at hd128 a warpgroup's operand reads per kv tile go from 80 to 64 KB). With
+// two consumers, head dims up to 128 and no score hook, when O, S, P and Q's fragments take at most
+// kQInRegistersLive registers: at that bound every example compiles without spills (CUDA 13.0);
+// softcap's tanh, head_dim_v's B_c = 192 (208 registers) and the three-consumer hd64 kernels
+// spilled with Q in registers. `attnc explain` prints the choice.
+constexpr int kQInRegistersLive = 192;
+ATTNC_HD constexpr bool qInRegisters(int consumers, int headDim, int headDimV, int blockKV,
+                                     bool scoreHook) {
+  return consumers == 2 && !scoreHook && headDim <= 128 &&
+         roundUp(headDimV, 8) / 2 + blockKV / 2 + blockKV / 4 + roundUp(headDim, 16) / 4 <=
+             kQInRegistersLive;
+}
 // Whether a consumer warpgroup none of whose rows is in the sequence idles (forward.h
 // idleConsumer), and, under a mask of positions only (no declared inputs), whether each warpgroup
 // stops after its own last live kv tile (forward.h kGroupTail): with three consumers, where up to

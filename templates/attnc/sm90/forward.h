@@ -314,9 +314,11 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   const Turns<Config> turns{group};
   const auto takeTurn = [&]() { turns.take(); };
   const auto passTurn = [&]() { turns.pass(); };
-  // Q's A fragments in registers (kQInRegisters): S = Q K^T then reads only K from shared memory.
-  constexpr bool kQInRegisters = Config::kConsumers == 2 && Config::kQKSteps <= 8 &&
-                                 Config::kBlockKV <= 128 && !Variant::kHasScore;
+  // Q's A fragments in registers (config.h qInRegisters): S = Q K^T then reads only K from shared
+  // memory.
+  constexpr bool kQInRegisters = qInRegisters(Config::kConsumers, Config::kHeadDim,
+                                              Config::kHeadDimV, Config::kBlockKV,
+                                              Variant::kHasScore);
   u32 qA[kQInRegisters ? Config::kQKSteps : 1][4];
   const auto issueQK = [&]() {
     wgmmaFence();
