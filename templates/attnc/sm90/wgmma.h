@@ -86,18 +86,25 @@ ATTNC_DEVICE void gemmRegsKMajor(float (&acc)[N / 2], const u32 (&a)[Steps][4], 
   wgmmaCommit();
 }
 
+// The byte offset, in a K-major 128-byte-swizzled tile of `rows` rows (kMajorDescriptor's layout),
+// of the 16 bytes lane `lane` of warp `warp` gives ldmatrix.x4 for k16 step `kk`: row 16 warp +
+// lane % 16, columns 16 kk + 8 (lane / 16) .. + 7, i.e. the 16-byte chunk 2 (kk % 4) + lane / 16 of
+// the row's 64-column chunk kk / 4, XOR-swizzled by the row's index in its 8-row atom. Matrices 0-3
+// of the x4 load are then rows 0-7 / 8-15 at columns 0-7, then at 8-15: the m16k16 A fragment.
+ATTNC_HD constexpr u32 kMajorFragmentOffset(int rows, int warp, int lane, int kk) {
+  const int row = 16 * warp + (lane & 15);
+  const int chunk16 = 2 * (kk % 4) + (lane >> 4);
+  return u32((kk / 4) * rows * kSwizzleRowBytes + row * kSwizzleRowBytes +
+             ((chunk16 ^ (row & 7)) << 4));
+}
+
 // This warp's A fragments (m16k16, the layout WgmmaRS takes: rows 16 warp .. 16 warp + 15) of a
-// K-major 128-byte-swizzled tile of `rows` rows (kMajorDescriptor's layout), Steps k16 steps from
-// column 0: ldmatrix.x4 per step, lane l addressing row 16 warp + l % 16 and the 16-byte chunk
-// 2 kk + l / 16 of the row's 64-column chunk kk / 4, XOR-swizzled by the row within its atom.
+// K-major tile of `rows` rows, Steps k16 steps from column 0: one ldmatrix.x4 per step.
 template <int Steps>
 ATTNC_DEVICE void loadKMajorFragments(u32 (&a)[Steps][4], u32 tile, int rows, int warp, int lane) {
-  const int row = 16 * warp + (lane & 15);
 #pragma unroll
   for (int kk = 0; kk < Steps; ++kk) {
-    const int chunk16 = (2 * kk + (lane >> 4)) & 7;
-    const u32 at = tile + u32((kk / 4) * rows * kSwizzleRowBytes + row * kSwizzleRowBytes +
-                              ((chunk16 ^ (row & 7)) << 4));
+    const u32 at = tile + kMajorFragmentOffset(rows, warp, lane, kk);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(a[kk][0]), "=r"(a[kk][1]), "=r"(a[kk][2]), "=r"(a[kk][3])
                  : "r"(at));
