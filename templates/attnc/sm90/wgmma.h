@@ -51,6 +51,20 @@ ATTNC_DEVICE void wgmmaWait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(Pending) : "memory");
 }
 
+// wgmmaWait<Pending> placed after the computation of `a` and `b`. ptxas schedules a wait_group as
+// early as it can: with nothing holding it back, the forward's wait for P V rises above the
+// softmax that is meant to overlap it (the SASS has the two waits back to back). A shared-memory
+// store of a and b stays ahead of the wait, and their computation ahead of the store; its
+// predicate `never` is false at run time (ptxas cannot know it), so nothing is stored.
+template <int Pending>
+ATTNC_DEVICE void wgmmaWaitAfter(float a, float b, u32 addr, bool never) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\n@p st.shared.v2.f32 [%0], {%1, %2};\n"
+      "wgmma.wait_group.sync.aligned %4;\n}\n" ::"r"(addr),
+      "f"(a), "f"(b), "r"(int(never)), "n"(Pending)
+      : "memory");
+}
+
 // acc (+)= A B^T over Steps k16 steps, one commit group: A (64 rows) and B (N rows) are K-major
 // tiles of 64-column chunks holding aRows and bRows rows each (kMajorDescriptor); the first step
 // overwrites acc.
