@@ -266,6 +266,11 @@ int runExplain(const Common& common, long long seqLen, long long kvSeqLen, long 
                                      spec.score.kind != ScoreSpec::None)
                ? "register A fragments (S = Q K^T reads only K from shared memory)"
                : "shared memory (S = Q K^T reads Q and K from it)")
+       << "\n"
+       << "  softmax: "
+       << (attnc::sm90::softmaxOverlapsPV(spec.dropout > 0)
+               ? "overlaps the previous tile's O += P V (its wait held below the softmax)"
+               : "after the previous tile's O += P V (dropout: the wait comes first)")
        << "\n";
     if (spec.mask.kind != MaskSpec::None)
       os << "  partial tiles: the mask per element without branches"

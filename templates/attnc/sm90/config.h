@@ -46,6 +46,13 @@ ATTNC_HD constexpr bool qInRegisters(int consumers, int headDim, int headDimV, i
          roundUp(headDimV, 8) / 2 + blockKV / 2 + blockKV / 4 + roundUp(headDim, 16) / 4 <=
              kQInRegistersLive;
 }
+// Whether the forward's wait for P_{j-1} V_{j-1} is held below the softmax of tile j
+// (wgmma.h wgmmaWaitAfter), so that the exponentials run while the GEMM does; ptxas otherwise
+// hoists the wait next to the one for S_j. Measured on the H200 (A/B, 2026-12-01,
+// docs/perf/H200.md): hd128 full +4%, causal, hd256 and window +3%, GQA +2%, but dropout -9%:
+// its softmax adds a hash per element, and with the wait held below it the tensor pipe idles
+// longer than it gains. `attnc explain` prints the choice.
+ATTNC_HD constexpr bool softmaxOverlapsPV(bool dropout) { return !dropout; }
 // Whether a consumer warpgroup none of whose rows is in the sequence idles (forward.h
 // idleConsumer), and, under a mask of positions only (no declared inputs), whether each warpgroup
 // stops after its own last live kv tile (forward.h kGroupTail): with three consumers, where up to

@@ -440,8 +440,11 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
       passTurn();
       // S_j is done; P_{j-1} V_{j-1} may still run
       const bool rescales = softmaxStep(tile, waitForS(tile, /*pvPending=*/Flag<true>()), factors);
-      // P_{j-1} V_{j-1} is done; the softmax above ran while it did
-      wgmmaWaitAfter<0>(softmax.rowSum[0][0], softmax.rowSum[0][1], qTile, p.batch < 0);
+      // P_{j-1} V_{j-1} is done; the softmax above ran while it did (config.h softmaxOverlapsPV)
+      if constexpr (softmaxOverlapsPV(Variant::kHasDropout))
+        wgmmaWaitAfter<0>(softmax.rowSum[0][0], softmax.rowSum[0][1], qTile, p.batch < 0);
+      else
+        wgmmaWait<0>();
       fenceRegisters(flat(o));
       mbarrierArrive(smem.vEmpty(prevStage));
       if (rescales) sm80::OnlineSoftmax<1>::rescale(o, factors);
