@@ -1,8 +1,8 @@
 // The sm_90a rule (wgmma kernel): B_r = 64 rows x 2 consumer warpgroups; B_c from the registers a
-// consumer keeps after setmaxnreg (232), in whole 64-key steps.
+// consumer keeps after setmaxnreg (240), in whole 64-key steps.
 // RUN: attnc-opt %s --attn-select-tiles="arch=sm_90a smem-per-block=232448 smem-per-sm=233472" | FileCheck %s
 
-// hd128: O + S + P = 64 + 72 + 36 = 172 <= 232 - 56 at B_c = 144, rounded to 128; 3 stages fit.
+// hd128: O + S + P = 64 + 80 + 40 = 184 <= 240 - 56 at B_c = 160, rounded to 128; 3 stages fit.
 // CHECK-LABEL: attn.attention @hd128
 // CHECK: tiles = {block_kv = 128 : i64, block_q = 128 : i64
 // CHECK-SAME: "wgmma m64nNk16: B_r = 64 x 2 consumer warpgroups = 128
@@ -19,10 +19,10 @@ attn.attention @hd256 attributes {dropout = 0.0, element_type = bf16, head_dim =
     head_dim_v = 256, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.0625} mask {} score {}
 
 // hd256 with dropout: its 16 epilogue registers (one Philox call's state) leave the wgmma kernel
-// B_c = 32.
+// B_c = 48.
 // CHECK-LABEL: attn.attention @hd256_dropout
-// CHECK: tiles = {block_kv = 32 : i64, block_q = 128 : i64
-// CHECK-SAME: 232 - 56 reserved - 16 for the epilogue: B_c = 32
+// CHECK: tiles = {block_kv = 48 : i64, block_q = 128 : i64
+// CHECK-SAME: 240 - 56 reserved - 16 for the epilogue: B_c = 48
 // CHECK-SAME: kernel = "sm90"
 attn.attention @hd256_dropout attributes {dropout = 0.1, element_type = bf16, head_dim = 256,
     head_dim_v = 256, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.0625} mask {} score {}

@@ -259,6 +259,18 @@ int runExplain(const Common& common, long long seqLen, long long kvSeqLen, long 
        << (attnc::sm90::lazyRowMaxima(int(spec.headDimV))
                ? "lazy: O is rescaled only when a row's maximum grows past 2^8 (head_dim_v >= 128)"
                : "eager: O is rescaled every tile (head_dim_v < 128)")
+       << "\n"
+       << "  Q: "
+       << (attnc::sm90::qInRegisters(int(kernel->blockQ / 64), int(spec.headDim),
+                                     int(spec.headDimV), int(kernel->blockKV),
+                                     spec.score.kind != ScoreSpec::None)
+               ? "register A fragments (S = Q K^T reads only K from shared memory)"
+               : "shared memory (S = Q K^T reads Q and K from it)")
+       << "\n"
+       << "  softmax: "
+       << (attnc::sm90::softmaxOverlapsPV(spec.dropout > 0)
+               ? "overlaps the previous tile's O += P V (its wait held below the softmax)"
+               : "after the previous tile's O += P V (dropout: the wait comes first)")
        << "\n";
     if (spec.mask.kind != MaskSpec::None)
       os << "  partial tiles: the mask per element without branches"

@@ -270,8 +270,10 @@ FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
                          : std::string()));
 
   // 4. Shared memory: Q, then as many K/V stages as fit (2 to 4), shrinking B_c if even 2 do not.
+  // Two consumers keep whole 64-key steps here too (hd136 with a window and dropout spilled 12
+  // bytes at the 112 that 16-key steps gave from 128).
   while (blockKV > 16 && hopperSmemBytes(consumers, blockKV, 2, d, dv) > target.smemPerBlock)
-    blockKV -= 16;
+    blockKV -= !three && blockKV > 64 ? 64 : 16;
   int64_t stages = 2;
   while (stages < kHopperMaxStages &&
          hopperSmemBytes(consumers, blockKV, stages + 1, d, dv) <= target.smemPerBlock)

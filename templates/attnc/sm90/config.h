@@ -17,10 +17,11 @@ namespace sm90 {
 // launched with: ptxas gives each of its 128 (consumers + 1) threads 65536 / threads registers,
 // rounded down to 8 (168 at 384 threads, 128 at 512), and a setmaxnreg.inc that asks for more
 // than the pool holds waits forever (a producer raised to 48 with consumers at 232 hung the GPU:
-// docs/perf/H200.md). 40 producer registers with two consumers (24 spilled the
-// classification of masks that read declared inputs, before the tile classes); 24 with three,
-// which leaves each 160. (The backward's producer keeps 24: bwd_config.h.)
-ATTNC_HD constexpr int producerRegisters(int consumers) { return consumers >= 3 ? 24 : 40; }
+// docs/perf/H200.md). 24 producer registers (with two consumers 24 had spilled the classification
+// of masks that read declared inputs, before the launch's tile classes took it over; since then
+// every example's producer fits), which leaves two consumers 240 each and three 160. (The
+// backward's producer keeps 24 too: bwd_config.h.)
+ATTNC_HD constexpr int producerRegisters(int) { return 24; }
 ATTNC_HD constexpr int consumerRegisters(int consumers, int producerRegisters) {
   return minOf(240, ((65536 / (128 * (consumers + 1))) / 8 * 8 * (consumers + 1) - producerRegisters) /
                         consumers / 8 * 8);
@@ -31,6 +32,27 @@ ATTNC_HD constexpr int consumerRegisters(int consumers, int producerRegisters) {
 // noise, but hd64 causal -5%: there O's rescale is 32 multiplies a thread, and the warp vote on the
 // path to the exponentials costs more than they do. `attnc explain` prints the choice.
 ATTNC_HD constexpr bool lazyRowMaxima(int headDimV) { return headDimV >= 128; }
+// Whether each consumer keeps its 64 rows of Q as register A fragments (forward.h,
+// loadKMajorFragments) and issues S = Q K^T as a register-A wgmma, so that the GEMM reads only K
+// from shared memory (at hd128 a warpgroup's operand reads per kv tile go from 80 to 64 KB). With
+// two consumers (240 registers each) and head dims up to 128, when O, S, P and Q's fragments take
+// at most kQInRegistersLive registers: at that bound every example compiles without spills (CUDA
+// 13.0), score hooks included; head_dim_v's B_c = 192 (208 registers) and the three-consumer hd64
+// kernels spilled with Q in registers. `attnc explain` prints the choice.
+constexpr int kQInRegistersLive = 192;
+ATTNC_HD constexpr bool qInRegisters(int consumers, int headDim, int headDimV, int blockKV,
+                                     bool /*scoreHook*/) {
+  return consumers == 2 && headDim <= 128 &&
+         roundUp(headDimV, 8) / 2 + blockKV / 2 + blockKV / 4 + roundUp(headDim, 16) / 4 <=
+             kQInRegistersLive;
+}
+// Whether the forward's wait for P_{j-1} V_{j-1} is held below the softmax of tile j
+// (wgmma.h wgmmaWaitAfter), so that the exponentials run while the GEMM does; ptxas otherwise
+// hoists the wait next to the one for S_j. Measured on the H200 (A/B, 2026-12-01,
+// docs/perf/H200.md): hd128 full +4%, causal, hd256 and window +3%, GQA +2%, but dropout -9%:
+// its softmax adds a hash per element, and with the wait held below it the tensor pipe idles
+// longer than it gains. `attnc explain` prints the choice.
+ATTNC_HD constexpr bool softmaxOverlapsPV(bool dropout) { return !dropout; }
 // Whether a consumer warpgroup none of whose rows is in the sequence idles (forward.h
 // idleConsumer), and, under a mask of positions only (no declared inputs), whether each warpgroup
 // stops after its own last live kv tile (forward.h kGroupTail): with three consumers, where up to
@@ -44,7 +66,7 @@ ATTNC_HD constexpr bool warpgroupLastTile(int consumers, bool positionMask) {
 ATTNC_HD constexpr int consumerRegisters(int consumers) {
   return consumerRegisters(consumers, producerRegisters(consumers));
 }
-static_assert(consumerRegisters(2) == 232 && consumerRegisters(2, 24) == 240 &&
+static_assert(consumerRegisters(2) == 240 && consumerRegisters(2, 40) == 232 &&
                   consumerRegisters(2, 48) == 224 && consumerRegisters(3) == 160,
               "consumers share the launch's registers (168 x 3, 128 x 4 a thread row) with the producer");
 // Shared memory: 1024 bytes of alignment slack, Q (64 rows per consumer), the K/V stages

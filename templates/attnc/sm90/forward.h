@@ -314,10 +314,20 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   const Turns<Config> turns{group};
   const auto takeTurn = [&]() { turns.take(); };
   const auto passTurn = [&]() { turns.pass(); };
+  // Q's A fragments in registers (config.h qInRegisters): S = Q K^T then reads only K from shared
+  // memory.
+  constexpr bool kQInRegisters = qInRegisters(Config::kConsumers, Config::kHeadDim,
+                                              Config::kHeadDimV, Config::kBlockKV,
+                                              Variant::kHasScore);
+  u32 qA[kQInRegisters ? Config::kQKSteps : 1][4];
   const auto issueQK = [&]() {
     wgmmaFence();
-    gemmKMajor<Element, Config::kBlockKV, Config::kQKSteps>(flat(s), qTile, 64, smem.k(stage),
-                                                             Config::kBlockKV);
+    if constexpr (kQInRegisters)
+      gemmRegsKMajor<Element, Config::kBlockKV, Config::kQKSteps>(flat(s), qA, smem.k(stage),
+                                                                   Config::kBlockKV);
+    else
+      gemmKMajor<Element, Config::kBlockKV, Config::kQKSteps>(flat(s), qTile, 64, smem.k(stage),
+                                                               Config::kBlockKV);
   };
   const auto issuePV = [&](int vStage) {
     gemmRegsMNMajor<Element, Config::kHeadDimV>(flat(o), pA[0], smem.v(vStage), Config::kBlockKV);
@@ -405,6 +415,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   if (tile >= 0) {
     if (group == Config::kConsumers - 1) passTurn();
     mbarrierWait(smem.qFull(), 0);
+    if constexpr (kQInRegisters) loadKMajorFragments(qA, qTile, 64, warp, lane);
     takeTurn();
     issueQK();
     passTurn();
@@ -429,7 +440,11 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
       passTurn();
       // S_j is done; P_{j-1} V_{j-1} may still run
       const bool rescales = softmaxStep(tile, waitForS(tile, /*pvPending=*/Flag<true>()), factors);
-      wgmmaWait<0>();  // P_{j-1} V_{j-1} is done
+      // P_{j-1} V_{j-1} is done; the softmax above ran while it did (config.h softmaxOverlapsPV)
+      if constexpr (softmaxOverlapsPV(Variant::kHasDropout))
+        wgmmaWaitAfter<0>(softmax.rowSum[0][0], softmax.rowSum[0][1], qTile, p.batch < 0);
+      else
+        wgmmaWait<0>();
       fenceRegisters(flat(o));
       mbarrierArrive(smem.vEmpty(prevStage));
       if (rescales) sm80::OnlineSoftmax<1>::rescale(o, factors);

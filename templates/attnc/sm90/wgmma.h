@@ -51,6 +51,20 @@ ATTNC_DEVICE void wgmmaWait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(Pending) : "memory");
 }
 
+// wgmmaWait<Pending> placed after the computation of `a` and `b`. ptxas schedules a wait_group as
+// early as it can: with nothing holding it back, the forward's wait for P V rises above the
+// softmax that is meant to overlap it (the SASS has the two waits back to back). A shared-memory
+// store of a and b stays ahead of the wait, and their computation ahead of the store; its
+// predicate `never` is false at run time (ptxas cannot know it), so nothing is stored.
+template <int Pending>
+ATTNC_DEVICE void wgmmaWaitAfter(float a, float b, u32 addr, bool never) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\n@p st.shared.v2.f32 [%0], {%1, %2};\n"
+      "wgmma.wait_group.sync.aligned %4;\n}\n" ::"r"(addr),
+      "f"(a), "f"(b), "r"(int(never)), "n"(Pending)
+      : "memory");
+}
+
 // acc (+)= A B^T over Steps k16 steps, one commit group: A (64 rows) and B (N rows) are K-major
 // tiles of 64-column chunks holding aRows and bRows rows each (kMajorDescriptor); the first step
 // overwrites acc.
@@ -73,6 +87,42 @@ ATTNC_DEVICE void gemmRegsMNMajor(float (&acc)[N / 2], const u32 (&a)[Steps][4],
   for (int kk = 0; kk < Steps; ++kk)
     WgmmaRS<Element, N>::template run<1>(acc, a[kk], mnMajorDescriptor(bTile, bRows, kk), 1);
   wgmmaCommit();
+}
+
+// acc = A B^T over Steps k16 steps, one commit group: A in registers (loadKMajorFragments), B a
+// K-major tile of 64-column chunks of bRows rows (kMajorDescriptor); the first step overwrites acc.
+template <class Element, int N, int Steps>
+ATTNC_DEVICE void gemmRegsKMajor(float (&acc)[N / 2], const u32 (&a)[Steps][4], u32 bTile,
+                                 int bRows) {
+#pragma unroll
+  for (int kk = 0; kk < Steps; ++kk)
+    WgmmaRS<Element, N>::template run<0>(acc, a[kk], kMajorDescriptor(bTile, bRows, kk), kk > 0);
+  wgmmaCommit();
+}
+
+// The byte offset, in a K-major 128-byte-swizzled tile of `rows` rows (kMajorDescriptor's layout),
+// of the 16 bytes lane `lane` of warp `warp` gives ldmatrix.x4 for k16 step `kk`: row 16 warp +
+// lane % 16, columns 16 kk + 8 (lane / 16) .. + 7, i.e. the 16-byte chunk 2 (kk % 4) + lane / 16 of
+// the row's 64-column chunk kk / 4, XOR-swizzled by the row's index in its 8-row atom. Matrices 0-3
+// of the x4 load are then rows 0-7 / 8-15 at columns 0-7, then at 8-15: the m16k16 A fragment.
+ATTNC_HD constexpr u32 kMajorFragmentOffset(int rows, int warp, int lane, int kk) {
+  const int row = 16 * warp + (lane & 15);
+  const int chunk16 = 2 * (kk % 4) + (lane >> 4);
+  return u32((kk / 4) * rows * kSwizzleRowBytes + row * kSwizzleRowBytes +
+             ((chunk16 ^ (row & 7)) << 4));
+}
+
+// This warp's A fragments (m16k16, the layout WgmmaRS takes: rows 16 warp .. 16 warp + 15) of a
+// K-major tile of `rows` rows, Steps k16 steps from column 0: one ldmatrix.x4 per step.
+template <int Steps>
+ATTNC_DEVICE void loadKMajorFragments(u32 (&a)[Steps][4], u32 tile, int rows, int warp, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < Steps; ++kk) {
+    const u32 at = tile + kMajorFragmentOffset(rows, warp, lane, kk);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(a[kk][0]), "=r"(a[kk][1]), "=r"(a[kk][2]), "=r"(a[kk][3])
+                 : "r"(at));
+  }
 }
 
 // Pins accumulator registers at this point of the program: the compiler may not move their reads
