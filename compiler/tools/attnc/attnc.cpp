@@ -262,8 +262,7 @@ int runExplain(const Common& common, long long seqLen, long long kvSeqLen, long 
        << "\n"
        << "  Q: "
        << (attnc::sm90::qInRegisters(int(kernel->blockQ / 64), int(spec.headDim),
-                                     int(spec.headDimV), int(kernel->blockKV),
-                                     spec.score.kind != ScoreSpec::None)
+                                     int(spec.headDimV), int(kernel->blockKV))
                ? "register A fragments (S = Q K^T reads only K from shared memory)"
                : "shared memory (S = Q K^T reads Q and K from it)")
        << "\n"

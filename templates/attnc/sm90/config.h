@@ -40,8 +40,7 @@ ATTNC_HD constexpr bool lazyRowMaxima(int headDimV) { return headDimV >= 128; }
 // 13.0), score hooks included; head_dim_v's B_c = 192 (208 registers) and the three-consumer hd64
 // kernels spilled with Q in registers. `attnc explain` prints the choice.
 constexpr int kQInRegistersLive = 192;
-ATTNC_HD constexpr bool qInRegisters(int consumers, int headDim, int headDimV, int blockKV,
-                                     bool /*scoreHook*/) {
+ATTNC_HD constexpr bool qInRegisters(int consumers, int headDim, int headDimV, int blockKV) {
   return consumers == 2 && headDim <= 128 &&
          roundUp(headDimV, 8) / 2 + blockKV / 2 + blockKV / 4 + roundUp(headDim, 16) / 4 <=
              kQInRegistersLive;

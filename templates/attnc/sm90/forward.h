@@ -317,8 +317,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   // Q's A fragments in registers (config.h qInRegisters): S = Q K^T then reads only K from shared
   // memory.
   constexpr bool kQInRegisters = qInRegisters(Config::kConsumers, Config::kHeadDim,
-                                              Config::kHeadDimV, Config::kBlockKV,
-                                              Variant::kHasScore);
+                                              Config::kHeadDimV, Config::kBlockKV);
   u32 qA[kQInRegisters ? Config::kQKSteps : 1][4];
   const auto issueQK = [&]() {
     wgmmaFence();
