@@ -182,6 +182,9 @@ for v in [
             ref_mask=m_causal, ref_score=s_custom,
             inputs={"gain": ("f32", "h", lambda B, H, n, d: 0.5 + torch.rand(H, device=d)),
                     "bias": ("f32", "b, pos", lambda B, H, n, d: torch.randn(B, n, device=d))}),
+    # examples/custom_score.yaml: a log in the score (expr.h: lg2.approx on the device).
+    Variant("log_score", "causal", '"score - 0.1 * log(1.0 + abs(q - k))"', ref_mask=m_causal,
+            ref_score=lambda s, c: s - 0.1 * torch.log(1.0 + (c.q - c.k).abs().double())),
     Variant("gqa8", "causal", ref_mask=m_causal, sdpa="causal_br", hq=16, hkv=2),
     Variant("mqa", "none", sdpa="plain", hq=8, hkv=1),
     Variant("dropout0.1", "causal", ref_mask=m_causal, dropout=0.1),
@@ -218,8 +221,9 @@ def plan(subset):
     groups.append(("document_many", 128, "bf16", summary_lens, 2))
     groups.append(("weight_mask", 64, "bf16", summary_lens, 2))
     for name in ("causal_top_left", "window64", "prefix50", "document", "document_causal", "softcap",
-                 "alibi", "alibi_slopes", "custom_mask", "custom_score"):
-        groups.append((name, 128 if name in ("softcap", "document") else 64, "bf16", mask_lens, 2))
+                 "alibi", "alibi_slopes", "custom_mask", "custom_score", "log_score"):
+        groups.append((name, 128 if name in ("softcap", "document", "log_score") else 64, "bf16",
+                       mask_lens, 2))
     groups.append(("causal_top_left", 128, "fp16", mask_lens, 2))
     groups.append(("window64", 128, "fp16", mask_lens, 2))
     groups.append(("gqa8", 128, "bf16", mask_lens, 2))
