@@ -8,9 +8,8 @@
 # H200-backward.md, RESULTS.md, RESULTS-backward.md, targets.txt, jit.md and each step's log.
 # About 480-560 s with the JIT times (two rounds, about 140 s), 340-480 s without (each bench
 # implementation warms up for 500 ms); the bench rows are the committed tables' (N=4K, N=8K,
-# hd128 N=16K). The sanitizers get
-# 150 s: compiling their kernels into an empty cache took more than the 45 s an earlier
-# hand-written version allowed, which cut the backward racecheck.
+# hd128 N=16K). The sanitizers get 150 s: compiling their kernels into an empty cache took more
+# than the 45 s an earlier hand-written version allowed, which cut the backward racecheck.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
