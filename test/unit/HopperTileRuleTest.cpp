@@ -340,21 +340,20 @@ TEST(HopperBackward, StagedDkDvRowsArePrivateAndConflictFree) {
 // 8-row atom, rows 128 bytes apart, 64-column chunks `rows` rows apart), and lane 0 of a warp starts
 // where kMajorDescriptor's step kk does, 16 warp rows on.
 TEST(HopperForward, QFragmentAddressesFollowTheSwizzle) {
-  for (int rows : {64}) {
-    for (int warp = 0; warp < 4; ++warp)
-      for (int lane = 0; lane < 32; ++lane)
-        for (int kk = 0; kk < 8; ++kk) {
-          const unsigned off = attnc::sm90::kMajorFragmentOffset(rows, warp, lane, kk);
-          ASSERT_EQ(off % 16, 0u);
-          const unsigned chunk64 = off / (rows * 128u), inChunk = off % (rows * 128u);
-          const unsigned row = inChunk / 128u, physical16 = (inChunk % 128u) / 16u;
-          const unsigned column = chunk64 * 64u + (physical16 ^ (row % 8u)) * 8u;
-          EXPECT_EQ(row, unsigned(16 * warp + lane % 16)) << warp << " " << lane << " " << kk;
-          EXPECT_EQ(column, unsigned(16 * kk + 8 * (lane / 16))) << warp << " " << lane << " " << kk;
-        }
-    for (int warp = 0; warp < 4; ++warp)
-      for (int kk = 0; kk < 8; ++kk)
-        EXPECT_EQ(attnc::sm90::kMajorFragmentOffset(rows, warp, 0, kk),
-                  unsigned((kk / 4) * rows * 128 + (kk % 4) * 32 + 16 * warp * 128));
-  }
+  const int rows = 64;  // a consumer's Q tile
+  for (int warp = 0; warp < 4; ++warp)
+    for (int lane = 0; lane < 32; ++lane)
+      for (int kk = 0; kk < 8; ++kk) {
+        const unsigned off = attnc::sm90::kMajorFragmentOffset(rows, warp, lane, kk);
+        ASSERT_EQ(off % 16, 0u);
+        const unsigned chunk64 = off / (rows * 128u), inChunk = off % (rows * 128u);
+        const unsigned row = inChunk / 128u, physical16 = (inChunk % 128u) / 16u;
+        const unsigned column = chunk64 * 64u + (physical16 ^ (row % 8u)) * 8u;
+        EXPECT_EQ(row, unsigned(16 * warp + lane % 16)) << warp << " " << lane << " " << kk;
+        EXPECT_EQ(column, unsigned(16 * kk + 8 * (lane / 16))) << warp << " " << lane << " " << kk;
+      }
+  for (int warp = 0; warp < 4; ++warp)
+    for (int kk = 0; kk < 8; ++kk)
+      EXPECT_EQ(attnc::sm90::kMajorFragmentOffset(rows, warp, 0, kk),
+                unsigned((kk / 4) * rows * 128 + (kk % 4) * 32 + 16 * warp * 128));
 }

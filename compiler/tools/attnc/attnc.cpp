@@ -236,7 +236,7 @@ int runExplain(const Common& common, long long seqLen, long long kvSeqLen, long 
      << " B static shared memory\n";
   if (kernel->forwardKernel == "sm90") {
     os << "  warp roles: 1 producer warpgroup (TMA; setmaxnreg down to "
-       << attnc::sm90::producerRegisters(int(kernel->blockQ / 64)) << " registers) and "
+       << attnc::sm90::producerRegisters() << " registers) and "
        << kernel->blockQ / 64 << " consumer warpgroups of 64 rows (wgmma; setmaxnreg up to "
        << attnc::sm90::consumerRegisters(int(kernel->blockQ / 64)) << ")\n";
     // Warpgroups that skip what is not theirs (sm90/config.h idleWarpgroups, warpgroupLastTile).

@@ -373,12 +373,11 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
   auto note = [&](std::string line) { choice.derivation.push_back(std::move(line)); };
   const int64_t d = problem.headDim, dv = problem.headDimV;
   const int64_t consumers = kHopperBwdConsumers;
-  const int64_t available =
-      attnc::sm90::consumerRegisters(int(consumers), attnc::sm90::kBwdProducerRegisters);
+  const int64_t available = attnc::sm90::consumerRegisters(int(consumers));
   if (problem.hopperBackwardExtra < 0) {
     note(llvm::formatv("sm_90a dK/dV kernel: the mask reads declared inputs, which its producer warp "
                        "cannot classify within {0} registers: the sm80 dK/dV kernel below serves",
-                       attnc::sm90::kBwdProducerRegisters));
+                       attnc::sm90::producerRegisters()));
     return;
   }
   const int64_t reserve = kHopperBwdReserveRegisters + problem.hopperBackwardExtra;

@@ -12,8 +12,6 @@
 namespace attnc {
 namespace sm90 {
 
-constexpr int kBwdProducerRegisters = 24;
-
 // Consumer warpgroups of 64 kv rows each: the block keeps 64 x kBwdConsumers keys and runs
 // 128 x (kBwdConsumers + 1) threads.
 constexpr int kBwdConsumers = 2;
@@ -160,8 +158,8 @@ struct BwdConfig {
 
   // The producer keeps 24 registers (setmaxnreg's least), so the consumers get 240: with 232 ptxas
   // serializes the wgmma of hd128 (CUDA 13.0, "insufficient register resources").
-  static constexpr int kProducerRegisters = kBwdProducerRegisters;
-  static constexpr int kConsumerRegisters = consumerRegisters(Consumers, kBwdProducerRegisters);
+  static constexpr int kProducerRegisters = producerRegisters();
+  static constexpr int kConsumerRegisters = consumerRegisters(Consumers);
 
   static_assert(HeadDim % 8 == 0 && HeadDim >= 8 && HeadDim <= 256, "head_dim: multiple of 8 in 8..256");
   static_assert(HeadDimV % 8 == 0 && HeadDimV >= 8 && HeadDimV <= 256,

@@ -19,9 +19,9 @@ namespace sm90 {
 // than the pool holds waits forever (a producer raised to 48 with consumers at 232 hung the GPU:
 // docs/perf/H200.md). 24 producer registers (with two consumers 24 had spilled the classification
 // of masks that read declared inputs, before the launch's tile classes took it over; since then
-// every example's producer fits), which leaves two consumers 240 each and three 160. (The
-// backward's producer keeps 24 too: bwd_config.h.)
-ATTNC_HD constexpr int producerRegisters(int) { return 24; }
+// every example's producer fits), which leaves two consumers 240 each and three 160. The
+// backward's producer keeps the same (bwd_config.h).
+ATTNC_HD constexpr int producerRegisters() { return 24; }
 ATTNC_HD constexpr int consumerRegisters(int consumers, int producerRegisters) {
   return minOf(240, ((65536 / (128 * (consumers + 1))) / 8 * 8 * (consumers + 1) - producerRegisters) /
                         consumers / 8 * 8);
@@ -63,7 +63,7 @@ ATTNC_HD constexpr bool warpgroupLastTile(int consumers, bool positionMask) {
 }
 
 ATTNC_HD constexpr int consumerRegisters(int consumers) {
-  return consumerRegisters(consumers, producerRegisters(consumers));
+  return consumerRegisters(consumers, producerRegisters());
 }
 static_assert(consumerRegisters(2) == 240 && consumerRegisters(2, 40) == 232 &&
                   consumerRegisters(2, 48) == 224 && consumerRegisters(3) == 160,
@@ -117,7 +117,7 @@ struct FwdConfig {
   static constexpr bool kOutputThroughSmem = HeadDimV <= 64 * kKChunks;
   static constexpr int kOutputBarrier = 4;
 
-  static constexpr int kProducerRegisters = producerRegisters(Consumers);
+  static constexpr int kProducerRegisters = producerRegisters();
   static constexpr int kConsumerRegisters = consumerRegisters(Consumers);
   static constexpr bool kLazyRowMaxima = lazyRowMaxima(HeadDimV);
 
