@@ -2,7 +2,8 @@
 // sm_80 forward's per-element branch, the sm_90a forward's branch-free form, and the decisions made
 // as bits before the scores exist, then applied) set the same elements to -inf, and those are the
 // elements the scalar rule drops: keys at or past kv_len always, and with a per-element tile the
-// Variant's mask at the clamped row. And the forward's dropout decisions, one Philox call per four
+// Variant's mask at the clamped row, also where the Variant's mask is split into row, key and join
+// parts (EmitCUDA.cpp emitMaskSplit). And the forward's dropout decisions, one Philox call per four
 // n8 tiles or per pair of them, are each element's own decision under philox.h's mapping.
 #include "attnc/sm80/epilogue.h"
 
@@ -21,7 +22,34 @@ struct PatternVariant {
   }
 };
 
-template <int MTiles, int NTiles>
+// The same kind of mask, split as EmitCUDA emits a mask that reads inputs: a part of the row, a
+// part of the key, and their join (forEachKeep takes the row parts once per row and the key parts
+// once per key). Each part is a different function of its index, so a row or key part handed to
+// the wrong element changes the decision.
+struct SplitPatternVariant {
+  static constexpr bool kHasMask = true;
+  static constexpr bool kMaskSplit = true;
+  static int rowPart(int b, int h, int q) { return q * 7 + b + 2 * h; }
+  static int colPart(int k) { return k * 3 + (k >> 2); }
+  static bool mask(const FwdParams&, int b, int h, int q, int k) {
+    return ((rowPart(b, h, q) + colPart(k) + (q ^ k)) % 5) != 0;
+  }
+  struct MaskRow {
+    int v;
+  };
+  struct MaskCol {
+    int v;
+  };
+  static MaskRow mask_row(const FwdParams&, int b, int h, int q) { return MaskRow{rowPart(b, h, q)}; }
+  static MaskCol mask_col(const FwdParams&, int, int, int k) { return MaskCol{colPart(k)}; }
+  static bool mask_join(const FwdParams&, int, int, int q, int k, const MaskRow& r, const MaskCol& c) {
+    return ((r.v + c.v + (q ^ k)) % 5) != 0;
+  }
+};
+static_assert(sm80::MaskSplitOf<SplitPatternVariant>::value && !sm80::MaskSplitOf<PatternVariant>::value,
+              "MaskSplitOf detects kMaskSplit");
+
+template <class Variant, int MTiles, int NTiles>
 void checkTile(std::mt19937& rng) {
   FwdParams p{};
   p.q_len = 1 + int(rng() % 300);
@@ -37,17 +65,17 @@ void checkTile(std::mt19937& rng) {
       for (int ni = 0; ni < NTiles; ++ni)
         for (int c = 0; c < 4; ++c)
           branchy[mi][ni][c] = branchFree[mi][ni][c] = fromBits[mi][ni][c] = 1.0f + float(c);
-    sm80::applyMask<PatternVariant, false>(branchy, p, b, h, qRow, kCol, perElement);
-    sm80::applyMask<PatternVariant, true>(branchFree, p, b, h, qRow, kCol, perElement);
+    sm80::applyMask<Variant, false>(branchy, p, b, h, qRow, kCol, perElement);
+    sm80::applyMask<Variant, true>(branchFree, p, b, h, qRow, kCol, perElement);
     const sm80::KeepBits<MTiles, NTiles> keep =
-        sm80::maskKeepBits<PatternVariant, MTiles, NTiles>(p, b, h, qRow, kCol, perElement);
+        sm80::maskKeepBits<Variant, MTiles, NTiles>(p, b, h, qRow, kCol, perElement);
     sm80::applyKeepBits(fromBits, keep);
     for (int mi = 0; mi < MTiles; ++mi)
       for (int ni = 0; ni < NTiles; ++ni)
         for (int c = 0; c < 4; ++c) {
           const int q = std::min(qRow + 16 * mi + 8 * (c / 2), p.q_len - 1);
           const int k = kCol + 8 * ni + c % 2;
-          const bool kept = k < p.kv_len && (!perElement || PatternVariant::mask(p, b, h, q, k));
+          const bool kept = k < p.kv_len && (!perElement || Variant::mask(p, b, h, q, k));
           const float want = kept ? 1.0f + float(c) : -kInfinity;
           ASSERT_EQ(branchy[mi][ni][c], want) << "per-element branch, element " << mi << "," << ni << "," << c;
           ASSERT_EQ(branchFree[mi][ni][c], want) << "branch-free, element " << mi << "," << ni << "," << c;
@@ -60,10 +88,13 @@ void checkTile(std::mt19937& rng) {
 TEST(Epilogue, MaskFormsAgreeWithTheScalarRule) {
   std::mt19937 rng(5);
   for (int round = 0; round < 200; ++round) {
-    checkTile<1, 16>(rng);  // the sm_90a forward's hd128 tile: 64 bits, two words
-    checkTile<1, 8>(rng);
-    checkTile<2, 4>(rng);   // the sm_80 forward's layout: two m16 tiles
-    checkTile<1, 32>(rng);  // B_c = 256: four words
+    checkTile<PatternVariant, 1, 16>(rng);  // the sm_90a forward's hd128 tile: 64 bits, two words
+    checkTile<PatternVariant, 1, 8>(rng);
+    checkTile<PatternVariant, 2, 4>(rng);   // the sm_80 forward's layout: two m16 tiles
+    checkTile<PatternVariant, 1, 32>(rng);  // B_c = 256: four words
+    checkTile<SplitPatternVariant, 1, 16>(rng);
+    checkTile<SplitPatternVariant, 2, 4>(rng);
+    checkTile<SplitPatternVariant, 1, 32>(rng);
   }
 }
 

@@ -8,6 +8,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -109,6 +110,20 @@ public:
     return success();
   }
 
+  // Emits `ops` (of one region, in order) as `auto <name> = ...;`, their results named by
+  // `resultNames` and the values they read by `valueNames` (block arguments, or values another
+  // function computed).
+  LogicalResult emitOps(ArrayRef<Operation*> ops, const llvm::DenseMap<Value, std::string>& valueNames,
+                        bool isMask) {
+    names = valueNames;
+    for (Operation* op : ops) {
+      os << "    auto " << name(op->getResult(0)) << " = ";
+      if (failed(emitExpression(*op, isMask))) return failure();
+      os << ";\n";
+    }
+    return success();
+  }
+
 private:
   std::string name(Value value) { return names.lookup(value); }
 
@@ -204,6 +219,138 @@ bool finitePastTheEnds(Region& region) {
   return finite;
 }
 
+// The C++ type of a mask value a split function hands on, or "" for one it cannot.
+std::string cppType(Type type) {
+  if (type.isInteger(1)) return "bool";
+  if (type.isInteger(32) || type.isIndex()) return "int";
+  if (type.isF32()) return "float";
+  return "";
+}
+
+// The per-element mask split by what its values depend on, for the tiles a kernel masks element
+// by element (sm80/epilogue.h forEachKeep): mask_row(p, b, h, q) computes the values that
+// depend on the row (and b, h, the lengths and declared inputs) alone, once per row of a lane's
+// tile; mask_col(p, b, h, k) those that depend on the key alone, once per key; mask_join(p, b, h,
+// q, k, row, col) the rest, once per element, reading the first two's results from `row` and
+// `col`. A document mask's doc[q] is then one load per row and doc[k] one per key instead of two
+// per element for the compiler to merge (it did, but NVVM's time on document's forward was 1.4x
+// causal's). The values that depend on neither (lengths, constants) are recomputed where used.
+// Returns failure where no row or key part reads a declared input (the split would gain nothing:
+// the compiler shares position arithmetic across elements itself) or a value the functions hand
+// on has a type the split cannot name; the caller then emits kMaskSplit = false and the kernels
+// evaluate `mask` per element as before.
+LogicalResult emitMaskSplit(llvm::raw_ostream& out, Region& mask, DictionaryAttr inputs) {
+  enum : unsigned { Row = 1, Col = 2 };
+  Block& block = mask.front();
+  llvm::DenseMap<Value, unsigned> deps;
+  llvm::DenseMap<Value, std::string> argNames;
+  const char* args[] = {"b", "h", "q", "k", "p.q_len", "p.kv_len"};
+  for (auto [i, arg] : llvm::enumerate(block.getArguments())) {
+    deps[arg] = i == 2 ? Row : i == 3 ? Col : 0u;
+    argNames[arg] = args[i];
+  }
+  llvm::DenseMap<Value, Operation*> producer;
+  llvm::DenseMap<Value, std::string> valueName;
+  SmallVector<Operation*> ops;
+  Operation* yield = nullptr;
+  unsigned index = 0;
+  for (Operation& op : block) {
+    if (isa<attn::YieldOp>(op)) {
+      yield = &op;
+      continue;
+    }
+    if (op.getNumResults() != 1 || op.getNumRegions() != 0) return failure();
+    unsigned d = 0;
+    for (Value operand : op.getOperands()) d |= deps.lookup(operand);
+    deps[op.getResult(0)] = d;
+    producer[op.getResult(0)] = &op;
+    valueName[op.getResult(0)] = "v" + std::to_string(index++);
+    ops.push_back(&op);
+  }
+  if (!yield) return failure();
+  // What the join reads: operands of the ops that depend on both, and the mask's result.
+  llvm::SetVector<Value> rowOut, colOut;
+  llvm::DenseSet<Operation*> joinOps;
+  auto joinReads = [&](Value v) {
+    if (isa<BlockArgument>(v)) return;  // q, k and the rest are the join's own arguments
+    const unsigned d = deps.lookup(v);
+    if (d == Row) rowOut.insert(v);
+    if (d == Col) colOut.insert(v);
+  };
+  for (Operation* op : ops)
+    if (deps[op->getResult(0)] == (Row | Col)) {
+      joinOps.insert(op);
+      for (Value operand : op->getOperands()) joinReads(operand);
+    }
+  joinReads(yield->getOperand(0));
+  for (const llvm::SetVector<Value>* handed : {&rowOut, &colOut})
+    for (Value v : *handed)
+      if (cppType(v.getType()).empty()) return failure();
+  // The ops a function emits: those that compute `wanted`, reading `given` as already there.
+  auto closure = [&](ArrayRef<Value> wanted, const llvm::DenseSet<Value>& given) {
+    llvm::DenseSet<Operation*> needed;
+    SmallVector<Value> work(wanted.begin(), wanted.end());
+    while (!work.empty()) {
+      Value v = work.pop_back_val();
+      Operation* op = producer.lookup(v);
+      if (!op || given.contains(v) || !needed.insert(op).second) continue;
+      for (Value operand : op->getOperands()) work.push_back(operand);
+    }
+    SmallVector<Operation*> ordered;
+    for (Operation* op : ops)
+      if (needed.contains(op)) ordered.push_back(op);
+    return ordered;
+  };
+  auto names = [&](const char* rowPrefix, const char* colPrefix) {
+    llvm::DenseMap<Value, std::string> n = argNames;
+    for (auto& [v, s] : valueName) n[v] = s;
+    if (rowPrefix)
+      for (Value v : rowOut) n[v] = rowPrefix + valueName[v];
+    if (colPrefix)
+      for (Value v : colOut) n[v] = colPrefix + valueName[v];
+    return n;
+  };
+  auto emitStruct = [&](const char* type, const llvm::SetVector<Value>& fields) {
+    out << "  struct " << type << " {";
+    for (Value v : fields) out << " " << cppType(v.getType()) << " " << valueName[v] << ";";
+    out << (fields.empty() ? "};\n" : " };\n");
+  };
+  const SmallVector<Operation*> rowOps = closure(rowOut.getArrayRef(), {});
+  const SmallVector<Operation*> colOps = closure(colOut.getArrayRef(), {});
+  // Only where a row or key part reads a declared input: for masks of positions alone the
+  // compiler shares the arithmetic across elements anyway, and their kernels stay as they were.
+  if (!llvm::any_of(llvm::concat<Operation* const>(rowOps, colOps),
+                    [](Operation* op) { return isa<attn::LoadOp>(op); }))
+    return failure();
+  std::string body;
+  llvm::raw_string_ostream os(body);
+  auto emitReturn = [&](const char* type, const llvm::SetVector<Value>& fields) {
+    os << "    return " << type << "{";
+    llvm::interleaveComma(fields, os, [&](Value v) { os << valueName[v]; });
+    os << "};\n  }\n";
+  };
+  RegionEmitter emitter(os, inputs);
+  os << "  template <class P>\n  ATTNC_HD static MaskRow mask_row(const P& p, int b, int h, int q) {\n";
+  if (failed(emitter.emitOps(rowOps, names(nullptr, nullptr), true))) return failure();
+  emitReturn("MaskRow", rowOut);
+  os << "  template <class P>\n  ATTNC_HD static MaskCol mask_col(const P& p, int b, int h, int k) {\n";
+  if (failed(emitter.emitOps(colOps, names(nullptr, nullptr), true))) return failure();
+  emitReturn("MaskCol", colOut);
+  os << "  template <class P>\n  ATTNC_HD static bool mask_join(const P& p, int b, int h, int q, int k, "
+        "const MaskRow& r, const MaskCol& c) {\n";
+  llvm::DenseSet<Value> given(rowOut.begin(), rowOut.end());
+  given.insert(colOut.begin(), colOut.end());
+  if (failed(emitter.emitOps(closure({yield->getOperand(0)}, given), names("r.", "c."), true)))
+    return failure();
+  os << "    return " << names("r.", "c.").lookup(yield->getOperand(0)) << ";\n  }\n";
+  out << "  // The mask split for per-element tiles: the values of one row, of one key, and the join\n"
+         "  // (EmitCUDA.cpp emitMaskSplit; sm80/epilogue.h forEachKeep).\n";
+  emitStruct("MaskRow", rowOut);
+  emitStruct("MaskCol", colOut);
+  out << body;
+  return success();
+}
+
 }  // namespace
 
 FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp backward) {
@@ -269,6 +416,14 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
     return failure();
   }
   os << "  }\n\n";
+  if (!op.getMask().empty()) {
+    std::string split;
+    llvm::raw_string_ostream splitOs(split);
+    const bool splits = succeeded(emitMaskSplit(splitOs, op.getMask(), op.getInputs()));
+    os << "  static constexpr bool kMaskSplit = " << (splits ? "true" : "false") << ";\n";
+    if (splits) os << split;
+    os << "\n";
+  }
   os << "  // The score after `scale * q.k`. Q: int, or expr::Pos (sm80/epilogue.h).\n";
   os << "  template <class P, class Q = int>\n  ATTNC_DEVICE static float score(const P& p, float "
         "score, int b, int h, Q q, Q k) {\n";

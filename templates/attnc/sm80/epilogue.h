@@ -84,6 +84,71 @@ ATTNC_DEVICE void forEachElement(const Params& p, int qRow, int kCol, Visit&& vi
   });
 }
 
+// Whether a Variant carries the mask split into its row, key and join parts (EmitCUDA.cpp
+// emitMaskSplit: kMaskSplit, MaskRow, MaskCol, mask_row, mask_col, mask_join); hand-written ones
+// (the unit tests') need not.
+template <bool B, class T, class F>
+struct SelectType {
+  using type = T;
+};
+template <class T, class F>
+struct SelectType<false, T, F> {
+  using type = F;
+};
+// Parts<true>::Row / Col are its MaskRow / MaskCol, Parts<false> empty placeholders, so that a
+// kernel can declare them whether or not it takes the split.
+struct NoMaskParts {
+  struct Row {};
+  struct Col {};
+};
+template <class V, class = void>
+struct MaskSplitOf {
+  static constexpr bool value = false;
+  template <bool>
+  using Parts = NoMaskParts;
+};
+template <class V>
+struct MaskSplitOf<V, decltype(void(V::kMaskSplit))> {
+  static constexpr bool value = V::kMaskSplit;
+  struct Split {
+    using Row = typename V::MaskRow;
+    using Col = typename V::MaskCol;
+  };
+  template <bool Take>
+  using Parts = typename SelectType<Take, Split, NoMaskParts>::type;
+};
+
+// Calls visit(mi, ni, c, keep) for each of a lane's elements of a score tile, keep as keepElement
+// decides it (rows clamped to q_len - 1 as in forEachElement). Per element with a split mask, the
+// row parts are computed once per row of the lane (2 MTiles) and the key parts once per key (2
+// NTiles), then joined per element: a document mask's id loads are one per row and one per key
+// rather than two per element.
+template <class Variant, bool PerElement, int MTiles, int NTiles, class Params, class Visit>
+ATTNC_DEVICE void forEachKeep(const Params& p, int b, int h, int qRow, int kCol, Visit&& visit) {
+  if constexpr (PerElement && Variant::kHasMask && MaskSplitOf<Variant>::value) {
+    const int qMax = p.q_len - 1;
+    typename Variant::MaskRow rows[MTiles][2];
+    typename Variant::MaskCol cols[NTiles][2];
+#pragma unroll
+    for (int mi = 0; mi < MTiles; ++mi)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) rows[mi][r] = Variant::mask_row(p, b, h, minOf(qRow + 16 * mi + 8 * r, qMax));
+#pragma unroll
+    for (int ni = 0; ni < NTiles; ++ni)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) cols[ni][j] = Variant::mask_col(p, b, h, kCol + 8 * ni + j);
+    forEachIndex<MTiles, NTiles>([&](int mi, int ni, int c) {
+      const int q = minOf(qRow + 16 * mi + 8 * (c >> 1), qMax), k = kCol + 8 * ni + (c & 1);
+      visit(mi, ni, c,
+            (k < p.kv_len) & Variant::mask_join(p, b, h, q, k, rows[mi][c >> 1], cols[ni][c & 1]));
+    });
+  } else {
+    forEachElement<MTiles, NTiles>(p, qRow, kCol, [&](int mi, int ni, int c, int q, int k) {
+      visit(mi, ni, c, keepElement<Variant, PerElement>(p, b, h, q, k));
+    });
+  }
+}
+
 // Sets masked scores to -inf. With `perElement` the Variant's scalar mask decides (a partial tile);
 // keys at or past kv_len are always masked (the tail tile). `BranchFree` (the sm_90a forward)
 // takes the per-element choice once for the tile (keepElement); the sm_80 forward keeps it per
@@ -92,24 +157,22 @@ ATTNC_DEVICE void forEachElement(const Params& p, int qRow, int kCol, Visit&& vi
 template <class Variant, bool BranchFree = false, int MTiles, int NTiles, class Params>
 ATTNC_DEVICE void applyMask(float (&s)[MTiles][NTiles][4], const Params& p, int b, int h,
                             int qRow, int kCol, bool perElement) {
-  const auto maskTile = [&](auto decides) {
+  if constexpr (BranchFree) {
+    withPerElement(perElement, [&](auto decides) {
+      forEachKeep<Variant, decltype(decides)::value, MTiles, NTiles>(
+          p, b, h, qRow, kCol, [&](int mi, int ni, int c, bool keep) {
+            if (!keep) s[mi][ni][c] = -kInfinity;
+          });
+    });
+  } else {
     forEachElement<MTiles, NTiles>(p, qRow, kCol, [&](int mi, int ni, int c, int q, int k) {
-      bool keep;
-      if constexpr (BranchFree) {
-        keep = keepElement<Variant, decltype(decides)::value>(p, b, h, q, k);
-      } else {
-        keep = k < p.kv_len;
-        if constexpr (Variant::kHasMask) {
-          if (perElement && keep) keep = Variant::mask(p, b, h, q, k);
-        }
+      bool keep = k < p.kv_len;
+      if constexpr (Variant::kHasMask) {
+        if (perElement && keep) keep = Variant::mask(p, b, h, q, k);
       }
       if (!keep) s[mi][ni][c] = -kInfinity;
     });
-  };
-  if constexpr (BranchFree)
-    withPerElement(perElement, maskTile);
-  else
-    maskTile(Flag<false>());
+  }
 }
 
 // A lane's mask decisions for one tile as bits (element [mi][ni][c] is bit bit(mi, ni, c)), made
@@ -135,11 +198,11 @@ ATTNC_DEVICE KeepBits<MTiles, NTiles> maskKeepBits(const Params& p, int b, int h
 #pragma unroll
   for (int w = 0; w < ceilDiv(Bits::kBits, 32); ++w) keep.words[w] = 0u;
   withPerElement(perElement, [&](auto decides) {
-    forEachElement<MTiles, NTiles>(p, qRow, kCol, [&](int mi, int ni, int c, int q, int k) {
-      const int i = Bits::bit(mi, ni, c);
-      keep.words[i / 32] |=
-          u32(keepElement<Variant, decltype(decides)::value>(p, b, h, q, k)) << (i % 32);
-    });
+    forEachKeep<Variant, decltype(decides)::value, MTiles, NTiles>(
+        p, b, h, qRow, kCol, [&](int mi, int ni, int c, bool kept) {
+          const int i = Bits::bit(mi, ni, c);
+          keep.words[i / 32] |= u32(kept) << (i % 32);
+        });
   });
   return keep;
 }

@@ -544,6 +544,20 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
                              groupClass != Tri::False && kvRow + 8 < p.kv_len};
     const auto probabilities = [&](auto masked) {
       const int b = batchNow();
+      // A split mask (sm80::forEachKeep): the key parts of this thread's two kv rows once, each
+      // query's row part once for both.
+      // (The outer `if constexpr` on the Variant alone discards the split's calls for a Variant
+      // without one when the kernel is instantiated; one on `masked` would not.)
+      using SplitOf = sm80::MaskSplitOf<Variant>;
+      constexpr bool kHasSplit = SplitOf::value;
+      constexpr bool kMasked = decltype(masked)::value;
+      typename SplitOf::template Parts<kHasSplit>::Col maskCol[2];
+      if constexpr (kHasSplit) {
+        if constexpr (kMasked) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) maskCol[r] = Variant::mask_col(p, b, h, kvRow + 8 * r);
+        }
+      }
 #pragma unroll
       for (int ni = 0; ni < kN; ++ni)
 #pragma unroll
@@ -551,6 +565,10 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
           const int qLocal = 8 * ni + colInQuad + j;
           const int q = q0 + qLocal;
           const float lse2 = loadSharedF32(stats + u32(4 * qLocal));
+          typename SplitOf::template Parts<kHasSplit>::Row maskRow;
+          if constexpr (kHasSplit) {
+            if constexpr (kMasked) maskRow = Variant::mask_row(p, b, h, q);
+          }
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int kv = kvRow + 8 * r;
@@ -563,7 +581,11 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
             else
               grad = sm80::bwd::scoreWithGrad<Variant>(p, x, b, h, q, kv);
             bool keep = rowKept[r];
-            if constexpr (decltype(masked)::value) keep = keep & bool(Variant::mask(p, b, h, q, kv));
+            if constexpr (kHasSplit) {
+              if constexpr (kMasked) keep = keep & Variant::mask_join(p, b, h, q, kv, maskRow, maskCol[r]);
+            } else if constexpr (kMasked) {
+              keep = keep & bool(Variant::mask(p, b, h, q, kv));
+            }
             const float prob = exp2Approx(keep ? x * log2Scale - lse2 : -kInfinity);
             float dropped = prob;
             if constexpr (Variant::kHasDropout) {
