@@ -10,6 +10,7 @@ fastest of the rounds), slowest spec first.
 import argparse
 import ctypes
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,7 +21,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def one(lib, spec, target, backward):
     """Compiles once in this process; prints the seconds, or exits 1 with attnc's error."""
-    os.environ["ATTNC_CACHE_DIR"] = tempfile.mkdtemp(prefix="attnc-jit-time-")
+    cache = tempfile.mkdtemp(prefix="attnc-jit-time-")
+    os.environ["ATTNC_CACHE_DIR"] = cache
     attnc = ctypes.CDLL(lib)
     attnc.attnc_version.restype = ctypes.c_char_p
     attnc.attnc_version()  # resolves the library before the clock starts
@@ -29,6 +31,7 @@ def one(lib, spec, target, backward):
     rc = attnc.attnc_compile_file_ex(spec.encode(), target.encode(), ctypes.c_uint32(1 if backward else 0),
                                      ctypes.byref(kernel), ctypes.byref(error))
     seconds = time.perf_counter() - start
+    shutil.rmtree(cache, ignore_errors=True)
     if rc != 0:
         sys.exit(f"{spec}: {error.value.decode() if error.value else 'error ' + str(rc)}")
     print(f"{seconds:.3f}")

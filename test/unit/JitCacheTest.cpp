@@ -6,6 +6,7 @@
 #include "runtime/KernelCache.h"
 #include "runtime/ModuleSymbols.h"
 #include "runtime/Nvrtc.h"
+#include "test/unit/ScratchDir.h"
 
 #include <gtest/gtest.h>
 
@@ -25,15 +26,6 @@ dtype: bf16
 heads: 4
 mask: causal
 )";
-
-std::string freshDirectory(const std::string& name) {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/attnc-jit-" + name + "-" +
-                    std::to_string(getpid());
-  std::string command = "rm -rf '" + dir + "'";
-  EXPECT_EQ(std::system(command.c_str()), 0);
-  return dir;
-}
 
 std::vector<std::string> kernelFiles(const std::string& dir) {
   std::vector<std::string> files;
@@ -62,7 +54,7 @@ protected:
 };
 
 TEST_F(JitCache, ColdThenWarm) {
-  std::string dir = freshDirectory("warm");
+  const attnc::testing::ScratchDir dir("jit-warm", /*create=*/false);
   JitStats before = JitCompiler::stats();
   Status status;
   Kernel cold = compile(dir, &status);
@@ -83,7 +75,7 @@ TEST_F(JitCache, ColdThenWarm) {
 }
 
 TEST_F(JitCache, DamagedEntriesAreRebuilt) {
-  std::string dir = freshDirectory("damaged");
+  const attnc::testing::ScratchDir dir("jit-damaged", /*create=*/false);
   Status status;
   Kernel original = compile(dir, &status);
   ASSERT_TRUE(status) << status.message;
@@ -111,7 +103,7 @@ TEST_F(JitCache, DamagedEntriesAreRebuilt) {
 }
 
 TEST_F(JitCache, EightThreadsCompileOnce) {
-  std::string dir = freshDirectory("threads");
+  const attnc::testing::ScratchDir dir("jit-threads", /*create=*/false);
   JitStats before = JitCompiler::stats();
   std::vector<Kernel> kernels(8);
   std::vector<Status> statuses(8);
@@ -138,12 +130,12 @@ TEST_F(JitCache, EightThreadsCompileOnce) {
 }
 
 TEST_F(JitCache, HonoursCacheDirEnvironment) {
-  std::string dir = freshDirectory("env");
+  const attnc::testing::ScratchDir dir("jit-env", /*create=*/false);
   const char* saved = std::getenv("ATTNC_CACHE_DIR");
   std::string savedValue = saved ? saved : "";
-  setenv("ATTNC_CACHE_DIR", dir.c_str(), 1);
+  setenv("ATTNC_CACHE_DIR", dir.path().c_str(), 1);
   JitCompiler jit;  // default options: the environment decides
-  EXPECT_EQ(jit.cacheDirectory(), dir);
+  EXPECT_EQ(jit.cacheDirectory(), dir.path());
   Status status;
   Kernel kernel = jit.compileText(kSpec, target, &status);
   ASSERT_TRUE(status) << status.message;
@@ -153,7 +145,8 @@ TEST_F(JitCache, HonoursCacheDirEnvironment) {
 
 TEST_F(JitCache, BadSpecIsAnError) {
   Status status;
-  JitCompiler jit(JitOptions{freshDirectory("bad"), true});
+  const attnc::testing::ScratchDir dir("jit-bad", /*create=*/false);
+  JitCompiler jit(JitOptions{dir, true});
   Kernel kernel = jit.compileText("name: x\nhead_dim: 100\n", target, &status);
   EXPECT_FALSE(kernel.valid());
   EXPECT_FALSE(status.ok);
@@ -165,7 +158,7 @@ TEST_F(JitCache, BadSpecIsAnError) {
 // one module, the forward in the first; the metadata holds their geometry, and the cache keeps the
 // forward-only and the backward kernel apart.
 TEST_F(JitCache, BackwardIsCompiledAndCachedSeparately) {
-  std::string dir = freshDirectory("backward");
+  const attnc::testing::ScratchDir dir("jit-backward", /*create=*/false);
   JitCompiler jit(JitOptions{dir, true});
   JitStats before = JitCompiler::stats();
   Status status;

@@ -6,6 +6,7 @@
 #include "runtime/LaunchGrid.h"
 #include "runtime/ModuleSymbols.h"
 #include "runtime/Summaries.h"
+#include "test/unit/ScratchDir.h"
 
 #include <gtest/gtest.h>
 
@@ -468,15 +469,6 @@ TEST(Target, FromDeviceWithoutGpuIsAnError) {
 }
 
 // A fresh directory under the test's temp dir.
-std::string freshDirectory(const std::string& name) {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/attnc-unit-" + name + "-" +
-                    std::to_string(getpid());
-  std::string command = "rm -rf '" + dir + "' && mkdir -p '" + dir + "'";
-  EXPECT_EQ(std::system(command.c_str()), 0);
-  return dir;
-}
-
 std::string readFile(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
@@ -491,7 +483,8 @@ CacheEntry sampleEntry() {
 }
 
 TEST(KernelCache, StoresAndLoads) {
-  KernelCache cache(freshDirectory("store") + "/nested/dir");
+  const attnc::testing::ScratchDir dir("store");
+  KernelCache cache(dir.path() + "/nested/dir");
   ASSERT_TRUE(cache.store("k1", sampleEntry()));
   CacheEntry entry;
   std::string why;
@@ -505,7 +498,8 @@ TEST(KernelCache, StoresAndLoads) {
 // The JIT's entry groups: the further modules come back in order, each with its PTX; an entry whose
 // last module is cut short is corrupt.
 TEST(KernelCache, StoresFurtherModules) {
-  KernelCache cache(freshDirectory("modules"));
+  const attnc::testing::ScratchDir dir("modules");
+  KernelCache cache(dir.path());
   CacheEntry stored = sampleEntry();
   stored.moreModules.push_back({std::vector<char>(kFakeCubin, kFakeCubin + 12), ".version 8.1\n"});
   stored.moreModules.push_back({std::vector<char>(kFakeCubin, kFakeCubin + 8), ""});
@@ -564,7 +558,8 @@ TEST(Kernel, FromImagesKeepsFurtherModules) {
 }
 
 TEST(KernelCache, TruncatedAndFlippedEntriesAreDeleted) {
-  KernelCache cache(freshDirectory("corrupt"));
+  const attnc::testing::ScratchDir dir("corrupt");
+  KernelCache cache(dir.path());
   std::string bytes = encodeCacheEntry("k", sampleEntry());
   for (size_t cut : {size_t(3), size_t(30), bytes.size() / 2, bytes.size() - 1}) {
     writeFile(cache.pathFor("k"), bytes.substr(0, cut));
@@ -589,7 +584,8 @@ TEST(KernelCache, TruncatedAndFlippedEntriesAreDeleted) {
 }
 
 TEST(KernelCache, GetOrBuildRebuildsCorruptEntries) {
-  KernelCache cache(freshDirectory("rebuild"));
+  const attnc::testing::ScratchDir dir("rebuild");
+  KernelCache cache(dir.path());
   int builds = 0;
   auto build = [&](CacheEntry* entry) {
     ++builds;
