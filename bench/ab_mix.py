@@ -1,0 +1,98 @@
+"""Forward A/B of several attnc builds in one process, in alternating batches: per bench row
+(bench_forward.py's names), each build's kernel on the same tensors, and cuDNN's where the row has
+it, warmed up, then R rounds of one batch each in turn (A, B, ..., cuDNN, A, B, ...), so that all
+see the same clocks, power and temperature; prints each one's median TFLOP/s and the ratios to the
+first build. One torch start and one compile per build and row, so it takes a fraction of
+bench/ab.py's time (which starts a bench process per build and round). Outputs are checked against
+the first build's (same inputs; dropout rows compare the same seed).
+
+  python3 bench/ab_mix.py --lib A.so --lib B.so [--lib C.so] [--rounds 40] --only "hd128 full N=4K"
+"""
+import argparse
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_forward as bf  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lib", action="append", required=True, help="a libattnc.so (repeat: first is the base)")
+    ap.add_argument("--only", action="append", required=True, help="bench rows whose name contains this")
+    ap.add_argument("--rounds", type=int, default=40, help="timed batches per build, alternating")
+    ap.add_argument("--warm-ms", type=float, default=500.0, help="untimed ms per build before the rounds")
+    args = ap.parse_args()
+    if len(args.lib) < 2:
+        ap.error(f"--lib: expected at least two builds, got {len(args.lib)}")
+    libs = [bf.attnc_ctypes.Library(path) for path in args.lib]
+    dev = torch.device("cuda")
+    names = "ABCDEFGH"
+    header = ["row"] + [f"{names[i]}" for i in range(len(libs))] + ["cuDNN"] + \
+        [f"{names[i]}/A" for i in range(1, len(libs))]
+    print("| " + " | ".join(header) + " |")
+    print("|---" * len(header) + "|", flush=True)
+    for row in bf.rows(False):
+        if not bf.selected(row, args.only):
+            continue
+        torch.manual_seed(0)
+        B, H, HK, N, D = row.b, row.hq, row.hkv, row.n, row.hd
+        q = torch.randn(B, H, N, D, device=dev, dtype=bf.DT)
+        k = torch.randn(B, HK, N, D, device=dev, dtype=bf.DT)
+        v = torch.randn(B, HK, N, D, device=dev, dtype=bf.DT)
+        doc = None
+        if row.docs:
+            cuts = torch.sort(torch.randperm(N - 1, generator=torch.Generator().manual_seed(1))[:row.docs - 1] + 1).values
+            doc = torch.zeros(N, dtype=torch.int32)
+            for c in cuts:
+                doc[c:] += 1
+            doc = doc.to(dev)
+        flops = 4.0 * B * H * N * N * D * bf.unmasked_fraction(row, doc, dev)
+        stream = torch.cuda.current_stream().cuda_stream
+        fns, outs = [], []
+        for lib in libs:
+            kern = lib.compile_text(bf.spec_of(row))
+            o = torch.full_like(q, float("nan"))
+            lse = torch.empty(B, H, N, device=dev, dtype=torch.float32)
+            a = kern.make_args(q, k, v, o, lse, [(doc, "pos")] if doc is not None else [],
+                               seed=42, offset=0, layout="bhsd")
+            fns.append(lambda kern=kern, a=a: kern.launch(a, stream))
+            outs.append(o)
+        if row.mask in ("none", "causal") and not row.alibi and not row.softcap:
+            def cudnn():
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=row.mask == "causal",
+                                                          scale=1.0 / D ** 0.5, dropout_p=row.dropout,
+                                                          enable_gqa=H != HK)
+            fns.append(cudnn)
+        for fn in fns:
+            fn()
+        torch.cuda.synchronize()
+        diffs = [bf.relerr(o, outs[0]) for o in outs[1:]]
+        inner = [bf.batch_size(fn) for fn in fns]
+        for fn, n in zip(fns, inner):
+            bf.warm_up(fn, n, args.warm_ms)
+        times = [[] for _ in fns]
+        for _ in range(args.rounds):
+            for i, fn in enumerate(fns):
+                times[i].append(bf.one_batch(fn, inner[i]))
+        tflops = [flops / statistics.median(t) / 1e9 for t in times]
+        cells = [f"{x:.0f}" for x in tflops[:len(libs)]] + \
+            [f"{tflops[-1]:.0f}" if len(fns) > len(libs) else "-"] + \
+            [f"{x / tflops[0]:.3f}" for x in tflops[1:len(libs)]]
+        print(f"| {row.name} | " + " | ".join(cells) + " |", flush=True)
+        bad = [f"{names[i + 1]} {d:.1e}" for i, d in enumerate(diffs) if not d < 1e-2]
+        if bad:
+            print(f"- {row.name}: output differs from A's: {', '.join(bad)}", flush=True)
+    for i, path in enumerate(args.lib):
+        print(f"- {names[i]}: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
