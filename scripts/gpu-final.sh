@@ -6,10 +6,11 @@
 #   bash scripts/gpu-final.sh [--out DIR] [--no-jit]
 # Files go to DIR ($OUT, else /tmp/gpu-final): H200.md, H200-forward.png, fwd.json,
 # H200-backward.md, RESULTS.md, RESULTS-backward.md, targets.txt, jit.md and each step's log.
-# About 480-560 s with the JIT times (two rounds, about 140 s), 340-480 s without (each bench
-# implementation warms up for 500 ms); the bench rows are the committed tables' (N=4K, N=8K,
-# hd128 N=16K). The sanitizers get 150 s: compiling their kernels into an empty cache took more
-# than the 45 s an earlier hand-written version allowed, which cut the backward racecheck.
+# About 590 s with the JIT times (two rounds, about 130 s), near the device's 600 s per-call
+# limit; 340-470 s without, so `--no-jit` and bench/jit_time.py --rounds 2 in a second call are
+# the safer pair (each bench implementation warms up for 500 ms); the bench rows are the committed
+# tables' (N=4K, N=8K, hd128 N=16K). The sanitizers get 150 s: compiling their kernels into an
+# empty cache took more than the 45 s an earlier hand-written version allowed, which cut the backward racecheck.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
