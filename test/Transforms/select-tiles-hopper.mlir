@@ -26,14 +26,3 @@ attn.attention @hd256 attributes {dropout = 0.0, element_type = bf16, head_dim =
 // CHECK-SAME: kernel = "sm90"
 attn.attention @hd256_dropout attributes {dropout = 0.1, element_type = bf16, head_dim = 256,
     head_dim_v = 256, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.0625} mask {} score {}
-
-// hd32 with softcap, three consumers: a score hook takes 8 registers beyond the reserve (40) and
-// its estimate (8), so B_c = 112 (O + S + P = 16 + 56 + 28 = 100 <= 160 - 48 - 8); at 128 (112, the
-// budget without those 8) the kernel spilled 88 bytes.
-// RUN: attnc-opt %s --attn-expand-builtins --attn-select-tiles="arch=sm_90a smem-per-block=232448 smem-per-sm=233472" | FileCheck %s --check-prefix=SCORE3
-// SCORE3-LABEL: attn.attention @hd32_softcap
-// SCORE3: tiles = {block_kv = 112 : i64, block_q = 192 : i64
-// SCORE3-SAME: 160 - 48 reserved - 8 for the epilogue: B_c = 112
-attn.attention @hd32_softcap attributes {dropout = 0.0, element_type = bf16, head_dim = 32,
-    head_dim_v = 32, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.17677669529663687,
-    score_builtin = {kind = "softcap", cap = 20.0 : f64}} mask {} score {}

@@ -178,10 +178,6 @@ constexpr int64_t kHopperReserveRegisters3 = 40;
 // 2026-12-01). A sliding window (6 operations), custom_mask and softcap at hd64 spilled 80-128
 // bytes at 128, and hd32 spilled 48 bytes at the 160 that the lighter reserve alone would give.
 constexpr int64_t kHopperReserveRegisters3Light = 24;
-// With three consumers and a score hook, 8 registers beyond the reserve and the hook's estimate:
-// hd32 with softcap spilled 88 bytes at B_c = 128, where O + S + P (112) met 160 - 40 - 8 exactly
-// (CUDA 13.0; every mask but a document's), and compiles without spills at the 112 this gives.
-constexpr int64_t kHopperScoreSlack3 = 8;
 constexpr int64_t kHopperLightMaskOps = 4;
 constexpr int64_t kHopperLightMaxBlockKV3 = 128;
 constexpr int64_t kHopperMinBlockKV3 = 96;
@@ -229,12 +225,9 @@ FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
   };
   blockKV = std::clamp<int64_t>(blockKV / 16 * 16, 16, 256);
   const bool light = epilogue == 0 && problem.maskOps <= kHopperLightMaskOps;
-  // B_c with three consumers: the lighter reserve lifts it to at most kHopperLightMaxBlockKV3; a
-  // score hook takes kHopperScoreSlack3 more.
-  const int64_t reserve3 =
-      kHopperReserveRegisters3 + (problem.scoreOps > 0 ? kHopperScoreSlack3 : 0);
+  // B_c with three consumers: the lighter reserve lifts it to at most kHopperLightMaxBlockKV3.
   auto fitFor3 = [&](int64_t kv) {
-    const int64_t fit = registerFitFor(3, reserve3, kv);
+    const int64_t fit = registerFitFor(3, kHopperReserveRegisters3, kv);
     if (!light || fit >= kHopperLightMaxBlockKV3) return fit;
     return std::min(registerFitFor(3, kHopperReserveRegisters3Light, kv),
                     std::min(kv, kHopperLightMaxBlockKV3));
@@ -250,10 +243,10 @@ FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
   // 3. Registers: a consumer thread holds O (d_v / 2 fp32), S (B_c / 2 fp32) and P (B_c / 4
   // packed pairs) of its warpgroup's 64 rows; B_c shrinks by 16 until they fit.
   const int64_t fit3 = three ? fitFor3(blockKV) : 0;
-  const bool lightReserve = three && fit3 > registerFitFor(3, reserve3, blockKV);
+  const bool lightReserve = three && fit3 > registerFitFor(3, kHopperReserveRegisters3, blockKV);
   const int64_t reserve = !three         ? kHopperReserveRegisters
                           : lightReserve ? kHopperReserveRegisters3Light
-                                         : reserve3;
+                                         : kHopperReserveRegisters3;
   blockKV = three ? fit3 : registerFitFor(consumers, reserve, blockKV);
   if (blockKV == 0) return failure();
   // Whole 64-key steps where the registers allow them (two consumers). Measured on the H200
