@@ -57,6 +57,14 @@ std::vector<NvrtcResult> compileEntryGroups(Nvrtc& nvrtc, const CompiledKernel& 
   return results;
 }
 
+// Whether the kernel's forward entry, in whichever program holds it, spills to local memory.
+bool forwardSpills(const std::vector<NvrtcResult>& results, const std::string& entry) {
+  for (const NvrtcResult& result : results)
+    if (auto it = result.resources.find(entry); it != result.resources.end())
+      return spills(it->second);
+  return false;
+}
+
 // Everything the cubin depends on: the generated source and the templates it includes, the NVRTC
 // that compiles it, the target (name and the limits the tiles were derived from), the options and
 // the attnc version. Bytes are length-prefixed so that no two inputs hash alike by concatenation.
@@ -117,10 +125,10 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
   };
   Diagnostics diags;
   std::optional<CompiledKernel> source;
+  CompileOptions options;
+  options.backward = withBackward;
   {
     std::lock_guard<std::mutex> lock(impl_->pipelineMutex);
-    CompileOptions options;
-    options.backward = withBackward;
     source = impl_->pipeline.compile(spec, target, Stage::CUDA, options, diags);
   }
   if (!source) return fail(renderAll(diags));
@@ -137,6 +145,26 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
       if (!result.ok)
         return Status::error("NVRTC failed to compile the kernel for '" + spec.name +
                              "' (a bug in attnc):\n" + result.log);
+    // The spill fallback (Pipeline.h) on the forward entry's report: the kernel cached under this
+    // spec's key is the first derived tile that does not spill (or the last one tried).
+    while (forwardSpills(results, source->entry)) {
+      std::optional<CompileOptions> retry;
+      std::optional<CompiledKernel> again;
+      {
+        std::lock_guard<std::mutex> lock(impl_->pipelineMutex);
+        retry = impl_->pipeline.spillRetry(spec, target, options, *source);
+        Diagnostics ignored;
+        if (retry) again = impl_->pipeline.compile(spec, target, Stage::CUDA, *retry, ignored);
+      }
+      if (!again) break;
+      ++nvrtcRuns;
+      std::vector<NvrtcResult> retried = compileEntryGroups(*nvrtc, *again, spec.name, target.name);
+      if (!std::all_of(retried.begin(), retried.end(), [](const NvrtcResult& r) { return r.ok; }))
+        break;
+      source = std::move(again);
+      results = std::move(retried);
+      options = *retry;
+    }
     entry->metadata = kernelMetadata(spec, *source, target);
     entry->cubin = std::move(results.front().cubin);
     entry->ptx = std::move(results.front().ptx);

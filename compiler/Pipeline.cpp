@@ -91,13 +91,15 @@ std::string Compiler::passPipeline(const Target& target, const CompileOptions& o
   return llvm::formatv(
       "builtin.module(attn-expand-builtins, attn-simplify-score, attn-select-tiles{{arch={0} "
       "smem-per-block={1} "
-      "smem-per-sm={2} regs-per-thread={3} block-q={4} block-kv={5}}, {6}, attn-tile{{target={0}}{7})",
+      "smem-per-sm={2} regs-per-thread={3} block-q={4} block-kv={5} spill-reserve={8}}, {6}, "
+      "attn-tile{{target={0}}{7})",
       target.name, target.smemPerBlock, target.smemPerSM, target.regsPerThread, options.blockQ,
       options.blockKV, classify,
       options.backward ? llvm::formatv(", attn-derive-backward{{smem-per-block={0} regs-per-thread={1}}",
                                        target.smemPerBlock, target.regsPerThread)
                              .str()
-                       : std::string());
+                       : std::string(),
+      options.spillReserve);
 }
 
 std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& target,
@@ -199,7 +201,31 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
       if (auto it = result.resources.find(kernel.backward->entryStem + suffix);
           it != result.resources.end())
         kernel.backwardResources[it->first] = it->second;
+  if (spills(kernel.resources))
+    if (std::optional<CompileOptions> retry = spillRetry(spec, target, options, kernel)) {
+      Diagnostics ignored;  // (a retry that fails keeps the kernel that spills)
+      if (std::optional<CompiledKernel> again = compile(spec, target, stage, *retry, ignored)) {
+        again->nvrtcSeconds += kernel.nvrtcSeconds;
+        return again;
+      }
+    }
   return kernel;
+}
+
+std::optional<CompileOptions> Compiler::spillRetry(const Spec& spec, const Target& target,
+                                                   const CompileOptions& options,
+                                                   const CompiledKernel& spilled) {
+  if (options.blockQ != 0 || options.blockKV != 0) return std::nullopt;
+  CompileOptions retry = options;
+  while ((retry.spillReserve += kSpillFallbackStep) <= kSpillFallbackMax) {
+    Diagnostics ignored;
+    std::optional<CompiledKernel> tiles = compile(spec, target, Stage::TiledIR, retry, ignored);
+    if (!tiles) return std::nullopt;
+    if (tiles->blockQ != spilled.blockQ || tiles->blockKV != spilled.blockKV ||
+        tiles->stages != spilled.stages)
+      return retry;
+  }
+  return std::nullopt;
 }
 
 }  // namespace attnc

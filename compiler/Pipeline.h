@@ -24,6 +24,9 @@ enum class Stage { SpecIR, TiledIR, CUDA, Binary };
 
 struct CompileOptions {
   long long blockQ = 0, blockKV = 0;  // tile overrides for experiments; 0 = derive
+  // Registers per thread the tile rule reserves beyond its own (attn-select-tiles spill-reserve).
+  // compile() sets it itself when a derived forward tile spills (kSpillFallbackStep at a time).
+  long long spillReserve = 0;
   long long summaryQLen = 0;          // count tile classes for these lengths (explain)
   long long summaryKVLen = 0;
   bool backward = false;              // also derive and compile the backward kernels
@@ -66,6 +69,13 @@ struct CompiledKernel {
   double nvrtcSeconds = 0;
 };
 
+// The spill fallback: when the forward kernel of a derived tile (no override) spills to local
+// memory, the tile is derived again with kSpillFallbackStep more registers reserved per thread,
+// up to kSpillFallbackMax; the first tile that changes is compiled, and so on (docs/pipeline.md).
+constexpr long long kSpillFallbackStep = 8;
+constexpr long long kSpillFallbackMax = 24;
+inline bool spills(const ResourceUsage& r) { return r.spillStoreBytes > 0 || r.spillLoadBytes > 0; }
+
 class Compiler {
 public:
   Compiler();
@@ -74,9 +84,17 @@ public:
   Compiler& operator=(const Compiler&) = delete;
 
   // Runs the pipeline up to `stage`. On failure returns nullopt and appends diagnostics (pass
-  // and verifier errors point at the spec's file:line:col where the IR carries it).
+  // and verifier errors point at the spec's file:line:col where the IR carries it). At
+  // Stage::Binary a derived forward tile whose kernel spills takes the spill fallback.
   std::optional<CompiledKernel> compile(const Spec& spec, const Target& target, Stage stage,
                                         const CompileOptions& options, Diagnostics& diags);
+
+  // The spill fallback's next options after `spilled` (compiled with `options`): the first
+  // larger reserve, up to kSpillFallbackMax, whose derived tile differs from `spilled`'s; nullopt
+  // when there is none (an override, the reserve spent, or no tile fits).
+  std::optional<CompileOptions> spillRetry(const Spec& spec, const Target& target,
+                                           const CompileOptions& options,
+                                           const CompiledKernel& spilled);
 
   // The textual pass pipeline compile() runs for `target` (what `attnc-opt` would be given).
   static std::string passPipeline(const Target& target, const CompileOptions& options);

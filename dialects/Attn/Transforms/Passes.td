@@ -90,7 +90,10 @@ def AttnSelectTiles : Pass<"attn-select-tiles", "::mlir::ModuleOp"> {
     Option<"regsPerThread", "regs-per-thread", "int64_t", "255",
            "Most 32-bit registers one thread may use.">,
     Option<"blockQ", "block-q", "int64_t", "0", "Override B_r (experiments only; 0 = derive).">,
-    Option<"blockKV", "block-kv", "int64_t", "0", "Override B_c (experiments only; 0 = derive).">
+    Option<"blockKV", "block-kv", "int64_t", "0", "Override B_c (experiments only; 0 = derive).">,
+    Option<"spillReserve", "spill-reserve", "int64_t", "0",
+           "Registers per thread reserved beyond the rule's: attnc's spill fallback derives a "
+           "tile whose kernel spilled to local memory again with 8, 16, then 24 more.">
   ];
 }
 

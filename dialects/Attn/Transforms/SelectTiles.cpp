@@ -5,6 +5,7 @@
 #include "dialects/Attn/Transforms/TileRule.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #define DEBUG_TYPE "attn-select-tiles"
 
@@ -37,7 +38,8 @@ struct AttnSelectTiles final : mlir::attn::impl::AttnSelectTilesBase<AttnSelectT
       TileProblem problem{int64_t(op.getHeadDim()), int64_t(op.getHeadDimV()),
                           int64_t(op.getElementType().getIntOrFloatBitWidth() / 8), blockQ,
                           blockKV,
-                          epilogueRegisters(op.getDropout().convertToDouble() > 0, loads),
+                          epilogueRegisters(op.getDropout().convertToDouble() > 0, loads) +
+                              spillReserve,
                           scoreOps};
       if (!op.getMask().empty())
         problem.maskOps = int64_t(op.getMask().front().getOperations().size()) - 1;  // no yield
@@ -55,6 +57,14 @@ struct AttnSelectTiles final : mlir::attn::impl::AttnSelectTilesBase<AttnSelectT
                    "kernel block_q = 64, 128 or 192 and block_kv a multiple of 16 up to 256";
         return WalkResult::interrupt();
       }
+      if (spillReserve > 0)
+        choice->derivation.insert(
+            choice->derivation.begin(),
+            llvm::formatv("spill fallback: the kernel of a tile derived with {0} fewer registers "
+                          "spilled to local memory; {0} more reserved per thread (counted with "
+                          "the epilogue below)",
+                          int64_t(spillReserve))
+                .str());
       Builder b(op.getContext());
       SmallVector<NamedAttribute> tiles = {
           b.getNamedAttr("kernel", b.getStringAttr(choice->kernel)),
