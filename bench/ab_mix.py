@@ -40,18 +40,8 @@ def main():
     for row in bf.rows(False):
         if not bf.selected(row, args.only):
             continue
-        torch.manual_seed(0)
         B, H, HK, N, D = row.b, row.hq, row.hkv, row.n, row.hd
-        q = torch.randn(B, H, N, D, device=dev, dtype=bf.DT)
-        k = torch.randn(B, HK, N, D, device=dev, dtype=bf.DT)
-        v = torch.randn(B, HK, N, D, device=dev, dtype=bf.DT)
-        doc = None
-        if row.docs:
-            cuts = torch.sort(torch.randperm(N - 1, generator=torch.Generator().manual_seed(1))[:row.docs - 1] + 1).values
-            doc = torch.zeros(N, dtype=torch.int32)
-            for c in cuts:
-                doc[c:] += 1
-            doc = doc.to(dev)
+        q, k, v, doc = bf.row_inputs(row, dev)
         flops = 4.0 * B * H * N * N * D * bf.unmasked_fraction(row, doc, dev)
         stream = torch.cuda.current_stream().cuda_stream
         fns, outs = [], []

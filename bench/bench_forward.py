@@ -192,8 +192,9 @@ def check_dropout_small(lib, row, log):
     return err
 
 
-def run_row(lib, row, flex, create_block_mask, log):
-    dev = torch.device("cuda")
+def row_inputs(row, dev):
+    """The row's Q, K, V (seed 0) and, for a document row, its document ids (row.docs documents cut
+    at seeded random positions), else None: every bench tool times the same tensors."""
     torch.manual_seed(0)
     B, H, HK, N, D = row.b, row.hq, row.hkv, row.n, row.hd
     q = torch.randn(B, H, N, D, device=dev, dtype=DT)
@@ -206,6 +207,13 @@ def run_row(lib, row, flex, create_block_mask, log):
         for c in cuts:
             doc[c:] += 1
         doc = doc.to(dev)
+    return q, k, v, doc
+
+
+def run_row(lib, row, flex, create_block_mask, log):
+    dev = torch.device("cuda")
+    B, H, HK, N, D = row.b, row.hq, row.hkv, row.n, row.hd
+    q, k, v, doc = row_inputs(row, dev)
     frac = unmasked_fraction(row, doc, dev)
     flops = 4.0 * B * H * N * N * D * frac
     res = {"row": row.name, "B": B, "Hq": H, "Hkv": HK, "N": N, "D": D, "unmasked": frac,

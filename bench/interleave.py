@@ -60,11 +60,8 @@ def main():
     for row in bf.rows(False):
         if not bf.selected(row, args.only):
             continue
-        torch.manual_seed(0)
         B, H, HK, N, D = row.b, row.hq, row.hkv, row.n, row.hd
-        q = torch.randn(B, H, N, D, device=dev, dtype=bf.DT)
-        k = torch.randn(B, HK, N, D, device=dev, dtype=bf.DT)
-        v = torch.randn(B, HK, N, D, device=dev, dtype=bf.DT)
+        q, k, v, _ = bf.row_inputs(row, dev)
         flops = 4.0 * B * H * N * N * D * bf.unmasked_fraction(row, None, dev)
         kern = lib.compile_text(bf.spec_of(row))
         o = torch.empty_like(q)
