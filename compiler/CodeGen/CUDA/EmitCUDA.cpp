@@ -110,9 +110,9 @@ public:
     return success();
   }
 
-  // Emits `ops` (of one region, in order) as `auto <name> = ...;`, their results named by
-  // `resultNames` and the values they read by `valueNames` (block arguments, or values another
-  // function computed).
+  // Emits `ops` (of one region, in order) as `auto <name> = ...;`, with `valueNames` naming both
+  // their results and the values they read (block arguments, or values another function
+  // computed).
   LogicalResult emitOps(ArrayRef<Operation*> ops, const llvm::DenseMap<Value, std::string>& valueNames,
                         bool isMask) {
     names = valueNames;
