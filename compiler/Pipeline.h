@@ -74,7 +74,6 @@ struct CompiledKernel {
 // up to kSpillFallbackMax; the first tile that changes is compiled, and so on (docs/pipeline.md).
 constexpr long long kSpillFallbackStep = 8;
 constexpr long long kSpillFallbackMax = 24;
-inline bool spills(const ResourceUsage& r) { return r.spillStoreBytes > 0 || r.spillLoadBytes > 0; }
 
 class Compiler {
 public:

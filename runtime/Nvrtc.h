@@ -25,6 +25,9 @@ struct ResourceUsage {
   int constantBytes = 0;  // sum over the constant banks ptxas lists (cmem[0] holds the params)
 };
 
+// Whether the entry spills to local memory.
+inline bool spills(const ResourceUsage& r) { return r.spillStoreBytes > 0 || r.spillLoadBytes > 0; }
+
 struct NvrtcResult {
   bool ok = false;
   std::string log;          // NVRTC's log: errors as "<name>(<line>): error: ...", ptxas info

@@ -161,7 +161,7 @@ int runCompile(const Common& common, const std::string& emit, const std::string&
                                   kernel->entry, target.name, kernel->threads, r.registers,
                                   kernel->smemBytes, r.spillStoreBytes, r.spillLoadBytes,
                                   r.stackBytes, kernel->nvrtcSeconds);
-  if (binary && reportOptions.requireNoSpills && (r.spillStoreBytes || r.spillLoadBytes || r.registers < 0))
+  if (binary && reportOptions.requireNoSpills && (spills(r) || r.registers < 0))
     return failWith(r.registers < 0 ? "NVRTC gave no resource report for " + kernel->entry
                                     : kernel->entry + " spills to local memory");
   for (const auto& [entry, usage] : kernel->backwardResources) {
@@ -169,7 +169,7 @@ int runCompile(const Common& common, const std::string& emit, const std::string&
       llvm::errs() << llvm::formatv("{0} {1}: {2} registers, spill stores {3} B, spill loads {4} B, "
                                     "stack {5} B\n", entry, target.name, usage.registers,
                                     usage.spillStoreBytes, usage.spillLoadBytes, usage.stackBytes);
-    if (binary && reportOptions.requireNoSpills && (usage.spillStoreBytes || usage.spillLoadBytes))
+    if (binary && reportOptions.requireNoSpills && spills(usage))
       return failWith(entry + " spills to local memory");
   }
   if (!writeOutput(output, data, error)) return failWith(error);
@@ -293,7 +293,7 @@ int runExplain(const Common& common, long long seqLen, long long kvSeqLen, long 
                                   .str());
   }
   os << "  spills: " << r.spillStoreBytes << " B stores, " << r.spillLoadBytes << " B loads; stack "
-     << r.stackBytes << " B" << (r.spillStoreBytes || r.spillLoadBytes ? "  <-- SPILLS" : "")
+     << r.stackBytes << " B" << (spills(r) ? "  <-- SPILLS" : "")
      << "\n";
   long long blocksByRegs = r.registers > 0 ? target.regsPerSM / (r.registers * kernel->threads) : 0;
   long long blocksBySmem = target.smemPerSM / std::max<long long>(kernel->smemBytes, 1);
