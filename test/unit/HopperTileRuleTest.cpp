@@ -357,3 +357,35 @@ TEST(HopperForward, QFragmentAddressesFollowTheSwizzle) {
       EXPECT_EQ(attnc::sm90::kMajorFragmentOffset(rows, warp, 0, kk),
                 unsigned((kk / 4) * rows * 128 + (kk % 4) * 32 + 16 * warp * 128));
 }
+
+// wgmma's matrix descriptors (sm90/wgmma.h) are a tile's low word plus each step's offset >> 4;
+// that equals the descriptor of the step's own address (the PTX ISA's layout: address >> 4 in bits
+// 0-13, leading offset in 16-29, stride offset in 32-45, 128-byte swizzle in 62-63) for every
+// 1024-byte-aligned tile and step inside a CTA's 227 KiB of shared memory.
+TEST(HopperForward, DescriptorStepsAddToTheTilesWord) {
+  auto reference = [](unsigned addr, unsigned leading, unsigned stride) {
+    return ((uint64_t(addr) & 0x3FFFF) >> 4) | (uint64_t((leading >> 4) & 0x3FFF) << 16) |
+           (uint64_t((stride >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
+  };
+  const unsigned smem = 227 * 1024;
+  int checked = 0;
+  for (unsigned tile = 0; tile < smem; tile += 1024)
+    for (int rows : {16, 32, 48, 64, 128, 192, 256})
+      for (int k16 = 0; k16 < 64; ++k16) {
+        const unsigned kStep = attnc::sm90::kMajorStepBytes(rows, k16);
+        if (tile + kStep + 16 <= smem) {
+          ASSERT_EQ(attnc::sm90::kMajorDescriptor(tile, rows, k16), reference(tile + kStep, 16, 1024))
+              << tile << " " << rows << " " << k16;
+          ++checked;
+        }
+        const unsigned mnStep = unsigned(k16) * 16 * 128;
+        if (tile + mnStep + 16 <= smem) {
+          ASSERT_EQ(attnc::sm90::mnMajorDescriptor(tile, rows, k16),
+                    reference(tile + mnStep, unsigned(rows) * 128, 1024))
+              << tile << " " << rows << " " << k16;
+          ++checked;
+        }
+      }
+  EXPECT_GT(checked, 10000);
+  EXPECT_EQ(attnc::sm90::matrixDescriptor(0x38C00, 16, 1024), reference(0x38C00, 16, 1024));
+}

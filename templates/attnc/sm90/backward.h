@@ -383,8 +383,10 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   const int kvRow = groupKv + 16 * warp + (lane >> 2);
   const int tileRow = 16 * warp + (lane >> 2);  // the same row inside the warpgroup's 64
   const int colInQuad = 2 * (lane & 3);
-  const u32 kTile = smem.k() + u32(64 * rowGroup * kSwizzleRowBytes);
-  const u32 vTile = smem.v() + u32(64 * rowGroup * kSwizzleRowBytes);
+  // (Shuffled from lane 0, which ptxas takes as warp-uniform: the descriptors built from them are
+  // then made in uniform registers rather than moved there by R2UR at every wgmma step.)
+  const u32 kTile = __shfl_sync(0xffffffffu, smem.k() + u32(64 * rowGroup * kSwizzleRowBytes), 0);
+  const u32 vTile = __shfl_sync(0xffffffffu, smem.v() + u32(64 * rowGroup * kSwizzleRowBytes), 0);
   // The first of this consumer's dK and dV columns, and their offsets in the Q and dO tiles (whole
   // 64-column chunks: bwd_config.h splitFits): 0 without the split.
   const int dkCol0 = Config::kSplit ? group * kDkN : 0;
@@ -410,8 +412,11 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   constexpr int kDqPartN = Config::kDqN / kDqParts;
   float dq[1][kDqPartN / 8][4];
   const int dqCol0 = group * Config::kDqN;
-  const u32 kColumns = smem.k() + u32((dqCol0 / kChunkElements) * Config::kBlockKV * kSwizzleRowBytes +
-                                      (dqCol0 % kChunkElements) * 2);
+  const u32 kColumns = __shfl_sync(
+      0xffffffffu,
+      smem.k() + u32((dqCol0 / kChunkElements) * Config::kBlockKV * kSwizzleRowBytes +
+                     (dqCol0 % kChunkElements) * 2),
+      0);
   // The ping-pong below (bwdPingPong, bwd_config.h): not with the head-dim split, dropout, masks
   // that read declared inputs or a score hook.
   constexpr bool kPingPong = bwdPingPong(Config::kSplit, Variant::kHasDropout,

@@ -292,7 +292,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   const float log2Scale = Variant::kHasScore ? kLog2e : p.scale * kLog2e;
   const u32 batchHead = u32(b * p.heads_q + h);
   const u32 dropThreshold = Variant::kHasDropout ? dropoutThreshold(p.dropout_p) : 0u;
-  const u32 qTile = smem.q(group);
+  const u32 qTile = __shfl_sync(0xffffffffu, smem.q(group), 0);  // (warp-uniform to ptxas)
 
   // The loop is software-pipelined as FlashAttention-3's intra-warpgroup overlap: iteration j
   // issues S_j = Q K_j^T and then O += P_{j-1} V_{j-1}, waits for S_j only, runs the score hook,

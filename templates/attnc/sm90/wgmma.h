@@ -23,25 +23,38 @@ constexpr int kChunkElements = 64;       // 16-bit elements per swizzled row
 
 // Matrix descriptor (PTX ISA, "matrix descriptor format"): start address, leading- and
 // stride-dimension byte offsets (each >> 4, 14 bits), 128-byte swizzle in bits 62-63.
-ATTNC_DEVICE u64 matrixDescriptor(u32 smemAddr, u32 leadingBytes, u32 strideBytes) {
-  return u64((smemAddr & 0x3FFFF) >> 4) | (u64((leadingBytes >> 4) & 0x3FFF) << 16) |
-         (u64((strideBytes >> 4) & 0x3FFF) << 32) | (u64(1) << 62);
+//
+// Built as a tile's low word plus a step's offset: a CTA's shared-memory addresses are below 2^18
+// (227 KiB) and 16-byte aligned, so the address field of `tile + offset` is the tile's plus
+// offset >> 4, with no carry out of its 14 bits. In a kernel the tile's words are computed once
+// per tile and each step adds a constant (one integer add), where masking and shifting each
+// step's address took about six instructions per descriptor (equal descriptors:
+// HopperForward.DescriptorStepsAddToTheTilesWord).
+ATTNC_HD u32 descriptorLow(u32 smemAddr, u32 leadingBytes) {
+  return (smemAddr >> 4) | (((leadingBytes >> 4) & 0x3FFF) << 16);
+}
+ATTNC_HD u32 descriptorHigh(u32 strideBytes) { return ((strideBytes >> 4) & 0x3FFF) | (1u << 30); }
+ATTNC_HD u64 matrixDescriptor(u32 smemAddr, u32 leadingBytes, u32 strideBytes) {
+  return u64(descriptorLow(smemAddr, leadingBytes)) | (u64(descriptorHigh(strideBytes)) << 32);
 }
 
 // A K-major operand (the reduction dimension contiguous, as Q and K are): `rows` rows of
 // `chunks` 64-wide column chunks, chunk c at c * rows * 128 bytes. Step k (16 columns) starts in
 // chunk k / 4, 32 bytes into its rows; 8-row groups are 1024 bytes apart (the stride offset).
-ATTNC_DEVICE u64 kMajorDescriptor(u32 tile, int rows, int k16) {
-  const u32 at = tile + u32((k16 / 4) * rows * kSwizzleRowBytes + (k16 % 4) * 32);
-  return matrixDescriptor(at, 16, kSwizzleAtomBytes);
+ATTNC_HD u32 kMajorStepBytes(int rows, int k16) {
+  return u32((k16 / 4) * rows * kSwizzleRowBytes + (k16 % 4) * 32);
+}
+ATTNC_HD u64 kMajorDescriptor(u32 tile, int rows, int k16) {
+  return u64(descriptorLow(tile, 16) + (kMajorStepBytes(rows, k16) >> 4)) |
+         (u64(descriptorHigh(kSwizzleAtomBytes)) << 32);
 }
 
 // An MN-major operand (the output dimension contiguous, as V is for O += P V): the tile's rows are
 // the reduction dimension. Step k covers rows 16 k .. 16 k + 15 (two 1024-byte atoms, the stride
 // offset); 64-wide chunks along N are rows * 128 bytes apart (the leading offset).
-ATTNC_DEVICE u64 mnMajorDescriptor(u32 tile, int rows, int k16) {
-  const u32 at = tile + u32(k16 * 16 * kSwizzleRowBytes);
-  return matrixDescriptor(at, u32(rows * kSwizzleRowBytes), kSwizzleAtomBytes);
+ATTNC_HD u64 mnMajorDescriptor(u32 tile, int rows, int k16) {
+  return u64(descriptorLow(tile, u32(rows * kSwizzleRowBytes)) + u32(k16 * 16 * kSwizzleRowBytes / 16)) |
+         (u64(descriptorHigh(kSwizzleAtomBytes)) << 32);
 }
 
 ATTNC_DEVICE void wgmmaFence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
