@@ -1,12 +1,13 @@
-"""Forward (or, with --backward, backward) A/B of several attnc builds in one process, in alternating
-batches: per bench row (bench_forward.py's names), each build's kernel on the same tensors, and
-cuDNN's where the row has it, warmed up, then R rounds of one batch each in turn (A, B, ..., cuDNN, A, B, ...), so that all
-see the same clocks, power and temperature; prints each one's median TFLOP/s and the ratios to the
-first build. One torch start and one compile per build and row, so it takes a fraction of
+"""Forward (or, with --backward, backward) A/B of several attnc builds in one process, in
+alternating batches: per bench row (bench_forward.py's names), each build's kernel on the same
+tensors, and cuDNN's where the row has it, warmed up, then R rounds of one batch each in turn (A,
+B, ..., cuDNN, A, B, ...), so that all see the same clocks, power and temperature; prints each
+one's median TFLOP/s and the ratios to the first build. One torch start and one compile per build and row, so it takes a fraction of
 bench/ab.py's time (which starts a bench process per build and round). Outputs are checked against
 the first build's (same inputs; dropout rows compare the same seed; the backward compares dQ).
 
-  python3 bench/ab_mix.py --lib A.so --lib B.so [--lib C.so] [--backward] [--rounds 40] --only "hd128 full N=4K"
+  python3 bench/ab_mix.py --lib A.so --lib B.so [--lib C.so] [--backward] [--rounds 40] \
+      --only "hd128 full N=4K"
 """
 import argparse
 import os
@@ -66,6 +67,7 @@ def backward_fns(libs, row, dev):
         dk, dv = torch.empty_like(k), torch.empty_like(v)
         ws = torch.empty(kern.backward_workspace_bytes(B, N), device=dev, dtype=torch.uint8)
         a = kern.make_backward_args(q, k, v, o, do, lse, dq, dk, dv, inputs, 42, 0, "bhsd", False, ws)
+        # (keep: the buffers the arguments point at live as long as the launch)
         fns.append(lambda kern=kern, a=a, keep=(o, lse, dk, dv, ws): kern.launch_backward(a, stream))
         outs.append(dq)
     if row.mask in ("none", "causal") and not row.alibi and not row.softcap:
