@@ -2,9 +2,10 @@
 alternating batches: per bench row (bench_forward.py's names), each build's kernel on the same
 tensors, and cuDNN's where the row has it, warmed up, then R rounds of one batch each in turn (A,
 B, ..., cuDNN, A, B, ...), so that all see the same clocks, power and temperature; prints each
-one's median TFLOP/s and the ratios to the first build. One torch start and one compile per build and row, so it takes a fraction of
-bench/ab.py's time (which starts a bench process per build and round). Outputs are checked against
-the first build's (same inputs; dropout rows compare the same seed; the backward compares dQ).
+one's median TFLOP/s and the ratios to the first build. One torch start and one compile per build
+and row, so it takes a fraction of bench/ab.py's time (which starts a bench process per build and
+round). Outputs are checked against the first build's (same inputs; dropout rows compare the same
+seed; the backward compares dQ).
 
   python3 bench/ab_mix.py --lib A.so --lib B.so [--lib C.so] [--backward] [--rounds 40] \
       --only "hd128 full N=4K"
