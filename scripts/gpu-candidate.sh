@@ -7,9 +7,9 @@
 #   bash scripts/gpu-candidate.sh CANDIDATE BASE [--fwd ROW]... [--bwd ROW]... [--out DIR]
 #                                 [--no-suites] [--rounds N]
 # 1. the forward suite, 2. the backward suite, 3. compute-sanitizer memcheck and racecheck over
-# both small subsets, all on CANDIDATE; 4. bench/ab.py over the --fwd rows, 5. over the --bwd rows
-# (BASE first, so the ratios are CANDIDATE / BASE). Logs and tables go to DIR ($OUT, else
-# /tmp/gpu-candidate).
+# both small subsets, all on CANDIDATE; 4. bench/ab_mix.py over the --fwd rows, 5. its --backward
+# over the --bwd rows (BASE first, so the ratios are CANDIDATE / BASE; --rounds alternating
+# batches each, 30 unless told). Logs and tables go to DIR ($OUT, else /tmp/gpu-candidate).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,7 +17,7 @@ usage() { sed -n '7,8p' "$0" | sed -e '1s/^#  */usage: /' -e '2s/^#/      /' >&2
 [[ $# -ge 2 ]] || usage
 candidate=$1 base=$2
 shift 2
-fwd=() bwd=() out=${OUT:-/tmp/gpu-candidate} suites=1 rounds=2
+fwd=() bwd=() out=${OUT:-/tmp/gpu-candidate} suites=1 rounds=30
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --fwd) [[ $# -ge 2 ]] || usage; fwd+=(--only "$2"); shift 2 ;;
@@ -46,13 +46,16 @@ if [[ $suites == 1 ]]; then
   grep -E "SUMMARY" "$out/sanitize.log"
 fi
 if [[ ${#fwd[@]} -gt 0 ]]; then
-  step "A/B forward" $((90 * rounds + 30)) "$out/ab-forward.md" \
-    python3 bench/ab.py --lib "$base" --lib "$candidate" --rounds "$rounds" --timeout 80 "${fwd[@]}"
+  # Per row a few seconds of timed batches at 30 rounds, plus each build's compile and warm-up (5
+  # rows of 4 builds took 55 s); the limits leave room for that twice over. fwd and bwd hold two
+  # words a row (--only ROW).
+  step "A/B forward" $((60 + 12 * ${#fwd[@]})) "$out/ab-forward.md" \
+    python3 bench/ab_mix.py --lib "$base" --lib "$candidate" --rounds "$rounds" "${fwd[@]}"
   cat "$out/ab-forward.md"
 fi
 if [[ ${#bwd[@]} -gt 0 ]]; then
-  step "A/B backward" $((150 * rounds + 30)) "$out/ab-backward.md" \
-    python3 bench/ab.py --backward --lib "$base" --lib "$candidate" --rounds "$rounds" --timeout 140 "${bwd[@]}"
+  step "A/B backward" $((60 + 15 * ${#bwd[@]})) "$out/ab-backward.md" \
+    python3 bench/ab_mix.py --backward --lib "$base" --lib "$candidate" --rounds "$rounds" "${bwd[@]}"
   cat "$out/ab-backward.md"
 fi
 echo "== gpu-candidate: $candidate against $base"
