@@ -10,7 +10,8 @@
 # limit; 340-470 s without, so `--no-jit` and bench/jit_time.py --rounds 2 in a second call are
 # the safer pair (each bench implementation warms up for 500 ms); the bench rows are the committed
 # tables' (N=4K, N=8K, hd128 N=16K). The sanitizers get 150 s: compiling their kernels into an
-# empty cache took more than the 45 s an earlier hand-written version allowed, which cut the backward racecheck.
+# empty cache took more than the 45 s an earlier hand-written version allowed, which cut the
+# backward racecheck.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

@@ -274,4 +274,3 @@ TEST_F(JitCache, SpillingTileFallsBack) {
 
 }  // namespace
 }  // namespace attnc
-

@@ -468,7 +468,6 @@ TEST(Target, FromDeviceWithoutGpuIsAnError) {
   EXPECT_NE(status.message.find("Target::fromDevice(4096)"), std::string::npos) << status.message;
 }
 
-// A fresh directory under the test's temp dir.
 std::string readFile(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};

@@ -330,19 +330,21 @@ LogicalResult emitMaskSplit(llvm::raw_ostream& out, Region& mask, DictionaryAttr
     os << "};\n  }\n";
   };
   RegionEmitter emitter(os, inputs);
+  const llvm::DenseMap<Value, std::string> ownNames = names(nullptr, nullptr);
   os << "  template <class P>\n  ATTNC_HD static MaskRow mask_row(const P& p, int b, int h, int q) {\n";
-  if (failed(emitter.emitOps(rowOps, names(nullptr, nullptr), true))) return failure();
+  if (failed(emitter.emitOps(rowOps, ownNames, true))) return failure();
   emitReturn("MaskRow", rowOut);
   os << "  template <class P>\n  ATTNC_HD static MaskCol mask_col(const P& p, int b, int h, int k) {\n";
-  if (failed(emitter.emitOps(colOps, names(nullptr, nullptr), true))) return failure();
+  if (failed(emitter.emitOps(colOps, ownNames, true))) return failure();
   emitReturn("MaskCol", colOut);
   os << "  template <class P>\n  ATTNC_HD static bool mask_join(const P& p, int b, int h, int q, int k, "
         "const MaskRow& r, const MaskCol& c) {\n";
   llvm::DenseSet<Value> given(rowOut.begin(), rowOut.end());
   given.insert(colOut.begin(), colOut.end());
-  if (failed(emitter.emitOps(closure({yield->getOperand(0)}, given), names("r.", "c."), true)))
+  const llvm::DenseMap<Value, std::string> joinNames = names("r.", "c.");
+  if (failed(emitter.emitOps(closure({yield->getOperand(0)}, given), joinNames, true)))
     return failure();
-  os << "    return " << names("r.", "c.").lookup(yield->getOperand(0)) << ";\n  }\n";
+  os << "    return " << joinNames.lookup(yield->getOperand(0)) << ";\n  }\n";
   out << "  // The mask split for per-element tiles: the values of one row, of one key, and the join\n"
          "  // (EmitCUDA.cpp emitMaskSplit; sm80/epilogue.h forEachKeep).\n";
   emitStruct("MaskRow", rowOut);

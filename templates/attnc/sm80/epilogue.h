@@ -84,9 +84,7 @@ ATTNC_DEVICE void forEachElement(const Params& p, int qRow, int kCol, Visit&& vi
   });
 }
 
-// Whether a Variant carries the mask split into its row, key and join parts (EmitCUDA.cpp
-// emitMaskSplit: kMaskSplit, MaskRow, MaskCol, mask_row, mask_col, mask_join); hand-written ones
-// (the unit tests') need not.
+// T where B holds, else F (std::conditional, which NVRTC's headers do not offer here).
 template <bool B, class T, class F>
 struct SelectType {
   using type = T;
@@ -95,8 +93,10 @@ template <class T, class F>
 struct SelectType<false, T, F> {
   using type = F;
 };
-// Parts<true>::Row / Col are its MaskRow / MaskCol, Parts<false> empty placeholders, so that a
-// kernel can declare them whether or not it takes the split.
+// Whether a Variant carries the mask split into its row, key and join parts (EmitCUDA.cpp
+// emitMaskSplit: kMaskSplit, MaskRow, MaskCol, mask_row, mask_col, mask_join); hand-written ones
+// (the unit tests') need not. Parts<true>::Row / Col are its MaskRow / MaskCol, Parts<false> empty
+// placeholders, so that a kernel can declare them whether or not it takes the split.
 struct NoMaskParts {
   struct Row {};
   struct Col {};

@@ -44,17 +44,22 @@ ATTNC_HD u64 matrixDescriptor(u32 smemAddr, u32 leadingBytes, u32 strideBytes) {
 ATTNC_HD u32 kMajorStepBytes(int rows, int k16) {
   return u32((k16 / 4) * rows * kSwizzleRowBytes + (k16 % 4) * 32);
 }
+// A descriptor from its low word: both operand kinds below step 8-row groups one 1024-byte swizzle
+// atom apart (the stride offset).
+ATTNC_HD u64 atomStrideDescriptor(u32 low) {
+  return u64(low) | (u64(descriptorHigh(kSwizzleAtomBytes)) << 32);
+}
 ATTNC_HD u64 kMajorDescriptor(u32 tile, int rows, int k16) {
-  return u64(descriptorLow(tile, 16) + (kMajorStepBytes(rows, k16) >> 4)) |
-         (u64(descriptorHigh(kSwizzleAtomBytes)) << 32);
+  return atomStrideDescriptor(descriptorLow(tile, 16) + (kMajorStepBytes(rows, k16) >> 4));
 }
 
 // An MN-major operand (the output dimension contiguous, as V is for O += P V): the tile's rows are
 // the reduction dimension. Step k covers rows 16 k .. 16 k + 15 (two 1024-byte atoms, the stride
 // offset); 64-wide chunks along N are rows * 128 bytes apart (the leading offset).
+ATTNC_HD u32 mnMajorStepBytes(int k16) { return u32(k16 * 16 * kSwizzleRowBytes); }
 ATTNC_HD u64 mnMajorDescriptor(u32 tile, int rows, int k16) {
-  return u64(descriptorLow(tile, u32(rows * kSwizzleRowBytes)) + u32(k16 * 16 * kSwizzleRowBytes / 16)) |
-         (u64(descriptorHigh(kSwizzleAtomBytes)) << 32);
+  return atomStrideDescriptor(descriptorLow(tile, u32(rows * kSwizzleRowBytes)) +
+                              (mnMajorStepBytes(k16) >> 4));
 }
 
 ATTNC_DEVICE void wgmmaFence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
