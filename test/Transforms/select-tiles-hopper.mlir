@@ -2,14 +2,31 @@
 // consumer keeps after setmaxnreg (240), in whole 64-key steps.
 // RUN: attnc-opt %s --attn-select-tiles="arch=sm_90a smem-per-block=232448 smem-per-sm=233472" | FileCheck %s
 
-// hd128: O + S + P = 64 + 80 + 40 = 184 <= 240 - 56 at B_c = 160, rounded to 128; 3 stages fit.
+// hd128: O + S + P = 64 + 80 + 40 = 184 <= 240 - 56 at B_c = 160, rounded to 128; 3 stages fit,
+// but without an epilogue hd128 keeps 2 (measured faster).
 // CHECK-LABEL: attn.attention @hd128
 // CHECK: tiles = {block_kv = 128 : i64, block_q = 128 : i64
 // CHECK-SAME: "wgmma m64nNk16: B_r = 64 x 2 consumer warpgroups = 128
+// CHECK-SAME: (two stages: head dims 128 without an epilogue ran faster with two than with three)
 // CHECK-SAME: kernel = "sm90"
-// CHECK-SAME: smem_bytes = 230528 : i64, stages = 3 : i64, warps = 12 : i64
+// CHECK-SAME: smem_bytes = 164952 : i64, stages = 2 : i64, warps = 12 : i64
 attn.attention @hd128 attributes {dropout = 0.0, element_type = bf16, head_dim = 128,
     head_dim_v = 128, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.125} mask {} score {}
+
+// hd128 with dropout (an epilogue): the three stages that fit.
+// CHECK-LABEL: attn.attention @hd128_dropout
+// CHECK: tiles = {block_kv = 128 : i64, block_q = 128 : i64
+// CHECK-NOT: two stages
+// CHECK-SAME: smem_bytes = 230528 : i64, stages = 3 : i64, warps = 12 : i64
+attn.attention @hd128_dropout attributes {dropout = 0.1, element_type = bf16, head_dim = 128,
+    head_dim_v = 128, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.125} mask {} score {}
+
+// hd96 (not measured with two stages): the three that fit.
+// CHECK-LABEL: attn.attention @hd96
+// CHECK: tiles = {block_kv = 128 : i64, block_q = 128 : i64
+// CHECK-SAME: stages = 3 : i64
+attn.attention @hd96 attributes {dropout = 0.0, element_type = bf16, head_dim = 96,
+    head_dim_v = 96, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.1} mask {} score {}
 
 // hd256: O alone is 128 registers; B_c = 64.
 // CHECK-LABEL: attn.attention @hd256

@@ -274,16 +274,24 @@ FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
   // bytes at the 112 that 16-key steps gave from 128).
   while (blockKV > 16 && hopperSmemBytes(consumers, blockKV, 2, d, dv) > target.smemPerBlock)
     blockKV -= !three && blockKV > 64 ? 64 : 16;
+  // Except: head dims 128 / 128 with two consumers and no fused epilogue keep two stages, where a
+  // third fits. Measured on the H200 (docs/perf/H200.md, 2026-12-02, bench/ab_mix.py): two stages
+  // against three at B_c = 128 ran hd128 full N = 4K 1.040, N = 16K 1.036, causal 1.023, GQA
+  // 1.026, window 1.019 (and B_c = 176 or 192 with two stages no faster than 128 with two).
+  const bool twoStages = !three && d == 128 && dv == 128 && epilogue == 0;
   int64_t stages = 2;
-  while (stages < kHopperMaxStages &&
+  while (!twoStages && stages < kHopperMaxStages &&
          hopperSmemBytes(consumers, blockKV, stages + 1, d, dv) <= target.smemPerBlock)
     ++stages;
   int64_t smem = hopperSmemBytes(consumers, blockKV, stages, d, dv);
   if (smem > target.smemPerBlock) return failure();
   note(llvm::formatv("shared memory: Q {0} rows + {1} stages of K and V ({2} rows each), 64-element "
                      "swizzled column chunks of head dims {3} / {4}, + barriers and alignment = {5} "
-                     "B <= {6} B",
-                     blockQ, stages, blockKV, d, dv, smem, target.smemPerBlock));
+                     "B <= {6} B{7}",
+                     blockQ, stages, blockKV, d, dv, smem, target.smemPerBlock,
+                     twoStages ? " (two stages: head dims 128 without an epilogue ran faster with "
+                                 "two than with three)"
+                               : ""));
 
   if (problem.blockQOverride || problem.blockKVOverride) {
     if (problem.blockQOverride) {
