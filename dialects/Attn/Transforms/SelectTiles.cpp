@@ -43,6 +43,7 @@ struct AttnSelectTiles final : mlir::attn::impl::AttnSelectTilesBase<AttnSelectT
                           scoreOps};
       if (!op.getMask().empty())
         problem.maskOps = int64_t(op.getMask().front().getOperations().size()) - 1;  // no yield
+      problem.dropout = op.getDropout().convertToDouble() > 0;
       FailureOr<TileChoice> choice = deriveTiles(problem, target);
       if (failed(choice)) {
         InFlightDiagnostic error = op.emitOpError()

@@ -274,11 +274,13 @@ FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
   // bytes at the 112 that 16-key steps gave from 128).
   while (blockKV > 16 && hopperSmemBytes(consumers, blockKV, 2, d, dv) > target.smemPerBlock)
     blockKV -= !three && blockKV > 64 ? 64 : 16;
-  // Except: head dims 128 / 128 with two consumers and no fused epilogue keep two stages, where a
-  // third fits. Measured on the H200 (docs/perf/H200.md, 2026-12-02, bench/ab_mix.py): two stages
-  // against three at B_c = 128 ran hd128 full N = 4K 1.040, N = 16K 1.036, causal 1.023, GQA
-  // 1.026, window 1.019 (and B_c = 176 or 192 with two stages no faster than 128 with two).
-  const bool twoStages = !three && d == 128 && dv == 128 && epilogue == 0;
+  // Except: head dims 128 / 128 with two consumers, without dropout and without a per-element
+  // score hook, keep two stages where a third fits. Measured on the H200 (docs/perf/H200.md,
+  // 2026-12-02, bench/ab_mix.py), two stages against three at B_c = 128: hd128 full N = 4K 1.037,
+  // causal 1.026, GQA 1.028, window 1.018, document 1.029; dropout 0.967 and ALiBi 1.003 (and
+  // softcap's kernel spills with two); B_c = 176 or 192 with two stages no faster than 128.
+  const bool twoStages =
+      !three && d == 128 && dv == 128 && !problem.dropout && problem.scoreOps == 0;
   int64_t stages = 2;
   while (!twoStages && stages < kHopperMaxStages &&
          hopperSmemBytes(consumers, blockKV, stages + 1, d, dv) <= target.smemPerBlock)
@@ -289,8 +291,8 @@ FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
                      "swizzled column chunks of head dims {3} / {4}, + barriers and alignment = {5} "
                      "B <= {6} B{7}",
                      blockQ, stages, blockKV, d, dv, smem, target.smemPerBlock,
-                     twoStages ? " (two stages: head dims 128 without an epilogue ran faster with "
-                                 "two than with three)"
+                     twoStages ? " (two stages: head dims 128 without dropout or a score hook ran "
+                                 "faster with two than with three)"
                                : ""));
 
   if (problem.blockQOverride || problem.blockKVOverride) {
@@ -449,8 +451,14 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
                        smem(2), target.smemPerBlock));
     return;
   }
+  // Head dims 128 / 128 without the split or dropout keep two Q/dO stages where three fit, as
+  // the forward does: on the H200 (docs/perf/H200-backward.md, 2026-12-02, bench/ab_mix.py
+  // --backward) two against three ran hd128 full N = 4K 1.013, causal 1.020, window 1.020,
+  // prefix-LM 1.008, document 1.006, ALiBi 1.004, and dropout 0.972.
+  const bool twoStages = !split && d == 128 && dv == 128 && !problem.dropout;
   int64_t stages = 2;
-  while (stages < kHopperBwdMaxStages && smem(stages + 1) <= target.smemPerBlock) ++stages;
+  while (!twoStages && stages < kHopperBwdMaxStages && smem(stages + 1) <= target.smemPerBlock)
+    ++stages;
   choice.kvKernel = "sm90";
   choice.hopperSplit = split;
   choice.hopperStages = stages;

@@ -40,7 +40,8 @@ struct TileProblem {
   // accumulators (see attn-derive-backward), or -1 when it cannot run there at all.
   int64_t hopperBackwardExtra = 0;
   // For the sm_90a dK/dV kernel's ping-pong (bwd_config.h bwdPingPong): dropout, a mask that
-  // reads declared inputs, a score hook.
+  // reads declared inputs, a score hook. Dropout also decides the stage counts at head dims 128
+  // (forward and dK/dV kernel: two stages without it, deriveHopperTiles).
   bool dropout = false, maskReadsInputs = false, scoreHook = false;
 };
 
