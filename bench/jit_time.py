@@ -1,6 +1,7 @@
 """Cold JIT compile time per spec: one attnc_compile_file_ex call (libattnc.so's C API, NVRTC
 included) with a fresh, empty ATTNC_CACHE_DIR, each in a process of its own, timed inside the
-process (interpreter start, dlopen and loading NVRTC excluded), forward alone and forward with
+process (interpreter start and libattnc's dlopen excluded; loading NVRTC, 13-20 ms warm on
+the build machine, included, as in any process's first JIT), forward alone and forward with
 backward. Needs no GPU (pass --target). With several --lib, each spec's runs alternate between
 them (A, B, A, B, ...) so that the machine's load hits all alike. Prints a markdown table (the
 fastest of the rounds), slowest spec first.

@@ -132,6 +132,7 @@ attn.tiled_forward @tiles_hd256_dropout attributes {dropout = 0.1, element_type 
 // without dropout keeps two (measured faster); the sm80 tiles stay for the delta and
 // dQ-conversion kernels.
 // HOPPER-LABEL: attn.tiled_backward @hopper_hd128_bwd
+// HOPPER-SAME: 2 Q/dO stages, 198760 B <= 232448 B shared (two stages: head dims 128 without dropout ran faster with two than with three)
 // HOPPER-SAME: hopper_smem_bytes = 198760 : i64, hopper_split = 0 : i64, hopper_stages = 2 : i64
 // HOPPER-SAME: kv_kernel = "sm90"
 attn.tiled_forward @hopper_hd128 attributes {dropout = 0.0, element_type = bf16, head_dim = 128,
@@ -145,10 +146,10 @@ attn.tiled_forward @hopper_hd128 attributes {dropout = 0.0, element_type = bf16,
 
 // sm_90a with dropout at head dim 128: the keep bits are made before S^T and dP^T are live, so
 // dropout costs the wgmma dK/dV kernel no register (ptxas: no spill).
-// With dropout the dK/dV kernel keeps the three Q/dO stages that fit.
+// With dropout the dK/dV kernel keeps the three Q/dO stages that fit (the note ends there).
 // HOPPER-LABEL: attn.tiled_backward @hopper_dropout_bwd
 // HOPPER-SAME: sm_90a dK/dV kernel: 2 consumer warpgroups
-// HOPPER-SAME: + 0 epilogue = 240 <= 240 per consumer thread; 3 Q/dO stages, 232072 B
+// HOPPER-SAME: + 0 epilogue = 240 <= 240 per consumer thread; 3 Q/dO stages, 232072 B <= 232448 B shared"
 // HOPPER-SAME: kv_kernel = "sm90"
 attn.tiled_forward @hopper_dropout attributes {dropout = 0.1, element_type = bf16, head_dim = 128,
     head_dim_v = 128, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.088,

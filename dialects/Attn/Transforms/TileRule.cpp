@@ -291,9 +291,10 @@ FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
                      "swizzled column chunks of head dims {3} / {4}, + barriers and alignment = {5} "
                      "B <= {6} B{7}",
                      blockQ, stages, blockKV, d, dv, smem, target.smemPerBlock,
-                     twoStages ? " (two stages: head dims 128 without dropout or a score hook ran "
-                                 "faster with two than with three)"
-                               : ""));
+                     twoStages && hopperSmemBytes(consumers, blockKV, 3, d, dv) <= target.smemPerBlock
+                         ? " (two stages: head dims 128 without dropout or a score hook ran faster "
+                           "with two than with three)"
+                         : ""));
 
   if (problem.blockQOverride || problem.blockKVOverride) {
     if (problem.blockQOverride) {
@@ -466,11 +467,15 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
   note(llvm::formatv("sm_90a dK/dV kernel: {0} consumer warpgroups x 64 kv rows{11} = {1} kept K/V rows, "
                      "q tiles of {2} rows (wgmma M); registers {3} (dK, dV, S^T, dP^T, dS^T) + {4} "
                      "reserve + {5} epilogue = {6} <= {7} per consumer thread; {8} Q/dO stages, {9} B "
-                     "<= {10} B shared",
+                     "<= {10} B shared{12}",
                      consumers, attnc::sm90::bwdKvRows(int(consumers), split),
                      attnc::sm90::kBwdBlockQ, model, kHopperBwdReserveRegisters,
                      problem.hopperBackwardExtra, needed, available, stages, choice.hopperSmemBytes,
-                     target.smemPerBlock, split ? " (shared)" : ""));
+                     target.smemPerBlock, split ? " (shared)" : "",
+                     twoStages && smem(3) <= target.smemPerBlock
+                         ? " (two stages: head dims 128 without dropout ran faster with two than "
+                           "with three)"
+                         : ""));
   const char* noTurns =
       split             ? "the head-dim split's consumers compute the same S^T and dP^T"
       : problem.dropout ? "dropout: Philox outweighs the GEMMs, turns would only delay it"
