@@ -277,8 +277,9 @@ FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
   // Except: head dims 128 / 128 with two consumers, without dropout and without a per-element
   // score hook, keep two stages where a third fits. Measured on the H200 (docs/perf/H200.md,
   // 2026-12-02, bench/ab_mix.py), two stages against three at B_c = 128: hd128 full N = 4K 1.037,
-  // causal 1.026, GQA 1.028, window 1.018, document 1.029; dropout 0.967 and ALiBi 1.003 (and
-  // softcap's kernel spills with two); B_c = 176 or 192 with two stages no faster than 128.
+  // causal 1.026, GQA 1.028, window 1.018, document 1.029 and 1.051 (two A/Bs); dropout 0.967
+  // and ALiBi 1.003 (and softcap's kernel spills with two); B_c = 176 or 192 with two stages no
+  // faster than 128.
   const bool twoStages =
       !three && d == 128 && dv == 128 && !problem.dropout && problem.scoreOps == 0;
   int64_t stages = 2;

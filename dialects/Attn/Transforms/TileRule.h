@@ -41,7 +41,8 @@ struct TileProblem {
   int64_t hopperBackwardExtra = 0;
   // For the sm_90a dK/dV kernel's ping-pong (bwd_config.h bwdPingPong): dropout, a mask that
   // reads declared inputs, a score hook. Dropout also decides the stage counts at head dims 128
-  // (forward and dK/dV kernel: two stages without it, deriveHopperTiles).
+  // (forward and dK/dV kernel: two stages without it; deriveHopperTiles and
+  // deriveHopperBackwardTiles).
   bool dropout = false, maskReadsInputs = false, scoreHook = false;
 };
 
