@@ -4,7 +4,8 @@ process (interpreter start and libattnc's dlopen excluded; loading NVRTC, 13-20 
 the build machine, included, as in any process's first JIT), forward alone and forward with
 backward. Needs no GPU (pass --target). With several --lib, each spec's runs alternate between
 them (A, B, A, B, ...) so that the machine's load hits all alike. Prints a markdown table (the
-fastest of the rounds), slowest spec first.
+fastest of the rounds), slowest spec first, then the machine (CPU model and count, load average)
+and the libnvrtc file the compiles loaded.
   python3 bench/jit_time.py [--lib .device/bundle/libattnc.so [--lib OTHER]] [--target sm_90a] \
       [--rounds 2] examples/*.yaml
 """
@@ -35,7 +36,31 @@ def one(lib, spec, target, backward):
     shutil.rmtree(cache, ignore_errors=True)
     if rc != 0:
         sys.exit(f"{spec}: {error.value.decode() if error.value else 'error ' + str(rc)}")
-    print(f"{seconds:.3f}")
+    print(f"{seconds:.3f}\t{loaded_nvrtc()}")
+
+
+def loaded_nvrtc():
+    """The libnvrtc file this process mapped (Linux), or '?'."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split()[-1]
+                if "libnvrtc.so" in os.path.basename(path):
+                    return os.path.realpath(path)
+    except OSError:
+        pass
+    return "?"
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "?"
 
 
 def main():
@@ -50,7 +75,8 @@ def main():
     libs = args.lib or [os.environ.get("ATTNC_LIB", os.path.join(HERE, "..", ".device", "bundle", "libattnc.so"))]
     if args.one:
         return one(os.path.abspath(libs[0]), args.specs[0], args.target, args.one == "bwd")
-    rows = []
+    rows, nvrtcs = [], set()
+    load_before = os.getloadavg()[0]
     for spec in args.specs:
         best = {}
         for _ in range(args.rounds):
@@ -60,8 +86,10 @@ def main():
                                           "--target", args.target, spec], capture_output=True, text=True)
                     if run.returncode != 0:
                         sys.exit(run.stderr.strip() or f"{spec}: exit {run.returncode}")
+                    seconds, nvrtc = run.stdout.strip().split("\t")
+                    nvrtcs.add(nvrtc)
                     key = (lib, mode)
-                    best[key] = min(best.get(key, float("inf")), float(run.stdout.strip()))
+                    best[key] = min(best.get(key, float("inf")), float(seconds))
         rows.append((os.path.splitext(os.path.basename(spec))[0], best))
     label = (lambda i: "") if len(libs) == 1 else (lambda i: f", {chr(ord('A') + i)}")
     header = "".join(f" forward{label(i)} (s) | forward + backward{label(i)} (s) |" for i in range(len(libs)))
@@ -73,6 +101,10 @@ def main():
     if len(libs) > 1:
         for i, lib in enumerate(libs):
             print(f"- {chr(ord('A') + i)}: {lib}")
+    # Compile times differ between machines and between starts of one machine by more than
+    # kernel changes move them (docs/perf/H200.md): say which machine and NVRTC these are.
+    print(f"- machine: {cpu_model()}, {os.cpu_count()} CPUs; 1-minute load average {load_before:.1f} "
+          f"before, {os.getloadavg()[0]:.1f} after; NVRTC {', '.join(sorted(nvrtcs))}")
 
 if __name__ == "__main__":
     main()
