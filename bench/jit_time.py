@@ -4,8 +4,8 @@ process (interpreter start and libattnc's dlopen excluded; loading NVRTC, 13-20 
 the build machine, included, as in any process's first JIT), forward alone and forward with
 backward. Needs no GPU (pass --target). With several --lib, each spec's runs alternate between
 them (A, B, A, B, ...) so that the machine's load hits all alike. Prints a markdown table (the
-fastest of the rounds), slowest spec first, then the machine (CPU model and count, load average)
-and the libnvrtc file the compiles loaded.
+fastest of the rounds), slowest spec first, then the machine (CPU model and count, load average),
+the libnvrtc files the compiles loaded and how long loading them takes in a fresh process.
   python3 bench/jit_time.py [--lib .device/bundle/libattnc.so [--lib OTHER]] [--target sm_90a] \
       [--rounds 2] examples/*.yaml
 """
@@ -40,16 +40,29 @@ def one(lib, spec, target, backward):
 
 
 def loaded_nvrtc():
-    """The libnvrtc file this process mapped (Linux), or '?'."""
+    """The libnvrtc files this process mapped (Linux: libnvrtc and its builtins, joined by ':'),
+    or '?'."""
+    found = []
     try:
         with open("/proc/self/maps") as maps:
             for line in maps:
                 path = line.split()[-1]
-                if "libnvrtc.so" in os.path.basename(path):
-                    return os.path.realpath(path)
+                if os.path.basename(path).startswith(("libnvrtc.so", "libnvrtc-builtins.so")):
+                    path = os.path.realpath(path)
+                    if path not in found:
+                        found.append(path)
     except OSError:
         pass
-    return "?"
+    return ":".join(sorted(found)) or "?"
+
+
+def load_only(files):
+    """Loads the NVRTC files (as loaded_nvrtc names them) in this fresh process; prints the
+    seconds: the share of a cold JIT that is loading NVRTC rather than compiling."""
+    start = time.perf_counter()
+    for path in files.split(":"):
+        ctypes.CDLL(path)
+    print(f"{time.perf_counter() - start:.3f}")
 
 
 def cpu_model():
@@ -70,9 +83,11 @@ def main():
                     "$ATTNC_LIB, else .device/bundle/libattnc.so")
     ap.add_argument("--target", default="sm_90a")
     ap.add_argument("--rounds", type=int, default=1, help="runs per spec and mode; the table has the fastest")
-    ap.add_argument("--one", choices=["fwd", "bwd"], help=argparse.SUPPRESS)
+    ap.add_argument("--one", choices=["fwd", "bwd", "load"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     libs = args.lib or [os.environ.get("ATTNC_LIB", os.path.join(HERE, "..", ".device", "bundle", "libattnc.so"))]
+    if args.one == "load":
+        return load_only(args.specs[0])
     if args.one:
         return one(os.path.abspath(libs[0]), args.specs[0], args.target, args.one == "bwd")
     rows, nvrtcs = [], set()
@@ -104,7 +119,17 @@ def main():
     # Compile times differ between machines and between starts of one machine by more than
     # kernel changes move them (docs/perf/H200.md): say which machine and NVRTC these are.
     print(f"- machine: {cpu_model()}, {os.cpu_count()} CPUs; 1-minute load average {load_before:.1f} "
-          f"before, {os.getloadavg()[0]:.1f} after; NVRTC {', '.join(sorted(nvrtcs))}")
+          f"before, {os.getloadavg()[0]:.1f} after")
+    for files in sorted(nvrtcs):
+        loads = []
+        for _ in range(3):
+            run = subprocess.run([sys.executable, __file__, "--one", "load", files], capture_output=True,
+                                 text=True)
+            if run.returncode == 0:
+                loads.append(float(run.stdout.strip()))
+        spread = f"{min(loads):.3f}-{max(loads):.3f} s" if loads else "failed"
+        print(f"- NVRTC {files.replace(':', ' + ')}: loading it in a fresh process (part of every "
+              f"time above) {spread} (3 runs)")
 
 if __name__ == "__main__":
     main()
