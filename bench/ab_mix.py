@@ -40,7 +40,7 @@ def forward_fns(libs, row, dev):
                            seed=42, offset=0, layout="bhsd")
         fns.append(lambda kern=kern, a=a: kern.launch(a, stream))
         outs.append(o)
-    if row.mask in ("none", "causal") and not row.alibi and not row.softcap:
+    if row.plain:
         def cudnn():
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=row.mask == "causal",
@@ -71,7 +71,7 @@ def backward_fns(libs, row, dev):
         # (keep: the buffers the arguments point at live as long as the launch)
         fns.append(lambda kern=kern, a=a, keep=(o, lse, dk, dv, ws): kern.launch_backward(a, stream))
         outs.append(dq)
-    if row.mask in ("none", "causal") and not row.alibi and not row.softcap:
+    if row.plain:
         leaves = [t.detach().requires_grad_() for t in (q, k, v)]
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             out = F.scaled_dot_product_attention(*leaves, is_causal=row.mask == "causal",

@@ -45,7 +45,7 @@ def run_row(lib, row, flex, create_block_mask, use_flex):
     res = {"row": row.name, "tflops": {}, "note": {}}
     scale = 1.0 / math.sqrt(D)
     causal = row.mask == "causal"
-    plain = row.mask in ("none", "causal") and not row.alibi and not row.softcap
+    plain = row.plain
 
     kern = lib.compile_text(fwd.spec_of(row), backward=True)
     o = torch.empty_like(q)

@@ -46,6 +46,11 @@ class Row:
     def causal(self):
         return self.mask in ("causal", "window", "prefix", "document")
 
+    @property
+    def plain(self):
+        """Whether torch SDPA (cuDNN, FA2) expresses the row: no mask or causal, no score hook."""
+        return self.mask in ("none", "causal") and not self.alibi and not self.softcap
+
 
 def rows(quick):
     out = []
@@ -220,7 +225,7 @@ def run_row(lib, row, flex, create_block_mask, log):
            "ms": {}, "tflops": {}, "note": {}}
     scale = 1.0 / math.sqrt(D)
     causal = row.mask == "causal"
-    plain = row.mask in ("none", "causal") and not row.alibi and not row.softcap
+    plain = row.plain
 
     # attnc
     kern = lib.compile_text(spec_of(row))

@@ -382,7 +382,7 @@ TEST(HopperForward, DescriptorStepsAddToTheTilesWord) {
   for (unsigned tile = 0; tile < smem; tile += 1024)
     for (int rows : {16, 32, 48, 64, 128, 192, 256})
       for (int k16 = 0; k16 < 64; ++k16) {
-        const unsigned kStep = attnc::sm90::kMajorStepBytes(rows, k16);
+        const unsigned kStep = unsigned((k16 / 4) * rows * 128 + (k16 % 4) * 32);
         if (tile + kStep + 16 <= smem) {
           ASSERT_EQ(attnc::sm90::kMajorDescriptor(tile, rows, k16), reference(tile + kStep, 16, 1024))
               << tile << " " << rows << " " << k16;

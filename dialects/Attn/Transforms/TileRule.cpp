@@ -193,6 +193,18 @@ int64_t hopperSmemBytes(int64_t consumers, int64_t blockKV, int64_t stages, int6
   return attnc::sm90::smemBytes(int(d), int(dv), int(consumers), int(blockKV), int(stages));
 }
 
+// Head dims 128 / 128 without dropout keep two stages where a third fits: the forward's K/V stages
+// (with two consumers and no per-element score hook, deriveHopperTiles) and the dK/dV kernel's
+// Q/dO stages (without the head-dim split, deriveHopperBackwardTiles). Measured on the H200
+// (bench/ab_mix.py, 2026-12-02; docs/perf/H200.md and H200-backward.md), two stages against three:
+// forward hd128 full N = 4K 1.037, causal 1.026, GQA 1.028, window 1.018, document 1.029 and 1.051
+// (two A/Bs), dropout 0.967, ALiBi 1.003 (and softcap's kernel spills with two; B_c = 176 or 192
+// with two stages no faster than 128); dK/dV kernel hd128 full N = 4K 1.013, causal 1.020, window
+// 1.020, prefix-LM 1.008, document 1.006, ALiBi 1.004, dropout 0.972.
+bool hd128KeepsTwoStages(const TileProblem& problem) {
+  return problem.headDim == 128 && problem.headDimV == 128 && !problem.dropout;
+}
+
 }  // namespace
 
 FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
@@ -274,14 +286,9 @@ FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
   // bytes at the 112 that 16-key steps gave from 128).
   while (blockKV > 16 && hopperSmemBytes(consumers, blockKV, 2, d, dv) > target.smemPerBlock)
     blockKV -= !three && blockKV > 64 ? 64 : 16;
-  // Except: head dims 128 / 128 with two consumers, without dropout and without a per-element
-  // score hook, keep two stages where a third fits. Measured on the H200 (docs/perf/H200.md,
-  // 2026-12-02, bench/ab_mix.py), two stages against three at B_c = 128: hd128 full N = 4K 1.037,
-  // causal 1.026, GQA 1.028, window 1.018, document 1.029 and 1.051 (two A/Bs); dropout 0.967
-  // and ALiBi 1.003 (and softcap's kernel spills with two); B_c = 176 or 192 with two stages no
-  // faster than 128.
-  const bool twoStages =
-      !three && d == 128 && dv == 128 && !problem.dropout && problem.scoreOps == 0;
+  // Except hd128 without dropout (hd128KeepsTwoStages), with two consumers and no per-element
+  // score hook: two stages where a third fits.
+  const bool twoStages = !three && problem.scoreOps == 0 && hd128KeepsTwoStages(problem);
   int64_t stages = 2;
   while (!twoStages && stages < kHopperMaxStages &&
          hopperSmemBytes(consumers, blockKV, stages + 1, d, dv) <= target.smemPerBlock)
@@ -453,11 +460,8 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
                        smem(2), target.smemPerBlock));
     return;
   }
-  // Head dims 128 / 128 without the split or dropout keep two Q/dO stages where three fit, as
-  // the forward does: on the H200 (docs/perf/H200-backward.md, 2026-12-02, bench/ab_mix.py
-  // --backward) two against three ran hd128 full N = 4K 1.013, causal 1.020, window 1.020,
-  // prefix-LM 1.008, document 1.006, ALiBi 1.004, and dropout 0.972.
-  const bool twoStages = !split && d == 128 && dv == 128 && !problem.dropout;
+  // hd128 without dropout or the split keeps two Q/dO stages where three fit (hd128KeepsTwoStages).
+  const bool twoStages = !split && hd128KeepsTwoStages(problem);
   int64_t stages = 2;
   while (!twoStages && stages < kHopperBwdMaxStages && smem(stages + 1) <= target.smemPerBlock)
     ++stages;
