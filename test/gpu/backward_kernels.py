@@ -38,6 +38,8 @@ class Bwd(ctypes.Structure):
       [(n, ctypes.c_int) for n in ("batch","hq","hkv","ql","kl")] + \
       [("scale", ctypes.c_float), ("p", ctypes.c_float), ("seed", ctypes.c_uint64), ("off", ctypes.c_uint64),
        ("keys", ctypes.c_uint32*20),
+       # the dK/dV kernel's tile classes (params.h): left null here, so the kernel classifies itself
+       ("q_tile_bounds", ctypes.c_void_p), ("q_tile_classes", ctypes.c_void_p), ("q_class_words", ctypes.c_int),
        ("inputs", InputRef*8)]
 def meta(name):
     toks = open(os.path.join(args.dir, name + ".meta")).read().split(); m = {}
