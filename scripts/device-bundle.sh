@@ -29,17 +29,3 @@ for f in "$BUNDLE/libattnc.so" "$BUNDLE/attnc" "$BUNDLE/bin/jit-host"; do
 done
 du -ch "$BUNDLE"/* | tail -n1
 ls -l "$BUNDLE"
-
-# The backward kernels of a few examples, with their launch metadata, for test/gpu/backward_kernels.py.
-mkdir -p "$BUNDLE/bwd"
-for ex in causal_hd128 full_hd128 causal_hd64 full_hd64 softcap alibi gqa_32_8 hd72_fp16 causal_hd256 document custom_score; do
-  "$BUILD_DIR/bin/attnc" compile "examples/$ex.yaml" --target sm_90a --backward --emit cubin -o "$BUNDLE/bwd/$ex.cubin"
-  "$BUILD_DIR/bin/attnc" compile "examples/$ex.yaml" --target sm_90a --backward --emit tiled |
-    grep -oE '\b(kv_block_kv|kv_warps|kv_smem_bytes|q_block_q|q_warps|q_smem_bytes|block_q|warps|smem_bytes|scale) = [0-9.e+-]+' |
-    sort -u | tr '\n' ' ' > "$BUNDLE/bwd/$ex.meta"
-  # The grids the launch takes (block_order.h): 1 where the kernel is built for the ordered one.
-  "$BUILD_DIR/bin/attnc" compile "examples/$ex.yaml" --target sm_90a --backward --emit cuda |
-    sed -nE 's/.*static constexpr bool k(Kv)?OrderedGrid = (true|false);.*/\1 \2/p' |
-    awk '{print ($1 == "Kv" ? "kv_ordered" : "fwd_ordered") " = " ($NF == "true" ? 1 : 0)}' |
-    tr '\n' ' ' >> "$BUNDLE/bwd/$ex.meta"
-done
