@@ -38,9 +38,19 @@ def target_lines(results):
             lines.append(f"- {r['row']}: no {peer} measurement")
             continue
         ratio = a / p
-        lines.append(f"- {r['row']}: attnc/{peer} = {ratio:.2f} (target {factor}: "
+        lines.append(f"- {r['row']}: attnc/{peer} = {ratio_text(ratio, factor)} (target {factor}: "
                      f"{'met' if ratio >= factor else 'NOT met'})")
     return lines
+
+
+def ratio_text(ratio, factor):
+    """The ratio to two decimals, or to as many more as it takes not to round it across the target
+    (1.497 against 1.5 reads 1.50 to two but is not met)."""
+    for decimals in range(2, 7):
+        text = f"{ratio:.{decimals}f}"
+        if (float(text) >= factor) == (ratio >= factor):
+            return text
+    return repr(ratio)
 
 
 if __name__ == "__main__":
