@@ -17,6 +17,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_forward as fwd  # noqa: E402
+import targets  # noqa: E402
 
 PEERS = ["cudnn", "fa2", "flex"]
 
@@ -42,7 +43,7 @@ def run_row(lib, row, flex, create_block_mask, use_flex):
     q, k, v, do, doc = row_tensors(row, dev)
     frac = fwd.unmasked_fraction(row, doc, dev)
     flops = 2.5 * 4.0 * B * H * N * N * D * frac
-    res = {"row": row.name, "tflops": {}, "note": {}}
+    res = {"row": row.name, "N": N, "tflops": {}, "note": {}}
     scale = 1.0 / math.sqrt(D)
     causal = row.mask == "causal"
     plain = row.plain
@@ -154,6 +155,7 @@ def write_md(path, results, argv):
             notes = [f"- {r['row']}: {n}: {msg}" for r in results for n, msg in r["note"].items()]
             if notes:
                 f.write("\nNotes:\n" + "\n".join(notes) + "\n")
+            f.write("\n" + "\n".join(targets.target_lines(results, backward=True)) + "\n")
     return lines
 
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""The Hopper fast path's speed targets (forward rows), checked against one bench_forward run.
-
-Used by bench_forward.py for the "targets" section of docs/perf/H200.md; also runs on its own
-(no torch needed) over the JSON a run wrote:  python3 bench/targets.py fwd.json
+"""The Hopper fast path's speed targets, checked against one bench run: the forward rows
+(bench_forward.py, the "targets" section of docs/perf/H200.md) or the backward ones
+(bench_backward.py, docs/perf/H200-backward.md). Also runs on its own (no torch needed) over a
+JSON of the run's results:  python3 bench/targets.py [--backward] fwd.json
 """
 import json
 import sys
@@ -24,12 +24,31 @@ def target_of(row):
     return None
 
 
-def target_lines(results):
-    lines = ["## Targets of the Hopper fast path (forward)", "",
-             "attnc / peer in this run, against: >= 1.05x cuDNN for hd64, hd128, hd256 (full and causal, "
-             "N >= 4K) and GQA; >= 1.5x FlexAttention for each variant row; >= 1.5x cuDNN with dropout.", ""]
+def backward_target_of(row):
+    """(peer, factor) a backward row must reach, or None: hd128 (full and causal, N >= 4K) at least
+    cuDNN's speed, the variant rows 1.5x FlexAttention, dropout 1.5x cuDNN's."""
+    name = row["row"]
+    if name.startswith("dropout"):
+        return "cudnn", 1.5
+    if name.startswith(VARIANTS):
+        return "flex", 1.5
+    if name.startswith("hd128 ") and row["N"] >= 4096:
+        return "cudnn", 1.0
+    return None
+
+
+def target_lines(results, backward=False):
+    if backward:
+        lines = ["## Targets of the Hopper fast path (backward)", "",
+                 "attnc / peer in this run, against: >= 1.0x cuDNN for hd128 (full and causal, N >= 4K); "
+                 ">= 1.5x FlexAttention for each variant row; >= 1.5x cuDNN with dropout.", ""]
+    else:
+        lines = ["## Targets of the Hopper fast path (forward)", "",
+                 "attnc / peer in this run, against: >= 1.05x cuDNN for hd64, hd128, hd256 (full and "
+                 "causal, N >= 4K) and GQA; >= 1.5x FlexAttention for each variant row; >= 1.5x cuDNN "
+                 "with dropout.", ""]
     for r in results:
-        target = target_of(r)
+        target = backward_target_of(r) if backward else target_of(r)
         if target is None:
             continue
         peer, factor = target
@@ -54,5 +73,6 @@ def ratio_text(ratio, factor):
 
 
 if __name__ == "__main__":
-    with open(sys.argv[1]) as f:
-        print("\n".join(target_lines(json.load(f)["results"])))
+    backward = sys.argv[1:2] == ["--backward"]
+    with open(sys.argv[2 if backward else 1]) as f:
+        print("\n".join(target_lines(json.load(f)["results"], backward)))
