@@ -4,19 +4,30 @@
 (bench_backward.py, docs/perf/H200-backward.md). Also runs on its own (no torch needed) over a
 JSON of the run's results:  python3 bench/targets.py [--backward] fwd.json
 """
+import argparse
 import json
-import sys
 
 VARIANTS = ("window", "prefix-LM", "document", "ALiBi", "softcap")
 
+# What the targets are, as each section states them.
+TARGETS_TEXT = {
+    False: ">= 1.05x cuDNN for hd64, hd128, hd256 (full and causal, N >= 4K) and GQA; >= 1.5x "
+           "FlexAttention for each variant row; >= 1.5x cuDNN with dropout.",
+    True: ">= 1.0x cuDNN for hd128 (full and causal, N >= 4K); >= 1.5x FlexAttention for each "
+          "variant row; >= 1.5x cuDNN with dropout.",
+}
 
-def target_of(row):
-    """(peer, factor) the row must reach, or None for rows without a target (N < 4K)."""
+
+def target_of(row, backward=False):
+    """(peer, factor) the row must reach, forward or backward, or None for rows without a target
+    (N < 4K; in the backward also hd64, hd256 and GQA)."""
     name = row["row"]
     if name.startswith("dropout"):
         return "cudnn", 1.5
     if name.startswith(VARIANTS):
         return "flex", 1.5
+    if backward:
+        return ("cudnn", 1.0) if name.startswith("hd128 ") and row["N"] >= 4096 else None
     if name.startswith("GQA"):
         return "cudnn", 1.05
     if name.startswith(("hd64 ", "hd128 ", "hd256 ")) and row["N"] >= 4096:
@@ -24,31 +35,11 @@ def target_of(row):
     return None
 
 
-def backward_target_of(row):
-    """(peer, factor) a backward row must reach, or None: hd128 (full and causal, N >= 4K) at least
-    cuDNN's speed, the variant rows 1.5x FlexAttention, dropout 1.5x cuDNN's."""
-    name = row["row"]
-    if name.startswith("dropout"):
-        return "cudnn", 1.5
-    if name.startswith(VARIANTS):
-        return "flex", 1.5
-    if name.startswith("hd128 ") and row["N"] >= 4096:
-        return "cudnn", 1.0
-    return None
-
-
 def target_lines(results, backward=False):
-    if backward:
-        lines = ["## Targets of the Hopper fast path (backward)", "",
-                 "attnc / peer in this run, against: >= 1.0x cuDNN for hd128 (full and causal, N >= 4K); "
-                 ">= 1.5x FlexAttention for each variant row; >= 1.5x cuDNN with dropout.", ""]
-    else:
-        lines = ["## Targets of the Hopper fast path (forward)", "",
-                 "attnc / peer in this run, against: >= 1.05x cuDNN for hd64, hd128, hd256 (full and "
-                 "causal, N >= 4K) and GQA; >= 1.5x FlexAttention for each variant row; >= 1.5x cuDNN "
-                 "with dropout.", ""]
+    lines = [f"## Targets of the Hopper fast path ({'backward' if backward else 'forward'})", "",
+             f"attnc / peer in this run, against: {TARGETS_TEXT[backward]}", ""]
     for r in results:
-        target = backward_target_of(r) if backward else target_of(r)
+        target = target_of(r, backward)
         if target is None:
             continue
         peer, factor = target
@@ -73,6 +64,9 @@ def ratio_text(ratio, factor):
 
 
 if __name__ == "__main__":
-    backward = sys.argv[1:2] == ["--backward"]
-    with open(sys.argv[2 if backward else 1]) as f:
-        print("\n".join(target_lines(json.load(f)["results"], backward)))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backward", action="store_true", help="the backward's targets")
+    ap.add_argument("results", help="JSON with the run's rows under 'results'")
+    args = ap.parse_args()
+    with open(args.results) as f:
+        print("\n".join(target_lines(json.load(f)["results"], args.backward)))
