@@ -159,11 +159,50 @@ struct TileWalk {
     }
   }
 
-  // first() and last() together (the sm_90a producer's call).
+  // first() and last() together.
   ATTNC_HD void bounds(int& firstTile, int& lastTile) const {
     firstTile = first();
     lastTile = last();
   }
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+  // first() and last() with all 32 lanes of a warp (the sm_90a producer's call): where the mask is
+  // evaluated over intervals, a 32-ary search instead of a binary one. Each round the lanes test 32
+  // evenly spaced points of the bracket at once and a ballot counts those on the empty side (the
+  // tests are monotone, as for first() and last()), so the bracket shrinks 32-fold a round: two
+  // rounds a search up to 1024 tiles, against a binary search's chain of 7-11 mask evaluations,
+  // which ran 400-800 ns in the producer before the block's first K copy could start (window,
+  // causal; docs/perf/H200.md, 2026-12-02).
+  ATTNC_DEVICE void boundsWarp(int& firstTile, int& lastTile) const {
+    if constexpr (kReadsClasses || !Variant::kHasMask) {
+      bounds(firstTile, lastTile);
+    } else {
+      const int lane = int(threadIdx.x & 31);
+      // first: the largest t in [0, numTiles] with [0, t Block) empty; prefix(lo) is empty, hi not.
+      int lo = 0, hi = numTiles + 1;
+      while (hi - lo > 1) {
+        const int step = ceilDiv(hi - lo, 32);
+        const int t = lo + (lane + 1) * step;
+        const bool empty =
+            t < hi && classifyAlong(0, minOf(t * Block, length()) - 1) == Tri::False;
+        lo += __popc(__ballot_sync(0xffffffffu, empty)) * step;
+        hi = minOf(hi, lo + step);
+      }
+      firstTile = lo;
+      // last: one before the smallest t with [t Block, length) empty; suffix(lo) is not empty, hi is.
+      lo = -1;
+      hi = numTiles;
+      while (hi - lo > 1) {
+        const int step = ceilDiv(hi - lo, 32);
+        const int t = lo + (lane + 1) * step;
+        const bool live = t < hi && classifyAlong(t * Block, length() - 1) != Tri::False;
+        lo += __popc(__ballot_sync(0xffffffffu, live)) * step;
+        hi = minOf(hi, lo + step);
+      }
+      lastTile = hi - 1;
+    }
+  }
+#endif
 
   // The first tile t' >= t, t' <= last, that is not empty (last + 1 when none), and its class.
   ATTNC_HD int nextLive(int t, int last, Tri& cls) const {

@@ -94,20 +94,36 @@ ATTNC_DEVICE void tmaLoadTile(u32 dst, const TensorMap* map, u32 bar, u32 bytes,
     tmaLoad4d(dst + u32(c * BlockKV * kSwizzleRowBytes), map, bar, c * kChunkElements, kv0, h, b);
 }
 
-// The producer warp: it walks the live kv tiles (the tile search and classification run on all 32
-// lanes, which share the scans of declared inputs, kv_tiles.h) and lane 0 issues the copies: Q,
-// then K and V of each live tile through the stages. With each K it publishes the tile's index and
-// class in the stage's schedule slot, so the consumers never search or classify whole tiles; a
-// slot holding -1 (its K barrier completed by a plain arrival) ends the stream.
+// Where the producer's walk over the live kv tiles stands: the tile of the stage last filled (past
+// lastTile: the stream has ended) and its class.
+struct ProducerCursor {
+  int tile, lastTile;
+  expr::Tri tileClass;
+};
+
+// The producer warp's start, run before the block's first barrier sync (forward()) so that the
+// block's copies start while its other warps are still starting: lane 0 initializes the mbarriers
+// and issues Q, all 32 lanes find the live kv tiles (TileWalk::boundsWarp; for masks that read
+// declared inputs, the launch's precomputed classes), and lane 0 publishes the first live tile in
+// stage 0's schedule slot and issues its K and V (stage 0 is empty: no wait). Q goes first, so its
+// copy runs while the search reads the mask's inputs or classes. The consumers wait for Q even
+// when no tile is live, so the copy has landed before the block exits or writes O through Q's
+// tiles.
 template <class Config, class Variant>
-ATTNC_DEVICE void produce(const FwdParamsTma& pt, const ForwardSmem<Config>& smem,
-                          const KvTiles<Variant, Config::kBlockKV>& tiles, int q0, int b, int h,
-                          int hKv) {
+ATTNC_DEVICE ProducerCursor produceStart(const FwdParamsTma& pt, const ForwardSmem<Config>& smem,
+                                         const KvTiles<Variant, Config::kBlockKV>& tiles, int q0,
+                                         int b, int h, int hKv) {
   const bool leader = (threadIdx.x & 31) == 0;
-  // Q first: its copy then runs while the tile search below reads the mask's inputs (a document
-  // mask's searches take several memory round trips). The consumers wait for Q even when no tile
-  // is live, so the copy has landed before the block exits or writes O through Q's tiles.
   if (leader) {
+    mbarrierInit(smem.qFull(), 1);
+#pragma unroll
+    for (int s = 0; s < Config::kStages; ++s) {
+      mbarrierInit(smem.kFull(s), 1);
+      mbarrierInit(smem.vFull(s), 1);
+      mbarrierInit(smem.kEmpty(s), 128 * Config::kConsumers);
+      mbarrierInit(smem.vEmpty(s), 128 * Config::kConsumers);
+    }
+    fenceBarrierInit();
     constexpr int kChunkBytes = 64 * kSwizzleRowBytes;  // one 64-row box of Q
     prefetchTensorMap(&pt.tma_q);
     prefetchTensorMap(&pt.tma_k);
@@ -120,12 +136,42 @@ ATTNC_DEVICE void produce(const FwdParamsTma& pt, const ForwardSmem<Config>& sme
         tmaLoad4d(smem.q(g) + u32(c * kChunkBytes), &pt.tma_q, smem.qFull(), c * kChunkElements,
                   q0 + 64 * g, h, b);
   }
-  int firstTile, lastTile;
-  tiles.bounds(firstTile, lastTile);
-  expr::Tri tileClass;
-  int tile = tiles.nextLive(firstTile, lastTile, tileClass);
+  ProducerCursor cursor;
+  int firstTile;
+  tiles.boundsWarp(firstTile, cursor.lastTile);
+  cursor.tile = tiles.nextLive(firstTile, cursor.lastTile, cursor.tileClass);
+  if (leader) {
+    const bool live = cursor.tile <= cursor.lastTile;
+    smem.publish(0, live ? cursor.tile : -1, cursor.tileClass);
+    if (live) {
+      tmaLoadTile<Config::kKChunks, Config::kBlockKV>(smem.k(0), &pt.tma_k, smem.kFull(0),
+                                                      Config::kKBytes, cursor.tile * Config::kBlockKV,
+                                                      hKv, b);
+      tmaLoadTile<Config::kVChunks, Config::kBlockKV>(smem.v(0), &pt.tma_v, smem.vFull(0),
+                                                      Config::kVBytes, cursor.tile * Config::kBlockKV,
+                                                      hKv, b);
+    } else {
+      mbarrierArrive(smem.kFull(0));
+    }
+  }
+  return cursor;
+}
 
-  for (int iteration = 0;; ++iteration) {
+// The producer warp after the block's barrier sync: K and V of the remaining live tiles through
+// the stages, from stream position 1 (produceStart filled stage 0). With each K it publishes the
+// tile's index and class in the stage's schedule slot, so the consumers never search or classify
+// whole tiles; a slot holding -1 (its K barrier completed by a plain arrival) ends the stream.
+// Before reusing a stage it waits on the stage's "empty" mbarriers.
+template <class Config, class Variant>
+ATTNC_DEVICE void produce(const FwdParamsTma& pt, const ForwardSmem<Config>& smem,
+                          const KvTiles<Variant, Config::kBlockKV>& tiles, ProducerCursor cursor,
+                          int b, int hKv) {
+  const bool leader = (threadIdx.x & 31) == 0;
+  if (cursor.tile > cursor.lastTile) return;
+  const int lastTile = cursor.lastTile;
+  expr::Tri tileClass;
+  int tile = tiles.nextLive(cursor.tile + 1, lastTile, tileClass);
+  for (int iteration = 1;; ++iteration) {
     const int stage = iteration % Config::kStages;
     const u32 phase = u32(iteration / Config::kStages) & 1u;
     const bool live = tile <= lastTile;
@@ -241,22 +287,14 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   const int groupThread = threadIdx.x % 128;
   const ForwardSmem<Config> smem(smemRaw);
 
-  if (threadIdx.x == 0) {
-    mbarrierInit(smem.qFull(), 1);
-#pragma unroll
-    for (int s = 0; s < kStages; ++s) {
-      mbarrierInit(smem.kFull(s), 1);
-      mbarrierInit(smem.vFull(s), 1);
-      mbarrierInit(smem.kEmpty(s), 128 * Config::kConsumers);
-      mbarrierInit(smem.vEmpty(s), 128 * Config::kConsumers);
-    }
-    fenceBarrierInit();
-  }
-  sm80::blockSync();
-
   KvTiles<Variant, Config::kBlockKV> tiles(p, b, h, qFirst, qLast);
   // The launch's precomputed tile classes (tile_classes.h), when it made them.
   tiles.useTileClasses((b * p.heads_q + h) * ceilDiv(p.q_len, Config::kBlockQ) + qTileIndex);
+  // The producer's first warp initializes the mbarriers and starts the copies of Q and the first
+  // live tile before the block's barrier sync, which the other warps reach after their own start.
+  ProducerCursor cursor{};
+  if (threadIdx.x < 32) cursor = produceStart<Config, Variant>(pt, smem, tiles, q0, b, h, hKv);
+  sm80::blockSync();
   // A consumer warpgroup with no rows in the sequence gives its registers back too (idleConsumer;
   // config.h idleWarpgroups).
   constexpr bool kIdleWarpgroups = idleWarpgroups(Config::kConsumers);
@@ -272,7 +310,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
         return;
       }
     }
-    if (groupThread < 32) produce<Config, Variant>(pt, smem, tiles, q0, b, h, hKv);
+    if (groupThread < 32) produce<Config, Variant>(pt, smem, tiles, cursor, b, hKv);
     return;
   }
   setMaxRegistersInc<Config::kConsumerRegisters>();
@@ -388,12 +426,19 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   };
 
   // Waits for S = Q K^T (with pvPending, P V of the previous tile may still run) and returns the
-  // tile's mask, made while S runs for kMaskAhead, else after the wait.
-  const auto waitForS = [&](int tile, auto pvPending) {
+  // tile's mask: for kMaskAhead the one made before the tile's GEMMs were issued (`ahead`), so that
+  // its reads of the mask's inputs run during the waits for the stage and the turn, else made
+  // after the wait.
+  const auto waitForS = [&](int tile, auto pvPending, const TileMask& ahead) {
     TileMask mask;
-    if constexpr (kMaskAhead) mask = tileMask(tile, smem.scheduledClass(stage));
+    if constexpr (kMaskAhead) mask = ahead;
     wgmmaWait<decltype(pvPending)::value ? 1 : 0>();
     if constexpr (!kMaskAhead) mask = tileMask(tile, smem.scheduledClass(stage));
+    return mask;
+  };
+  const auto maskAhead = [&](int tile, int tileStage) {
+    TileMask mask{};
+    if constexpr (kMaskAhead) mask = tileMask(tile, smem.scheduledClass(tileStage));
     return mask;
   };
 
@@ -409,9 +454,12 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     groupLastTile = own.last();
   }
   int iteration = 0;
-  mbarrierWait(smem.kFull(stage), phase);
+  // Stage 0's slot was published before the block's barrier sync (produceStart), so the first
+  // tile's mask is made while its K and Q are still in flight.
   int tile = smem.scheduledTile(stage);
   if (tile >= 0) {
+    const TileMask firstMask = maskAhead(tile, stage);
+    mbarrierWait(smem.kFull(stage), phase);
     if (group == Config::kConsumers - 1) passTurn();
     mbarrierWait(smem.qFull(), 0);
     if constexpr (kQInRegisters) loadKMajorFragments(qA, qTile, 64, warp, lane);
@@ -420,7 +468,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     passTurn();
     float factors[1][2];
     // O is still zero: nothing to rescale.
-    softmaxStep(tile, waitForS(tile, /*pvPending=*/Flag<false>()), factors);
+    softmaxStep(tile, waitForS(tile, /*pvPending=*/Flag<false>(), firstMask), factors);
     sm80::warp::packP<Element>(pA, s);
     for (iteration = 1;; ++iteration) {
       const int prevStage = stage;
@@ -432,13 +480,15 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
       if (tile < 0 || (kGroupTail && tile > groupLastTile)) break;
       stage = nextStage;
       phase = nextPhase;
+      const TileMask mask = maskAhead(tile, stage);
       mbarrierWait(smem.vFull(prevStage), prevPhase);
       takeTurn();
       issueQK();
       issuePV(prevStage);
       passTurn();
       // S_j is done; P_{j-1} V_{j-1} may still run
-      const bool rescales = softmaxStep(tile, waitForS(tile, /*pvPending=*/Flag<true>()), factors);
+      const bool rescales =
+          softmaxStep(tile, waitForS(tile, /*pvPending=*/Flag<true>(), mask), factors);
       // P_{j-1} V_{j-1} is done; the softmax above ran while it did (config.h softmaxOverlapsPV)
       if constexpr (softmaxOverlapsPV(Variant::kHasDropout))
         wgmmaWaitAfter<0>(softmax.rowSum[0][0], softmax.rowSum[0][1], qTile, p.batch < 0);
