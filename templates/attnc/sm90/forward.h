@@ -94,84 +94,51 @@ ATTNC_DEVICE void tmaLoadTile(u32 dst, const TensorMap* map, u32 bar, u32 bytes,
     tmaLoad4d(dst + u32(c * BlockKV * kSwizzleRowBytes), map, bar, c * kChunkElements, kv0, h, b);
 }
 
-// Where the producer's walk over the live kv tiles stands: the tile of the stage last filled (past
-// lastTile: the stream has ended) and its class.
-struct ProducerCursor {
-  int tile, lastTile;
-  expr::Tri tileClass;
-};
-
-// The producer warp's start, run before the block's first barrier sync (forward()) so that the
-// block's copies start while its other warps are still starting: lane 0 initializes the mbarriers
-// and issues Q, all 32 lanes find the live kv tiles (TileWalk::boundsWarp; for masks that read
-// declared inputs, the launch's precomputed classes), and lane 0 publishes the first live tile in
-// stage 0's schedule slot and issues its K and V (stage 0 is empty: no wait). Q goes first, so its
-// copy runs while the search reads the mask's inputs or classes. The consumers wait for Q even
-// when no tile is live, so the copy has landed before the block exits or writes O through Q's
-// tiles.
-template <class Config, class Variant>
-ATTNC_DEVICE ProducerCursor produceStart(const FwdParamsTma& pt, const ForwardSmem<Config>& smem,
-                                         const KvTiles<Variant, Config::kBlockKV>& tiles, int q0,
-                                         int b, int h, int hKv) {
-  const bool leader = (threadIdx.x & 31) == 0;
-  if (leader) {
-    mbarrierInit(smem.qFull(), 1);
+// The block's mbarriers (one thread, before the block's first barrier sync).
+template <class Config>
+ATTNC_DEVICE void initBarriers(const ForwardSmem<Config>& smem) {
+  mbarrierInit(smem.qFull(), 1);
 #pragma unroll
-    for (int s = 0; s < Config::kStages; ++s) {
-      mbarrierInit(smem.kFull(s), 1);
-      mbarrierInit(smem.vFull(s), 1);
-      mbarrierInit(smem.kEmpty(s), 128 * Config::kConsumers);
-      mbarrierInit(smem.vEmpty(s), 128 * Config::kConsumers);
-    }
-    fenceBarrierInit();
-    constexpr int kChunkBytes = 64 * kSwizzleRowBytes;  // one 64-row box of Q
-    prefetchTensorMap(&pt.tma_q);
-    prefetchTensorMap(&pt.tma_k);
-    prefetchTensorMap(&pt.tma_v);
-    mbarrierArriveExpectTx(smem.qFull(), Config::kQBytes);
-#pragma unroll
-    for (int g = 0; g < Config::kConsumers; ++g)
-#pragma unroll
-      for (int c = 0; c < Config::kKChunks; ++c)
-        tmaLoad4d(smem.q(g) + u32(c * kChunkBytes), &pt.tma_q, smem.qFull(), c * kChunkElements,
-                  q0 + 64 * g, h, b);
+  for (int s = 0; s < Config::kStages; ++s) {
+    mbarrierInit(smem.kFull(s), 1);
+    mbarrierInit(smem.vFull(s), 1);
+    mbarrierInit(smem.kEmpty(s), 128 * Config::kConsumers);
+    mbarrierInit(smem.vEmpty(s), 128 * Config::kConsumers);
   }
-  ProducerCursor cursor;
-  int firstTile;
-  tiles.boundsWarp(firstTile, cursor.lastTile);
-  cursor.tile = tiles.nextLive(firstTile, cursor.lastTile, cursor.tileClass);
-  if (leader) {
-    const bool live = cursor.tile <= cursor.lastTile;
-    smem.publish(0, live ? cursor.tile : -1, cursor.tileClass);
-    if (live) {
-      tmaLoadTile<Config::kKChunks, Config::kBlockKV>(smem.k(0), &pt.tma_k, smem.kFull(0),
-                                                      Config::kKBytes, cursor.tile * Config::kBlockKV,
-                                                      hKv, b);
-      tmaLoadTile<Config::kVChunks, Config::kBlockKV>(smem.v(0), &pt.tma_v, smem.vFull(0),
-                                                      Config::kVBytes, cursor.tile * Config::kBlockKV,
-                                                      hKv, b);
-    } else {
-      mbarrierArrive(smem.kFull(0));
-    }
-  }
-  return cursor;
+  fenceBarrierInit();
 }
 
-// The producer warp after the block's barrier sync: K and V of the remaining live tiles through
-// the stages, from stream position 1 (produceStart filled stage 0). With each K it publishes the
+// Q's copy (the producer's lane 0), first of the block's copies: it then runs while the tile search
+// reads the mask's inputs or classes. The consumers wait for Q even when no tile is live, so the
+// copy has landed before the block exits or writes O through Q's tiles.
+template <class Config>
+ATTNC_DEVICE void issueQ(const FwdParamsTma& pt, const ForwardSmem<Config>& smem, int q0, int h,
+                         int b) {
+  constexpr int kChunkBytes = 64 * kSwizzleRowBytes;  // one 64-row box of Q
+  prefetchTensorMap(&pt.tma_q);
+  prefetchTensorMap(&pt.tma_k);
+  prefetchTensorMap(&pt.tma_v);
+  mbarrierArriveExpectTx(smem.qFull(), Config::kQBytes);
+#pragma unroll
+  for (int g = 0; g < Config::kConsumers; ++g)
+#pragma unroll
+    for (int c = 0; c < Config::kKChunks; ++c)
+      tmaLoad4d(smem.q(g) + u32(c * kChunkBytes), &pt.tma_q, smem.qFull(), c * kChunkElements,
+                q0 + 64 * g, h, b);
+}
+
+// The producer warp's stream from position `iteration`, whose tile is `tile` (past lastTile: the
+// stream has ended) of class tileClass: lane 0 issues K and V of each live tile through the
+// stages, waiting on a stage's "empty" mbarriers before reusing it. With each K it publishes the
 // tile's index and class in the stage's schedule slot, so the consumers never search or classify
 // whole tiles; a slot holding -1 (its K barrier completed by a plain arrival) ends the stream.
-// Before reusing a stage it waits on the stage's "empty" mbarriers.
+// All 32 lanes walk the tiles (nextLive), sharing the scans of declared inputs (kv_tiles.h).
 template <class Config, class Variant>
-ATTNC_DEVICE void produce(const FwdParamsTma& pt, const ForwardSmem<Config>& smem,
-                          const KvTiles<Variant, Config::kBlockKV>& tiles, ProducerCursor cursor,
-                          int b, int hKv) {
+ATTNC_DEVICE void produceFrom(const FwdParamsTma& pt, const ForwardSmem<Config>& smem,
+                              const KvTiles<Variant, Config::kBlockKV>& tiles, int iteration,
+                              int tile, int lastTile, expr::Tri tileClass, int b, int hKv) {
   const bool leader = (threadIdx.x & 31) == 0;
-  if (cursor.tile > cursor.lastTile) return;
-  const int lastTile = cursor.lastTile;
-  expr::Tri tileClass;
-  int tile = tiles.nextLive(cursor.tile + 1, lastTile, tileClass);
-  for (int iteration = 1;; ++iteration) {
+  for (;; ++iteration) {
     const int stage = iteration % Config::kStages;
     const u32 phase = u32(iteration / Config::kStages) & 1u;
     const bool live = tile <= lastTile;
@@ -192,6 +159,71 @@ ATTNC_DEVICE void produce(const FwdParamsTma& pt, const ForwardSmem<Config>& sme
                                                       Config::kVBytes, tile * Config::kBlockKV, hKv, b);
     tile = tiles.nextLive(tile + 1, lastTile, tileClass);
   }
+}
+
+// The producer warp after the block's barrier sync, without the early start (forward()): Q, the
+// search for the live tiles, then the whole stream.
+template <class Config, class Variant>
+ATTNC_DEVICE void produce(const FwdParamsTma& pt, const ForwardSmem<Config>& smem,
+                          const KvTiles<Variant, Config::kBlockKV>& tiles, int q0, int b, int h,
+                          int hKv) {
+  if ((threadIdx.x & 31) == 0) issueQ(pt, smem, q0, h, b);
+  int firstTile, lastTile;
+  tiles.bounds(firstTile, lastTile);
+  expr::Tri tileClass;
+  const int tile = tiles.nextLive(firstTile, lastTile, tileClass);
+  produceFrom<Config, Variant>(pt, smem, tiles, 0, tile, lastTile, tileClass, b, hKv);
+}
+
+// With the early start (forward(): masked specs), the producer's first warp runs this before the
+// block's first barrier sync, so that the block's copies start while its other warps are still
+// starting: lane 0 initializes the mbarriers and issues Q, all 32 lanes find the live kv tiles
+// (TileWalk::boundsWarp; for masks that read declared inputs, the launch's precomputed classes),
+// and lane 0 publishes the first live tile in stage 0's schedule slot and issues its K and V
+// (stage 0 is empty: no wait). The warp continues with produceStarted after the sync.
+struct ProducerCursor {
+  int tile, lastTile;  // the tile of stream position 0 (past lastTile: no live tile)
+  expr::Tri tileClass;
+};
+
+template <class Config, class Variant>
+ATTNC_DEVICE ProducerCursor produceStart(const FwdParamsTma& pt, const ForwardSmem<Config>& smem,
+                                         const KvTiles<Variant, Config::kBlockKV>& tiles, int q0,
+                                         int b, int h, int hKv) {
+  const bool leader = (threadIdx.x & 31) == 0;
+  if (leader) {
+    initBarriers(smem);
+    issueQ(pt, smem, q0, h, b);
+  }
+  ProducerCursor cursor;
+  int firstTile;
+  tiles.boundsWarp(firstTile, cursor.lastTile);
+  cursor.tile = tiles.nextLive(firstTile, cursor.lastTile, cursor.tileClass);
+  if (leader) {
+    const bool live = cursor.tile <= cursor.lastTile;
+    smem.publish(0, live ? cursor.tile : -1, cursor.tileClass);
+    if (live) {
+      const int kv0 = cursor.tile * Config::kBlockKV;
+      tmaLoadTile<Config::kKChunks, Config::kBlockKV>(smem.k(0), &pt.tma_k, smem.kFull(0),
+                                                      Config::kKBytes, kv0, hKv, b);
+      tmaLoadTile<Config::kVChunks, Config::kBlockKV>(smem.v(0), &pt.tma_v, smem.vFull(0),
+                                                      Config::kVBytes, kv0, hKv, b);
+    } else {
+      mbarrierArrive(smem.kFull(0));
+    }
+  }
+  return cursor;
+}
+
+// The rest of the stream after produceStart, from position 1.
+template <class Config, class Variant>
+ATTNC_DEVICE void produceStarted(const FwdParamsTma& pt, const ForwardSmem<Config>& smem,
+                                 const KvTiles<Variant, Config::kBlockKV>& tiles,
+                                 const ProducerCursor& cursor, int b, int hKv) {
+  if (cursor.tile > cursor.lastTile) return;
+  expr::Tri tileClass;
+  const int tile = tiles.nextLive(cursor.tile + 1, cursor.lastTile, tileClass);
+  produceFrom<Config, Variant>(pt, smem, tiles, 1, tile, cursor.lastTile, tileClass, b, hKv);
 }
 
 // The consumers' ping-pong turns (forward()'s loop): warpgroup g waits on named barrier 1 + g
@@ -290,10 +322,19 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   KvTiles<Variant, Config::kBlockKV> tiles(p, b, h, qFirst, qLast);
   // The launch's precomputed tile classes (tile_classes.h), when it made them.
   tiles.useTileClasses((b * p.heads_q + h) * ceilDiv(p.q_len, Config::kBlockQ) + qTileIndex);
-  // The producer's first warp initializes the mbarriers and starts the copies of Q and the first
-  // live tile before the block's barrier sync, which the other warps reach after their own start.
+  // Under a mask the producer's first warp initializes the mbarriers and starts the copies of Q
+  // and the first live tile before the block's barrier sync (produceStart), so that neither the
+  // sync nor the tile search delays them: measured on the H200 (bench/ab_mix.py, 2026-12-02,
+  // docs/perf/H200.md) window +2%, document +3.5%, GQA +1%. Without a mask there is no search to
+  // hide, and the same start ran hd64 full 2% slower (ptxas scheduled its consumers differently),
+  // so those specs keep the plain start.
+  constexpr bool kEarlyStart = Variant::kHasMask;
   ProducerCursor cursor{};
-  if (threadIdx.x < 32) cursor = produceStart<Config, Variant>(pt, smem, tiles, q0, b, h, hKv);
+  if constexpr (kEarlyStart) {
+    if (threadIdx.x < 32) cursor = produceStart<Config, Variant>(pt, smem, tiles, q0, b, h, hKv);
+  } else {
+    if (threadIdx.x == 0) initBarriers(smem);
+  }
   sm80::blockSync();
   // A consumer warpgroup with no rows in the sequence gives its registers back too (idleConsumer;
   // config.h idleWarpgroups).
@@ -310,7 +351,12 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
         return;
       }
     }
-    if (groupThread < 32) produce<Config, Variant>(pt, smem, tiles, cursor, b, hKv);
+    if (groupThread < 32) {
+      if constexpr (kEarlyStart)
+        produceStarted<Config, Variant>(pt, smem, tiles, cursor, b, hKv);
+      else
+        produce<Config, Variant>(pt, smem, tiles, q0, b, h, hKv);
+    }
     return;
   }
   setMaxRegistersInc<Config::kConsumerRegisters>();
@@ -375,6 +421,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   // the path from S to the softmax; other masks are a few integer operations per element, made on
   // the scores after the wait (as bits ahead, causal_hd64 spilled).
   constexpr bool kMaskAhead = VariantTileClasses<Variant>::value;
+  static_assert(!kMaskAhead || kEarlyStart, "a mask made ahead reads stage 0's slot before its wait");
   struct TileMask {
     bool masked;      // false: the tile keeps every element of this warpgroup's rows
     bool perElement;  // the mask decides per element (else only the kv_len tail is masked)
@@ -454,12 +501,14 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     groupLastTile = own.last();
   }
   int iteration = 0;
-  // Stage 0's slot was published before the block's barrier sync (produceStart), so the first
-  // tile's mask is made while its K and Q are still in flight.
+  // With the early start stage 0's slot was published before the block's barrier sync
+  // (produceStart), so for kMaskAhead the first tile's mask is made while its K and Q are still in
+  // flight. (Other specs wait first, as the loop does.)
+  if constexpr (!kMaskAhead) mbarrierWait(smem.kFull(stage), phase);
   int tile = smem.scheduledTile(stage);
   if (tile >= 0) {
     const TileMask firstMask = maskAhead(tile, stage);
-    mbarrierWait(smem.kFull(stage), phase);
+    if constexpr (kMaskAhead) mbarrierWait(smem.kFull(stage), phase);
     if (group == Config::kConsumers - 1) passTurn();
     mbarrierWait(smem.qFull(), 0);
     if constexpr (kQInRegisters) loadKMajorFragments(qA, qTile, 64, warp, lane);
