@@ -13,6 +13,7 @@
 #include "llvm/Support/SHA256.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <mutex>
 #include <system_error>
@@ -24,20 +25,30 @@ namespace {
 
 std::atomic<long long> compiles{0}, nvrtcRuns{0}, cacheHits{0}, cacheRebuilds{0};
 
+// NVRTC options beyond Nvrtc::compile's defaults, from the environment: ATTNC_TIMELINE=1 builds the
+// sm_90a forward with its per-block timeline (templates/attnc/sm90/timeline.h: timestamps written
+// where the LSE goes; bench/timeline.py reads them), a measuring build that the cache keys apart.
+std::vector<std::string> extraOptions() {
+  const char* timeline = std::getenv("ATTNC_TIMELINE");
+  if (timeline && std::string(timeline) == "1") return {"-DATTNC_TIMELINE=1"};
+  return {};
+}
+
 // The kernel's NVRTC programs: the whole unit, or, for a unit of several entry groups (EmitCUDA.h),
 // one program per bit mask of groups (-DATTNC_ENTRY_GROUPS=<mask>), as many as there are groups or
 // CPUs, all compiled at once on threads of their own: a kernel then compiles in about the time of
 // its costliest program rather than the sum (docs/runtime.md). Each entry's code is the same as in
 // the whole unit's cubin. Programs no thread can be started for compile one after another.
 std::vector<NvrtcResult> compileEntryGroups(Nvrtc& nvrtc, const CompiledKernel& source,
-                                            const std::string& name, const std::string& arch) {
+                                            const std::string& name, const std::string& arch,
+                                            const std::vector<std::string>& extra) {
   std::vector<unsigned> masks;
   if (source.entryGroups.size() > 1)
     masks = packEntryGroups(source.entryGroups, std::max(1u, std::thread::hardware_concurrency()));
   const size_t programs = std::max<size_t>(1, masks.size());
   std::vector<NvrtcResult> results(programs);
   auto compileProgram = [&](size_t i) {
-    std::vector<std::string> options;
+    std::vector<std::string> options = extra;
     if (masks.size() > 1) options.push_back("-DATTNC_ENTRY_GROUPS=" + std::to_string(masks[i]));
     results[i] = nvrtc.compile(source.cuda, name + ".cu", embeddedTemplates(), arch, options);
   };
@@ -69,7 +80,7 @@ bool forwardSpills(const std::vector<NvrtcResult>& results, const std::string& e
 // that compiles it, the target (name and the limits the tiles were derived from), the options and
 // the attnc version. Bytes are length-prefixed so that no two inputs hash alike by concatenation.
 std::string cacheKey(const std::string& cuda, const Nvrtc& nvrtc, const Target& target,
-                     bool withBackward) {
+                     bool withBackward, const std::vector<std::string>& extra) {
   llvm::SHA256 sha;
   auto add = [&](llvm::StringRef text) {
     std::string length = std::to_string(text.size()) + ":";
@@ -82,7 +93,8 @@ std::string cacheKey(const std::string& cuda, const Nvrtc& nvrtc, const Target& 
   add(target.name + " smem/block " + std::to_string(target.smemPerBlock) + " smem/SM " +
       std::to_string(target.smemPerSM) + " regs " + std::to_string(target.regsPerThread) + " " +
       std::to_string(target.regsPerSM));
-  add("options:");  // NVRTC options beyond the defaults: none yet
+  add("options:");  // NVRTC options beyond the defaults (extraOptions)
+  for (const std::string& option : extra) add(option);
   add(withBackward ? "backward" : "forward");
   add(cuda);
   for (const EmbeddedFile& file : embeddedTemplates()) {
@@ -137,10 +149,12 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
   std::string error;
   Nvrtc* nvrtc = Nvrtc::get(&error);
   if (!nvrtc) return fail("cannot compile '" + spec.name + "' to a cubin: " + error);
+  const std::vector<std::string> extra = extraOptions();
 
   auto build = [&](CacheEntry* entry) {
     ++nvrtcRuns;
-    std::vector<NvrtcResult> results = compileEntryGroups(*nvrtc, *source, spec.name, target.name);
+    std::vector<NvrtcResult> results =
+        compileEntryGroups(*nvrtc, *source, spec.name, target.name, extra);
     for (const NvrtcResult& result : results)
       if (!result.ok)
         return Status::error("NVRTC failed to compile the kernel for '" + spec.name +
@@ -158,7 +172,8 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
       }
       if (!again) break;
       ++nvrtcRuns;
-      std::vector<NvrtcResult> retried = compileEntryGroups(*nvrtc, *again, spec.name, target.name);
+      std::vector<NvrtcResult> retried =
+          compileEntryGroups(*nvrtc, *again, spec.name, target.name, extra);
       if (!std::all_of(retried.begin(), retried.end(), [](const NvrtcResult& r) { return r.ok; }))
         break;
       source = std::move(again);
@@ -177,8 +192,8 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
   if (impl_->options.useCache) {
     KernelCache cache(cacheDirectory());
     KernelCache::Outcome outcome;
-    if (Status built = cache.getOrBuild(cacheKey(source->cuda, *nvrtc, target, withBackward), build, &entry,
-                                        &outcome);
+    if (Status built = cache.getOrBuild(cacheKey(source->cuda, *nvrtc, target, withBackward, extra),
+                                        build, &entry, &outcome);
         !built)
       return fail(built.message);
     if (outcome.hit) ++cacheHits;

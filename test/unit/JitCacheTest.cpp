@@ -145,6 +145,31 @@ TEST_F(JitCache, HonoursCacheDirEnvironment) {
   saved ? (void)setenv("ATTNC_CACHE_DIR", savedValue.c_str(), 1) : (void)unsetenv("ATTNC_CACHE_DIR");
 }
 
+// ATTNC_TIMELINE=1 (templates/attnc/sm90/timeline.h) builds the sm_90a forward with its per-block
+// timestamps: another kernel, so another cache entry, never the plain kernel's.
+TEST_F(JitCache, TimelineBuildIsCachedApart) {
+  const attnc::testing::ScratchDir dir("jit-timeline", /*create=*/false);
+  const Target hopper = *Target::byName("sm_90a", nullptr);
+  const char* saved = std::getenv("ATTNC_TIMELINE");
+  const std::string savedValue = saved ? saved : "";
+  JitCompiler jit(JitOptions{dir, true});
+  Status status;
+  unsetenv("ATTNC_TIMELINE");
+  Kernel plain = jit.compileText(kSpec, hopper, &status);
+  ASSERT_TRUE(status) << status.message;
+  setenv("ATTNC_TIMELINE", "1", 1);
+  Kernel timeline = jit.compileText(kSpec, hopper, &status);
+  saved ? (void)setenv("ATTNC_TIMELINE", savedValue.c_str(), 1) : (void)unsetenv("ATTNC_TIMELINE");
+  ASSERT_TRUE(status) << status.message;
+  EXPECT_EQ(kernelFiles(dir).size(), 2u) << "the timeline build reused the plain kernel's entry";
+  EXPECT_EQ(plain.ptx().find("globaltimer"), std::string::npos);
+  EXPECT_NE(timeline.ptx().find("globaltimer"), std::string::npos);
+  // And back: the plain kernel again, from the cache.
+  Kernel again = jit.compileText(kSpec, hopper, &status);
+  ASSERT_TRUE(status) << status.message;
+  EXPECT_EQ(again.ptx(), plain.ptx());
+}
+
 TEST_F(JitCache, BadSpecIsAnError) {
   Status status;
   const attnc::testing::ScratchDir dir("jit-bad", /*create=*/false);

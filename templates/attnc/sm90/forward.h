@@ -40,6 +40,7 @@
 #include "attnc/sm80/softmax.h"
 #include "attnc/sm90/async.h"
 #include "attnc/sm90/config.h"
+#include "attnc/sm90/timeline.h"
 #include "attnc/sm90/wgmma.h"
 
 namespace attnc {
@@ -125,6 +126,7 @@ ATTNC_DEVICE void issueQ(const FwdParamsTma& pt, const ForwardSmem<Config>& smem
     for (int c = 0; c < Config::kKChunks; ++c)
       tmaLoad4d(smem.q(g) + u32(c * kChunkBytes), &pt.tma_q, smem.qFull(), c * kChunkElements,
                 q0 + 64 * g, h, b);
+  timelineMark(pt.base, kTimelineQIssued);
 }
 
 // The producer warp's stream from position `iteration`, whose tile is `tile` (past lastTile: the
@@ -148,6 +150,7 @@ ATTNC_DEVICE void produceFrom(const FwdParamsTma& pt, const ForwardSmem<Config>&
       if (live) {
         tmaLoadTile<Config::kKChunks, Config::kBlockKV>(smem.k(stage), &pt.tma_k, smem.kFull(stage),
                                                         Config::kKBytes, tile * Config::kBlockKV, hKv, b);
+        if (kTimeline && iteration == 0) timelineMark(pt.base, kTimelineFirstKIssued);
       } else {
         mbarrierArrive(smem.kFull(stage));
       }
@@ -168,6 +171,7 @@ ATTNC_DEVICE void produce(const FwdParamsTma& pt, const ForwardSmem<Config>& sme
                           const KvTiles<Variant, Config::kBlockKV>& tiles, int q0, int b, int h,
                           int hKv) {
   if ((threadIdx.x & 31) == 0) issueQ(pt, smem, q0, h, b);
+  // (its timeline starts in forward(): the plain start's first instruction is the barrier init)
   int firstTile, lastTile;
   tiles.bounds(firstTile, lastTile);
   expr::Tri tileClass;
@@ -192,6 +196,7 @@ ATTNC_DEVICE ProducerCursor produceStart(const FwdParamsTma& pt, const ForwardSm
                                          int b, int h, int hKv) {
   const bool leader = (threadIdx.x & 31) == 0;
   if (leader) {
+    timelineStart(pt.base);
     initBarriers(smem);
     issueQ(pt, smem, q0, h, b);
   }
@@ -208,6 +213,7 @@ ATTNC_DEVICE ProducerCursor produceStart(const FwdParamsTma& pt, const ForwardSm
                                                       Config::kKBytes, kv0, hKv, b);
       tmaLoadTile<Config::kVChunks, Config::kBlockKV>(smem.v(0), &pt.tma_v, smem.vFull(0),
                                                       Config::kVBytes, kv0, hKv, b);
+      timelineMark(pt.base, kTimelineFirstKIssued);
     } else {
       mbarrierArrive(smem.kFull(0));
     }
@@ -333,7 +339,10 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   if constexpr (kEarlyStart) {
     if (threadIdx.x < 32) cursor = produceStart<Config, Variant>(pt, smem, tiles, q0, b, h, hKv);
   } else {
-    if (threadIdx.x == 0) initBarriers(smem);
+    if (threadIdx.x == 0) {
+      timelineStart(p);
+      initBarriers(smem);
+    }
   }
   sm80::blockSync();
   // A consumer warpgroup with no rows in the sequence gives its registers back too (idleConsumer;
@@ -506,11 +515,15 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   // flight. (Other specs wait first, as the loop does.)
   if constexpr (!kMaskAhead) mbarrierWait(smem.kFull(stage), phase);
   int tile = smem.scheduledTile(stage);
+  // This consumer's timeline marks (timeline.h): the first two consumers' first threads.
+  const bool marks = kTimeline && groupThread == 0 && group < 2;
   if (tile >= 0) {
     const TileMask firstMask = maskAhead(tile, stage);
     if constexpr (kMaskAhead) mbarrierWait(smem.kFull(stage), phase);
+    if (marks) timelineMark(p, group == 0 ? kTimelineFirstK : kTimelineFirstK1);
     if (group == Config::kConsumers - 1) passTurn();
     mbarrierWait(smem.qFull(), 0);
+    if (marks && group == 0) timelineMark(p, kTimelineQ);
     if constexpr (kQInRegisters) loadKMajorFragments(qA, qTile, 64, warp, lane);
     takeTurn();
     issueQK();
@@ -518,6 +531,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     float factors[1][2];
     // O is still zero: nothing to rescale.
     softmaxStep(tile, waitForS(tile, /*pvPending=*/Flag<false>(), firstMask), factors);
+    if (marks) timelineMark(p, group == 0 ? kTimelineFirstTile : kTimelineFirstTile1);
     sm80::warp::packP<Element>(pA, s);
     for (iteration = 1;; ++iteration) {
       const int prevStage = stage;
@@ -558,6 +572,10 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     if (!kGroupTail && group == 0) takeTurn();
     wgmmaWait<0>();
     fenceRegisters(flat(o));
+    if (marks) {
+      timelineMark(p, group == 0 ? kTimelineLoopEnd : kTimelineLoopEnd1);
+      if (group == 0) timelineWrite(p, kTimelineTiles, u32(iteration));
+    }
     mbarrierArrive(smem.vEmpty(stage));
     if constexpr (kGroupTail) {
       // The rest of the stream: tile is the one the loop stopped at, at position `iteration`.
@@ -575,7 +593,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   if (!groupHasRows) return;
   // (b, h) again, not kept live through the loop
   const BlockCoord at = kOrdered ? orderedBlockAgain(p.heads_q, p.batch) : plainBlock();
-  if (p.lse != nullptr && (lane & 3) == 0) {
+  if (!kTimeline && p.lse != nullptr && (lane & 3) == 0) {  // (the timeline's record holds the LSE)
     float* lseRow = p.lse + (i64(at.b) * p.heads_q + at.h) * p.q_len;
 #pragma unroll
     for (int r = 0; r < 2; ++r)
@@ -625,6 +643,8 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
         row[4 * nv] = Convert<Element>::pack2(o[0][nv][2 * r], o[0][nv][2 * r + 1]);
     }
   }
+  if (kTimeline && groupThread == 0 && warpGroup <= 2)
+    timelineMark(p, warpGroup == 1 ? kTimelineEnd : kTimelineEnd1);
 }
 
 }  // namespace sm90

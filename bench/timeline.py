@@ -1,0 +1,110 @@
+"""Where a sm_90a forward block's time goes: builds bench rows' forward kernels with their per-block
+timeline (ATTNC_TIMELINE=1, templates/attnc/sm90/timeline.h: %globaltimer stamps written where
+the LSE goes, 16 words a block), runs each once warm, and prints per row the medians of the phases
+from each block's start, the time per kv tile after the first, each block's fixed share (its time
+minus kv tiles x that per-tile median) and the gaps between blocks on an SM. Needs a GPU with the
+sm_90a kernels (an H100/H200), torch and libattnc.so; the timeline kernel is cached apart from the
+plain one and writes no LSE, so nothing else should share the process.
+
+  python3 bench/timeline.py [--lib .device/bundle/libattnc.so] --only ROW [--only ROW ...]
+"""
+import argparse
+import os
+import sys
+
+os.environ["ATTNC_TIMELINE"] = "1"  # read by the JIT at each compile
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_forward as bf  # noqa: E402
+
+# The record's words (timeline.h TimelineWord).
+SM, START, Q_ISSUED, K_ISSUED, FIRST_K, Q, FIRST_TILE, LOOP_END, END = range(9)
+FIRST_K1, FIRST_TILE1, LOOP_END1, END1, TILES = range(9, 14)
+MAGIC, MAGIC_VALUE = 15, 0xABCD
+
+
+def since(w, a, b):
+    """Nanoseconds from word a to word b of each record (32-bit stamps, so modulo 2^32)."""
+    return (w[:, b].astype(np.int64) - w[:, a].astype(np.int64)) % (1 << 32)
+
+
+def report(name, w):
+    w = w[w[:, MAGIC] == MAGIC_VALUE]
+    if len(w) == 0:
+        print(f"## {name}: no block wrote a record (not the sm_90a forward?)")
+        return
+    ends = np.maximum(since(w, START, END), since(w, START, END1))
+    live = (w[:, FIRST_TILE] != 0) & (w[:, END] != 0) & (w[:, TILES] > 0)
+    lw, lend = w[live], ends[live]
+    tiles = lw[:, TILES].astype(np.int64)
+    per_tile = since(lw, FIRST_TILE, LOOP_END) / np.maximum(tiles - 1, 1)
+    fixed = lend - tiles * np.median(per_tile)
+    start = (w[:, START].astype(np.int64) - int(w[:, START].min())) % (1 << 32)
+    stop = start + ends
+    busy, gaps = 0, []
+    sms = w[:, SM]
+    for sm in np.unique(sms):
+        order = np.argsort(start[sms == sm])
+        s, e = start[sms == sm][order], stop[sms == sm][order]
+        busy += int((e - s).sum())
+        gaps += list(s[1:] - e[:-1])
+    n_sm = len(np.unique(sms))
+    span = int(stop.max())
+    print(f"## {name}: {len(w)} blocks on {n_sm} SMs, {span / 1e3:.1f} us; SMs busy "
+          f"{busy / (n_sm * span):.1%}; gap between blocks on an SM median "
+          f"{np.median(gaps) if gaps else 0:.0f} ns; kv tiles a block median {np.median(tiles):.0f} "
+          f"(mean {tiles.mean():.1f})")
+    phases = [
+        ("Q issued", since(lw, START, Q_ISSUED)),
+        ("first K (and V) issued", since(lw, START, K_ISSUED)),
+        ("consumer 0 holds the first K", since(lw, START, FIRST_K)),
+        ("consumer 0 holds Q", since(lw, START, Q)),
+        ("consumer 0's first S + softmax done", since(lw, START, FIRST_TILE)),
+        ("consumer 1's first S + softmax done", since(lw, START, FIRST_TILE1)),
+        ("consumer 0's loop (span)", since(lw, FIRST_TILE, LOOP_END)),
+        ("per kv tile after the first (span / tiles)", per_tile),
+        ("consumer 0's output (span)", since(lw, LOOP_END, END)),
+        ("block", lend),
+    ]
+    print("| phase (ns from the block's start unless a span) | median | p10 | p90 |")
+    print("|---|---:|---:|---:|")
+    for label, x in phases:
+        print(f"| {label} | {np.median(x):.0f} | {np.percentile(x, 10):.0f} | {np.percentile(x, 90):.0f} |")
+    print(f"- fixed per block (block - kv tiles x the per-tile median): median {np.median(fixed):.0f} ns,"
+          f" {fixed.sum() / lend.sum():.1%} of all blocks' time", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lib", default=None, help="libattnc.so (default: test/gpu/attnc_ctypes's)")
+    ap.add_argument("--only", action="append", required=True, help="bench rows whose name contains this")
+    ap.add_argument("--warm", type=int, default=20, help="untimed launches before the recorded one")
+    args = ap.parse_args()
+    lib = bf.attnc_ctypes.Library(args.lib)
+    dev = torch.device("cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    for row in bf.rows(False):
+        if not bf.selected(row, args.only):
+            continue
+        q, k, v, doc = bf.row_inputs(row, dev)
+        kern = lib.compile_text(bf.spec_of(row))
+        o = torch.empty_like(q)
+        lse = torch.zeros(row.b, row.hq, row.n, device=dev, dtype=torch.float32)
+        a = kern.make_args(q, k, v, o, lse, [(doc, "pos")] if doc is not None else [],
+                           seed=42, offset=0, layout="bhsd")
+        for _ in range(args.warm):
+            kern.launch(a, stream)
+        torch.cuda.synchronize()
+        lse.zero_()
+        kern.launch(a, stream)
+        torch.cuda.synchronize()
+        words = lse.view(torch.int32).flatten().cpu().numpy().astype(np.uint32)
+        report(row.name, words[: words.size // 16 * 16].reshape(-1, 16))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
