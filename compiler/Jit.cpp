@@ -13,8 +13,8 @@
 #include "llvm/Support/SHA256.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <system_error>
 #include <thread>
