@@ -5,7 +5,8 @@
 //    classifies the live kv tiles (all 32 lanes) and publishes each in a stage's schedule slot, and
 //    its lane 0 streams Q once and then K and V of every live tile through a ring of Stages
 //    shared-memory stages with TMA copies, each completing on its stage's "full" mbarrier; before
-//    reusing a stage it waits on the stage's "empty" mbarriers;
+//    reusing a stage it waits on the stage's "empty" mbarriers (under a mask its first steps run
+//    before the block's first barrier sync: produceStart);
 //  - each consumer warpgroup owns 64 rows: S = Q K^T with wgmma from shared memory, the Variant's
 //    score hook and mask on the accumulators, the online softmax (exp2 with the scale folded in),
 //    dropout, then O += P V with P straight from registers and V from shared memory, the
@@ -179,17 +180,18 @@ ATTNC_DEVICE void produce(const FwdParamsTma& pt, const ForwardSmem<Config>& sme
   produceFrom<Config, Variant>(pt, smem, tiles, 0, tile, lastTile, tileClass, b, hKv);
 }
 
+// Where produceStart left the stream: the tile of position 0 (past lastTile: no live tile).
+struct ProducerCursor {
+  int tile, lastTile;
+  expr::Tri tileClass;
+};
+
 // With the early start (forward(): masked specs), the producer's first warp runs this before the
 // block's first barrier sync, so that the block's copies start while its other warps are still
 // starting: lane 0 initializes the mbarriers and issues Q, all 32 lanes find the live kv tiles
 // (TileWalk::boundsWarp; for masks that read declared inputs, the launch's precomputed classes),
 // and lane 0 publishes the first live tile in stage 0's schedule slot and issues its K and V
 // (stage 0 is empty: no wait). The warp continues with produceStarted after the sync.
-struct ProducerCursor {
-  int tile, lastTile;  // the tile of stream position 0 (past lastTile: no live tile)
-  expr::Tri tileClass;
-};
-
 template <class Config, class Variant>
 ATTNC_DEVICE ProducerCursor produceStart(const FwdParamsTma& pt, const ForwardSmem<Config>& smem,
                                          const KvTiles<Variant, Config::kBlockKV>& tiles, int q0,
@@ -425,10 +427,11 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     gemmRegsMNMajor<Element, Config::kHeadDimV>(flat(o), pA[0], smem.v(vStage), Config::kBlockKV);
   };
   // Which elements of tile `tile` this warpgroup's rows keep. For a mask that reads declared
-  // inputs (kMaskAhead: a document mask reads an id per key) the decisions are made as bits while
-  // S = Q K^T runs, since they do not depend on the scores, so that the loads' round trips are off
-  // the path from S to the softmax; other masks are a few integer operations per element, made on
-  // the scores after the wait (as bits ahead, causal_hd64 spilled).
+  // inputs (kMaskAhead: a document mask reads an id per key) the decisions are made as bits before
+  // the tile's GEMMs are issued (the first tile's before its K has landed), since they do not
+  // depend on the scores, so that the loads' round trips run during the waits for the stage, the
+  // turn and S, off the path from S to the softmax; other masks are a few integer operations per
+  // element, made on the scores after the wait (as bits ahead, causal_hd64 spilled).
   constexpr bool kMaskAhead = VariantTileClasses<Variant>::value;
   static_assert(!kMaskAhead || kEarlyStart, "a mask made ahead reads stage 0's slot before its wait");
   struct TileMask {
