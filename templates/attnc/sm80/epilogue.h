@@ -207,6 +207,79 @@ ATTNC_DEVICE KeepBits<MTiles, NTiles> maskKeepBits(const Params& p, int b, int h
   return keep;
 }
 
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+// A value from lane `src` of the warp (all 32 lanes take part), as 32-bit words: a mask split's
+// per-key values are any struct of scalars (bool, ints, floats), padded here to whole words.
+template <class T>
+ATTNC_DEVICE T shuffleWords(const T& value, int src) {
+  if constexpr (__is_empty(T)) {
+    return value;
+  } else {
+    constexpr int kWords = int((sizeof(T) + 3) / 4);
+    u32 words[kWords] = {};
+    memcpy(words, &value, sizeof(T));
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) words[i] = __shfl_sync(0xffffffffu, words[i], src);
+    T result;
+    memcpy(&result, words, sizeof(T));
+    return result;
+  }
+}
+
+// maskKeepBits for a tile of 8 NTiles keys from kTile0 (the sm_90a forward's accumulator layout:
+// this lane's keys are kTile0 + 2 (lane & 3) + 8 ni + j), with the whole warp: where the mask is
+// split (MaskSplitOf) and decided per element, each lane computes the per-key values (mask_col:
+// for a document mask, one read of the input) of keys kTile0 + lane + 32 i only, and the lanes
+// that need a key take its values from the lane that made them with a shuffle. A lane's 2
+// NTiles keys then cost NTiles / 4 reads and 2 NTiles shuffles instead of 2 NTiles reads: the
+// reads were most of a document tile's mask (docs/perf/H200.md, 2026-12-02). Key 8 ni + 2 c + j
+// (c = lane & 3) is made by lane (8 ni + 2 c + j) mod 32 as its value ni / 4. Otherwise
+// maskKeepBits. The warp must be converged (the tile's class is the same for all its lanes).
+template <class Variant, int MTiles, int NTiles, class Params>
+ATTNC_DEVICE KeepBits<MTiles, NTiles> maskKeepBitsWarp(const Params& p, int b, int h, int qRow,
+                                                        int kTile0, int lane, bool perElement) {
+  if constexpr (Variant::kHasMask && MaskSplitOf<Variant>::value) {
+    if (perElement) {
+      using Bits = KeepBits<MTiles, NTiles>;
+      constexpr int kPerLane = ceilDiv(8 * NTiles, 32);
+      Bits keep;
+#pragma unroll
+      for (int w = 0; w < ceilDiv(Bits::kBits, 32); ++w) keep.words[w] = 0u;
+      const int qMax = p.q_len - 1;
+      typename Variant::MaskRow rows[MTiles][2];
+#pragma unroll
+      for (int mi = 0; mi < MTiles; ++mi)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          rows[mi][r] = Variant::mask_row(p, b, h, minOf(qRow + 16 * mi + 8 * r, qMax));
+      typename Variant::MaskCol made[kPerLane];
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) made[i] = Variant::mask_col(p, b, h, kTile0 + lane + 32 * i);
+      const int c = lane & 3;
+#pragma unroll
+      for (int ni = 0; ni < NTiles; ++ni)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int key = 8 * ni + 2 * c + j;
+          const typename Variant::MaskCol col = shuffleWords(made[ni / 4], key & 31);
+          const int k = kTile0 + key;
+#pragma unroll
+          for (int mi = 0; mi < MTiles; ++mi)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const int q = minOf(qRow + 16 * mi + 8 * r, qMax);
+              const bool kept = (k < p.kv_len) & Variant::mask_join(p, b, h, q, k, rows[mi][r], col);
+              const int bit = Bits::bit(mi, ni, 2 * r + j);
+              keep.words[bit / 32] |= u32(kept) << (bit % 32);
+            }
+        }
+      return keep;
+    }
+  }
+  return maskKeepBits<Variant, MTiles, NTiles>(p, b, h, qRow, kTile0 + 2 * (lane & 3), perElement);
+}
+#endif
+
 // Sets the scores whose keep bit is clear to -inf.
 template <int MTiles, int NTiles>
 ATTNC_DEVICE void applyKeepBits(float (&s)[MTiles][NTiles][4], const KeepBits<MTiles, NTiles>& keep) {

@@ -452,8 +452,8 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     mask.masked = mask.perElement || tiles.isTail(tile);
     if constexpr (kMaskAhead) {
       if (mask.masked)
-        mask.keep = sm80::maskKeepBits<Variant, 1, kN>(
-            p, b, h, qRow, tile * Config::kBlockKV + 2 * (lane & 3), mask.perElement);
+        mask.keep = sm80::maskKeepBitsWarp<Variant, 1, kN>(p, b, h, qRow, tile * Config::kBlockKV,
+                                                            lane, mask.perElement);
     }
     return mask;
   };
