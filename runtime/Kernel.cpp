@@ -69,6 +69,7 @@ struct Kernel::Impl {
     cu::Function function = nullptr;
     cu::Function summary = nullptr;  // the image's summary entry, if it has one
     cu::Function tileClasses = nullptr;  // its tile-classes entry, if it has one
+    cu::Function tileOrder = nullptr;    // (experiment) <tile-classes entry>_order, if it has one
     const Image* image = nullptr;  // the form loaded into this context
     bool usePtx = false;           // loaded from its PTX (else its cubins)
     std::string error;  // why this context cannot run the kernel (kept: the answer will not change)
@@ -223,6 +224,11 @@ struct Kernel::Impl {
     if (!tileClassesEntry.empty() &&
         !getFunction(driver, entry, tileClassesEntry, &entry.tileClasses, &why))
       return fail(why);
+    if (!tileClassesEntry.empty()) {
+      std::string none;  // optional: images without the experiment's entry keep the plain order
+      if (!getFunction(driver, entry, tileClassesEntry + "_order", &entry.tileOrder, &none))
+        entry.tileOrder = nullptr;
+    }
     const std::string& summaryEntry = image->metadata.summaryEntry;
     if (!summaryEntry.empty() && !getFunction(driver, entry, summaryEntry, &entry.summary, &why))
       return fail(why);
@@ -698,11 +704,13 @@ Status summarizeAndClassify(Kernel::Impl& impl, const DriverApi& driver, cu::Con
                             const std::string& name, i64 rows, int words, const int*& bounds,
                             const u32*& classWords, int& wordCount, cu::Stream stream,
                             std::unique_lock<std::mutex>* lock, int groupWords = 0,
-                            const u32** groups = nullptr, int* groupWordCount = nullptr) {
+                            const u32** groups = nullptr, int* groupWordCount = nullptr,
+                            const int** order = nullptr) {
   const size_t boundsBytes = align256(size_t(rows) * 2 * sizeof(int));
   const size_t wordsBytes = align256(size_t(rows) * size_t(words) * sizeof(u32));
-  const size_t bytes =
-      classes ? boundsBytes + wordsBytes + size_t(rows) * size_t(groupWords) * sizeof(u32) : 0;
+  const size_t groupBytes = align256(size_t(rows) * size_t(groupWords) * sizeof(u32));
+  const size_t orderBytes = order ? size_t(rows) * sizeof(int) : 0;
+  const size_t bytes = classes ? boundsBytes + wordsBytes + groupBytes + orderBytes : 0;
   char* buffer = nullptr;
   if (Status status = impl.summarize(driver, context, loaded, p.inputs, p.batch, p.q_len, p.kv_len,
                                      stream, lock, bytes, &buffer);
@@ -720,6 +728,7 @@ Status summarizeAndClassify(Kernel::Impl& impl, const DriverApi& driver, cu::Con
     *groups = reinterpret_cast<const u32*>(buffer + boundsBytes + wordsBytes);
     *groupWordCount = groupWords;
   }
+  if (order) *order = reinterpret_cast<const int*>(buffer + boundsBytes + wordsBytes + groupBytes);
   void* params[] = {&p};
   std::string error;
   if (!driver.check(driver.cuLaunchKernel(classes, tileClassBlocks(rows), 1, 1, kTileClassThreads,
@@ -814,6 +823,8 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
   FwdParams p{};
   std::unique_lock<std::mutex> summaryLock;
   setSharedFields(p, m, args);
+  const bool orderTiles = loaded->tileOrder && tiles.forwardKernel == "sm90" &&
+                          (p.q_len + tiles.blockQ - 1) / tiles.blockQ <= kTileOrderMaxTiles;
   // Tile classes: rows (b, h, q tile) of kv tiles, 2 bits a tile; for the sm_90a kernel also
   // 8 bits a tile of its consumer warpgroups' classes.
   if (Status status = summarizeAndClassify(
@@ -823,9 +834,20 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
           p.kv_class_words, static_cast<cu::Stream>(stream), &summaryLock,
           tiles.forwardKernel == "sm90" ? tileGroupWords(p.kv_len, tiles.blockKV) : 0,
           &p.kv_group_classes,
-          &p.kv_group_words);
+          &p.kv_group_words, orderTiles ? &p.q_tile_order : nullptr);
       !status)
     return status;
+  // (experiment) The q tiles of each (b, h) longest first, after the classes (tile_classes.h).
+  if (orderTiles && loaded->tileClasses) {
+    void* orderParams[] = {&p};
+    const unsigned blocks = unsigned(std::min<long long>(
+        (long long)p.batch * m.headsQ, 65535));
+    if (!driver->check(driver->cuLaunchKernel(loaded->tileOrder, blocks, 1, 1, kTileClassThreads,
+                                              1, 1, 0, static_cast<cu::Stream>(stream),
+                                              orderParams, nullptr),
+                       "cuLaunchKernel(tile order)", &error))
+      return Status::error("Kernel::forward: " + error);
+  }
 
   FwdParamsTma withMaps;
   void* params[] = {&p};

@@ -468,3 +468,34 @@ TEST(InputSummary, BackwardQTileWalkReadsPrecomputedClasses) {
 
 }  // namespace
 }  // namespace attnc
+
+namespace attnc {
+namespace {
+
+// (experiment) tileOrderRank: a permutation of the q tiles, longest kv range first, ties by the
+// higher index first (the ordered grid's own order).
+TEST(TileOrder, LongestFirstPermutation) {
+  const std::vector<std::vector<int>> cases = {
+      {3, 1, 4, 1, 5, 9, 2, 6}, {0, 0, 0}, {7}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12},
+      {5, 5, 1, 5, 0, 8, 8}};
+  for (const std::vector<int>& counts : cases) {
+    const int n = int(counts.size());
+    std::vector<int> order(n, -1);
+    for (int t = 0; t < n; ++t) {
+      const int rank = tileOrderRank(counts.data(), n, t);
+      ASSERT_GE(rank, 0);
+      ASSERT_LT(rank, n);
+      ASSERT_EQ(order[rank], -1) << "two tiles with rank " << rank;
+      order[rank] = t;
+    }
+    for (int r = 1; r < n; ++r) {
+      const int a = order[r - 1], b = order[r];
+      EXPECT_TRUE(counts[a] > counts[b] || (counts[a] == counts[b] && a > b))
+          << "rank " << r - 1 << " runs tile " << a << " (" << counts[a] << " kv tiles) before "
+          << b << " (" << counts[b] << ")";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attnc

@@ -76,7 +76,40 @@ ATTNC_HD void tileClassRow(const Walk& tiles, int* bounds, u32* words, int wordC
   bounds[1] = last;
 }
 
+// The rank of q tile t among n whose kv ranges span counts[0..n): the number of tiles that run
+// before it, longest first, ties by the higher index (the ordered grid's own order, last tile
+// first). A permutation of 0..n-1 over t.
+ATTNC_HD int tileOrderRank(const int* counts, int n, int t) {
+  const int c = counts[t];
+  int rank = 0;
+  for (int u = 0; u < n; ++u) rank += int(counts[u] > c) | int(counts[u] == c && u > t);
+  return rank;
+}
+// The most q tiles a (b, h) may have for writeTileOrder (one int of shared memory each).
+constexpr int kTileOrderMaxTiles = 4096;
+
 #if defined(__CUDA_ARCH__)
+// The body of `<name>_tile_classes_order`, launched after the tile classes: for each (b, h), its
+// q tiles longest kv range first (last - first + 1 of kv_tile_bounds) into q_tile_order, so that
+// the ordered grid starts the longest blocks first and ends on the shortest (document masks: q
+// tiles of 1 to 64 kv tiles in the order of the documents, docs/perf/H200.md). One block per
+// (b, h) in a grid-stride loop.
+template <int BlockQ>
+ATTNC_DEVICE void writeTileOrder(const FwdParams& p) {
+  __shared__ int counts[kTileOrderMaxTiles];
+  const int qTiles = ceilDiv(p.q_len, BlockQ);
+  int* order = const_cast<int*>(p.q_tile_order);
+  for (int bh = int(blockIdx.x); bh < p.batch * p.heads_q; bh += int(gridDim.x)) {
+    const i64 row0 = i64(bh) * qTiles;
+    __syncthreads();  // the previous pair's counts have been read
+    for (int t = int(threadIdx.x); t < qTiles; t += int(blockDim.x))
+      counts[t] = maxOf(p.kv_tile_bounds[2 * (row0 + t) + 1] - p.kv_tile_bounds[2 * (row0 + t)] + 1, 0);
+    __syncthreads();
+    for (int t = int(threadIdx.x); t < qTiles; t += int(blockDim.x))
+      order[row0 + tileOrderRank(counts, qTiles, t)] = t;
+  }
+}
+
 // With FwdParams: the forward's rows (b, h, q tile of BlockQ) of kv tiles (BlockKV). With
 // BwdParams: the dK/dV kernel's rows (b, h, kv tile of BlockKV) of q tiles (BlockQ).
 template <class Variant, int BlockQ, int BlockKV, class Params>

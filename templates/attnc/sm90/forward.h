@@ -317,7 +317,11 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   if (!order.live) return;
   const int b = order.b, h = order.h;
   const int qTiles = kOrdered ? int(gridDim.y) : int(gridDim.x);
-  const int qTileIndex = qTiles - 1 - order.rank;
+  // (experiment: the launch's longest-first order of the q tiles, where it made one)
+  const int qTileIndex =
+      kOrdered && VariantTileClasses<Variant>::value && p.q_tile_order != nullptr
+          ? p.q_tile_order[i64(b * p.heads_q + h) * qTiles + order.rank]
+          : qTiles - 1 - order.rank;
   // The tile's rows [q0, q0 + kBlockQ), of which [qFirst, qLast] are in the sequence.
   const int q0 = qTileStart<kOrdered>(qTileIndex, p.q_len, Config::kBlockQ);
   if (q0 >= p.q_len) return;
