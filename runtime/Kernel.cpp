@@ -69,7 +69,7 @@ struct Kernel::Impl {
     cu::Function function = nullptr;
     cu::Function summary = nullptr;  // the image's summary entry, if it has one
     cu::Function tileClasses = nullptr;  // its tile-classes entry, if it has one
-    cu::Function tileOrder = nullptr;    // (experiment) <tile-classes entry>_order, if it has one
+    cu::Function tileOrder = nullptr;    // <tile-classes entry>_order, if it has one
     const Image* image = nullptr;  // the form loaded into this context
     bool usePtx = false;           // loaded from its PTX (else its cubins)
     std::string error;  // why this context cannot run the kernel (kept: the answer will not change)
@@ -225,7 +225,7 @@ struct Kernel::Impl {
         !getFunction(driver, entry, tileClassesEntry, &entry.tileClasses, &why))
       return fail(why);
     if (!tileClassesEntry.empty()) {
-      std::string none;  // optional: images without the experiment's entry keep the plain order
+      std::string none;  // optional: images built before the entry existed keep the plain order
       if (!getFunction(driver, entry, tileClassesEntry + "_order", &entry.tileOrder, &none))
         entry.tileOrder = nullptr;
     }
@@ -837,7 +837,8 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
           &p.kv_group_words, orderTiles ? &p.q_tile_order : nullptr);
       !status)
     return status;
-  // (experiment) The q tiles of each (b, h) longest first, after the classes (tile_classes.h).
+  // The q tiles of each (b, h) longest kv range first, after the classes (tile_classes.h
+  // writeTileOrder; docs/templates.md).
   if (orderTiles && loaded->tileClasses) {
     void* orderParams[] = {&p};
     const unsigned blocks = unsigned(std::min<long long>(

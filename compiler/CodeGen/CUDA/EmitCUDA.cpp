@@ -574,7 +574,7 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
     os << "extern \"C\" __global__ void __launch_bounds__(attnc::kTileClassThreads, 1) "
        << result.tileClassesEntry << "(const attnc::FwdParams p) {\n"
        << "  attnc::writeTileClasses<Variant, Config::kBlockQ, Config::kBlockKV>(p);\n}\n";
-    // (experiment: the q tiles longest first, launched after the classes; found by its name)
+    // The q tiles longest kv range first, launched after the classes (found by its name).
     os << "extern \"C\" __global__ void __launch_bounds__(attnc::kTileClassThreads) "
        << result.tileClassesEntry << "_order(const attnc::FwdParams p) {\n"
        << "  attnc::writeTileOrder<Config::kBlockQ>(p);\n}\n";

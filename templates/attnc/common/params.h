@@ -106,7 +106,7 @@ struct FwdParams {
   // `kv_group_classes[row * kv_group_words + t / 4] >> (8 (t % 4) + 2 g)`.
   const u32* kv_group_classes;
   int kv_group_words;
-  // Experiment (experiments/fwd-tile-order.patch): for the sm_90a forward on the ordered grid, the
+  // For the sm_90a forward on the ordered grid of a spec with tile classes (docs/templates.md), the
   // q tile each rank runs, per (b, h): `q_tile_order[(b * heads_q + h) * ceil(q_len / B_r) +
   // rank]`, longest kv range first (tile_classes.h writeTileOrder); null: rank r runs q tile
   // tiles - 1 - r.

@@ -317,7 +317,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   if (!order.live) return;
   const int b = order.b, h = order.h;
   const int qTiles = kOrdered ? int(gridDim.y) : int(gridDim.x);
-  // (experiment: the launch's longest-first order of the q tiles, where it made one)
+  // The launch's longest-first order of the q tiles where it made one (tile_classes.h).
   const int qTileIndex =
       kOrdered && VariantTileClasses<Variant>::value && p.q_tile_order != nullptr
           ? p.q_tile_order[i64(b * p.heads_q + h) * qTiles + order.rank]
