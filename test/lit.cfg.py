@@ -8,7 +8,7 @@ from lit.llvm.subst import ToolSubst
 config.name = "attnc"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".yaml", ".test"]
-config.excludes = ["unit", "gpu", "templates", "lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt"]
+config.excludes = ["unit", "gpu", "templates", "kernel-specs", "lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.attnc_obj_root, "test")
 
