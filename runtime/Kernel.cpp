@@ -221,10 +221,8 @@ struct Kernel::Impl {
                       "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", &why))
       return fail(why);
     const std::string& tileClassesEntry = image->metadata.tileClassesEntry;
-    if (!tileClassesEntry.empty() &&
-        !getFunction(driver, entry, tileClassesEntry, &entry.tileClasses, &why))
-      return fail(why);
     if (!tileClassesEntry.empty()) {
+      if (!getFunction(driver, entry, tileClassesEntry, &entry.tileClasses, &why)) return fail(why);
       std::string none;  // optional: images built before the entry existed keep the plain order
       if (!getFunction(driver, entry, tileClassesEntry + "_order", &entry.tileOrder, &none))
         entry.tileOrder = nullptr;
@@ -839,7 +837,7 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
     return status;
   // The q tiles of each (b, h) longest kv range first, after the classes (tile_classes.h
   // writeTileOrder; docs/templates.md).
-  if (orderTiles && loaded->tileClasses) {
+  if (orderTiles) {  // (tileOrder is looked up only beside tileClasses)
     void* orderParams[] = {&p};
     const unsigned blocks = unsigned(std::min<long long>(
         (long long)p.batch * m.headsQ, 65535));
