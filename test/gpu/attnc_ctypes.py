@@ -153,16 +153,21 @@ def input_strides(t, dims):
     return Input(t.data_ptr(), strides.get("b", 0), strides.get("h", 0), strides.get("pos", 0))
 
 
-def _fill_shared(args, lse, inputs, seed, offset, batch, q_len, kv_len):
+def _fill_shared(args, tensors, lse, inputs, seed, offset, batch, q_len, kv_len):
     """The fields ForwardArgs and BackwardArgs share: LSE, sizes, declared inputs (a list of
-    (tensor, dims) or Input structs, kept alive with the struct) and the dropout stream."""
+    (tensor, dims) or Input structs) and the dropout stream. The struct holds only addresses, so
+    it keeps every tensor it points at alive (`tensors`, LSE, the inputs' tensors and their
+    array): a launch from a struct whose caller dropped its tensors would read freed memory that
+    the caching allocator hands to the next tensor (bench/ab_mix.py once timed a document mask
+    over ids overwritten that way)."""
     args.lse = lse.data_ptr() if lse is not None else None
     args.batch, args.q_len, args.kv_len = batch, q_len, kv_len
     structs = [x if isinstance(x, Input) else input_strides(*x) for x in inputs]
     array = (Input * max(1, len(structs)))(*structs)
     args.inputs = ctypes.cast(array, ctypes.POINTER(Input))
     args.num_inputs = len(structs)
-    args._keepalive = array
+    args._keepalive = (array, tuple(tensors), lse,
+                       tuple(x[0] for x in inputs if not isinstance(x, Input)))
     args.dropout_seed = seed
     args.dropout_offset = offset
 
@@ -197,7 +202,7 @@ class Kernel:
         s_axis = 1 if layout == "bshd" else 2
         args = ForwardArgs()
         args.q, args.k, args.v, args.o = (_tensor(t, layout) for t in (q, k, v, o))
-        _fill_shared(args, lse, inputs, seed, offset,
+        _fill_shared(args, (q, k, v, o), lse, inputs, seed, offset,
                      batch if batch is not None else (q if q is not None else o).shape[0],
                      q_len if q_len is not None else (q if q is not None else o).shape[s_axis],
                      kv_len if kv_len is not None else (k if k is not None else v).shape[s_axis])
@@ -241,7 +246,7 @@ class Kernel:
         args = BackwardArgs()
         (args.q, args.k, args.v, args.o, args.d_o, args.dq, args.dk, args.dv) = (
             _tensor(t, layout) for t in (q, k, v, o, d_o, dq, dk, dv))
-        _fill_shared(args, lse, inputs, seed, offset,
+        _fill_shared(args, (q, k, v, o, d_o, dq, dk, dv), lse, inputs, seed, offset,
                      batch if batch is not None else (q if q is not None else dq).shape[0],
                      q_len if q_len is not None else (q if q is not None else dq).shape[s_axis],
                      kv_len if kv_len is not None else (k if k is not None else dk).shape[s_axis])
@@ -249,6 +254,7 @@ class Kernel:
         if workspace is not None:
             args.workspace = workspace.data_ptr()
             args.workspace_bytes = workspace.numel() * workspace.element_size()
+            args._workspace = workspace  # alive as long as the struct (see _fill_shared)
         return args
 
     def launch_backward(self, args, stream=None):
