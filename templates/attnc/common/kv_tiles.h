@@ -178,30 +178,31 @@ struct TileWalk {
     if constexpr (kReadsClasses || !Variant::kHasMask) {
       bounds(firstTile, lastTile);
     } else {
-      const int lane = int(threadIdx.x & 31);
-      // first: the largest t in [0, numTiles] with [0, t Block) empty; prefix(lo) is empty, hi not.
-      int lo = 0, hi = numTiles + 1;
-      while (hi - lo > 1) {
-        const int step = ceilDiv(hi - lo, 32);
-        const int t = lo + (lane + 1) * step;
-        const bool empty =
-            t < hi && classifyAlong(0, minOf(t * Block, length()) - 1) == Tri::False;
-        lo += __popc(__ballot_sync(0xffffffffu, empty)) * step;
-        hi = minOf(hi, lo + step);
-      }
-      firstTile = lo;
-      // last: one before the smallest t with [t Block, length) empty; suffix(lo) is not empty, hi is.
-      lo = -1;
-      hi = numTiles;
-      while (hi - lo > 1) {
-        const int step = ceilDiv(hi - lo, 32);
-        const int t = lo + (lane + 1) * step;
-        const bool live = t < hi && classifyAlong(t * Block, length() - 1) != Tri::False;
-        lo += __popc(__ballot_sync(0xffffffffu, live)) * step;
-        hi = minOf(hi, lo + step);
-      }
-      lastTile = hi - 1;
+      // first: the largest t in [0, numTiles] with [0, t Block) empty (vacuously for 0).
+      firstTile = lastTrueWarp(0, numTiles + 1, [&](int t) {
+        return classifyAlong(0, minOf(t * Block, length()) - 1) == Tri::False;
+      });
+      // last: the largest t in [-1, numTiles) with [t Block, length) not empty (vacuously for -1),
+      // one before the smallest empty suffix.
+      lastTile = lastTrueWarp(-1, numTiles, [&](int t) {
+        return classifyAlong(t * Block, length() - 1) != Tri::False;
+      });
     }
+  }
+
+  // The largest t in [lo, hi) where `holds`, a test that is true at lo (not evaluated there), false
+  // at hi and can turn from true to false only once as t grows. Each round the 32 lanes test 32
+  // evenly spaced points of the bracket and a ballot counts those that hold.
+  template <class Holds>
+  static ATTNC_DEVICE int lastTrueWarp(int lo, int hi, const Holds& holds) {
+    const int lane = int(threadIdx.x & 31);
+    while (hi - lo > 1) {
+      const int step = ceilDiv(hi - lo, 32);
+      const int t = lo + (lane + 1) * step;
+      lo += __popc(__ballot_sync(0xffffffffu, t < hi && holds(t))) * step;
+      hi = minOf(hi, lo + step);
+    }
+    return lo;
   }
 #endif
 

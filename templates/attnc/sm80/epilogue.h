@@ -118,30 +118,40 @@ struct MaskSplitOf<V, decltype(void(V::kMaskSplit))> {
   using Parts = typename SelectType<Take, Split, NoMaskParts>::type;
 };
 
+// forEachKeep's split path (below) with the key parts from colOf(ni, j), the part of key kCol + 8 ni
+// + j: the row parts are computed once per row of the lane (2 MTiles), then the key parts once per
+// key (2 NTiles), then joined per element.
+template <class Variant, int MTiles, int NTiles, class Params, class ColOf, class Visit>
+ATTNC_DEVICE void forEachKeepSplit(const Params& p, int b, int h, int qRow, int kCol, ColOf&& colOf,
+                                   Visit&& visit) {
+  const int qMax = p.q_len - 1;
+  typename Variant::MaskRow rows[MTiles][2];
+  typename Variant::MaskCol cols[NTiles][2];
+#pragma unroll
+  for (int mi = 0; mi < MTiles; ++mi)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) rows[mi][r] = Variant::mask_row(p, b, h, minOf(qRow + 16 * mi + 8 * r, qMax));
+#pragma unroll
+  for (int ni = 0; ni < NTiles; ++ni)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) cols[ni][j] = colOf(ni, j);
+  forEachIndex<MTiles, NTiles>([&](int mi, int ni, int c) {
+    const int q = minOf(qRow + 16 * mi + 8 * (c >> 1), qMax), k = kCol + 8 * ni + (c & 1);
+    visit(mi, ni, c,
+          (k < p.kv_len) & Variant::mask_join(p, b, h, q, k, rows[mi][c >> 1], cols[ni][c & 1]));
+  });
+}
+
 // Calls visit(mi, ni, c, keep) for each of a lane's elements of a score tile, keep as keepElement
-// decides it (rows clamped to q_len - 1 as in forEachElement). Per element with a split mask, the
-// row parts are computed once per row of the lane (2 MTiles) and the key parts once per key (2
-// NTiles), then joined per element: a document mask's id loads are one per row and one per key
-// rather than two per element.
+// decides it (rows clamped to q_len - 1 as in forEachElement). Per element with a split mask
+// (forEachKeepSplit), a document mask's id loads are one per row and one per key rather than two
+// per element.
 template <class Variant, bool PerElement, int MTiles, int NTiles, class Params, class Visit>
 ATTNC_DEVICE void forEachKeep(const Params& p, int b, int h, int qRow, int kCol, Visit&& visit) {
   if constexpr (PerElement && Variant::kHasMask && MaskSplitOf<Variant>::value) {
-    const int qMax = p.q_len - 1;
-    typename Variant::MaskRow rows[MTiles][2];
-    typename Variant::MaskCol cols[NTiles][2];
-#pragma unroll
-    for (int mi = 0; mi < MTiles; ++mi)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) rows[mi][r] = Variant::mask_row(p, b, h, minOf(qRow + 16 * mi + 8 * r, qMax));
-#pragma unroll
-    for (int ni = 0; ni < NTiles; ++ni)
-#pragma unroll
-      for (int j = 0; j < 2; ++j) cols[ni][j] = Variant::mask_col(p, b, h, kCol + 8 * ni + j);
-    forEachIndex<MTiles, NTiles>([&](int mi, int ni, int c) {
-      const int q = minOf(qRow + 16 * mi + 8 * (c >> 1), qMax), k = kCol + 8 * ni + (c & 1);
-      visit(mi, ni, c,
-            (k < p.kv_len) & Variant::mask_join(p, b, h, q, k, rows[mi][c >> 1], cols[ni][c & 1]));
-    });
+    forEachKeepSplit<Variant, MTiles, NTiles>(
+        p, b, h, qRow, kCol,
+        [&](int ni, int j) { return Variant::mask_col(p, b, h, kCol + 8 * ni + j); }, visit);
   } else {
     forEachElement<MTiles, NTiles>(p, qRow, kCol, [&](int mi, int ni, int c, int q, int k) {
       visit(mi, ni, c, keepElement<Variant, PerElement>(p, b, h, q, k));
@@ -190,21 +200,28 @@ struct KeepBits {
   }
 };
 
-template <class Variant, int MTiles, int NTiles, class Params>
-ATTNC_DEVICE KeepBits<MTiles, NTiles> maskKeepBits(const Params& p, int b, int h, int qRow,
-                                                    int kCol, bool perElement) {
+// The bits of the decisions forEach(visit) passes to visit(mi, ni, c, kept).
+template <int MTiles, int NTiles, class ForEach>
+ATTNC_DEVICE KeepBits<MTiles, NTiles> collectKeepBits(ForEach&& forEach) {
   using Bits = KeepBits<MTiles, NTiles>;
   Bits keep;
 #pragma unroll
   for (int w = 0; w < ceilDiv(Bits::kBits, 32); ++w) keep.words[w] = 0u;
-  withPerElement(perElement, [&](auto decides) {
-    forEachKeep<Variant, decltype(decides)::value, MTiles, NTiles>(
-        p, b, h, qRow, kCol, [&](int mi, int ni, int c, bool kept) {
-          const int i = Bits::bit(mi, ni, c);
-          keep.words[i / 32] |= u32(kept) << (i % 32);
-        });
+  forEach([&](int mi, int ni, int c, bool kept) {
+    const int i = Bits::bit(mi, ni, c);
+    keep.words[i / 32] |= u32(kept) << (i % 32);
   });
   return keep;
+}
+
+template <class Variant, int MTiles, int NTiles, class Params>
+ATTNC_DEVICE KeepBits<MTiles, NTiles> maskKeepBits(const Params& p, int b, int h, int qRow,
+                                                    int kCol, bool perElement) {
+  return collectKeepBits<MTiles, NTiles>([&](auto&& visit) {
+    withPerElement(perElement, [&](auto decides) {
+      forEachKeep<Variant, decltype(decides)::value, MTiles, NTiles>(p, b, h, qRow, kCol, visit);
+    });
+  });
 }
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
@@ -238,45 +255,22 @@ ATTNC_DEVICE T shuffleWords(const T& value, int src) {
 template <class Variant, int MTiles, int NTiles, class Params>
 ATTNC_DEVICE KeepBits<MTiles, NTiles> maskKeepBitsWarp(const Params& p, int b, int h, int qRow,
                                                         int kTile0, int lane, bool perElement) {
+  const int kCol = kTile0 + 2 * (lane & 3);
   if constexpr (Variant::kHasMask && MaskSplitOf<Variant>::value) {
     if (perElement) {
-      using Bits = KeepBits<MTiles, NTiles>;
-      constexpr int kPerLane = ceilDiv(8 * NTiles, 32);
-      Bits keep;
+      typename Variant::MaskCol made[ceilDiv(8 * NTiles, 32)];
 #pragma unroll
-      for (int w = 0; w < ceilDiv(Bits::kBits, 32); ++w) keep.words[w] = 0u;
-      const int qMax = p.q_len - 1;
-      typename Variant::MaskRow rows[MTiles][2];
-#pragma unroll
-      for (int mi = 0; mi < MTiles; ++mi)
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-          rows[mi][r] = Variant::mask_row(p, b, h, minOf(qRow + 16 * mi + 8 * r, qMax));
-      typename Variant::MaskCol made[kPerLane];
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) made[i] = Variant::mask_col(p, b, h, kTile0 + lane + 32 * i);
-      const int c = lane & 3;
-#pragma unroll
-      for (int ni = 0; ni < NTiles; ++ni)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int key = 8 * ni + 2 * c + j;
-          const typename Variant::MaskCol col = shuffleWords(made[ni / 4], key & 31);
-          const int k = kTile0 + key;
-#pragma unroll
-          for (int mi = 0; mi < MTiles; ++mi)
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int q = minOf(qRow + 16 * mi + 8 * r, qMax);
-              const bool kept = (k < p.kv_len) & Variant::mask_join(p, b, h, q, k, rows[mi][r], col);
-              const int bit = Bits::bit(mi, ni, 2 * r + j);
-              keep.words[bit / 32] |= u32(kept) << (bit % 32);
-            }
-        }
-      return keep;
+      for (int i = 0; i < ceilDiv(8 * NTiles, 32); ++i)
+        made[i] = Variant::mask_col(p, b, h, kTile0 + lane + 32 * i);
+      return collectKeepBits<MTiles, NTiles>([&](auto&& visit) {
+        forEachKeepSplit<Variant, MTiles, NTiles>(
+            p, b, h, qRow, kCol,
+            [&](int ni, int j) { return shuffleWords(made[ni / 4], (kCol - kTile0 + 8 * ni + j) & 31); },
+            visit);
+      });
     }
   }
-  return maskKeepBits<Variant, MTiles, NTiles>(p, b, h, qRow, kTile0 + 2 * (lane & 3), perElement);
+  return maskKeepBits<Variant, MTiles, NTiles>(p, b, h, qRow, kCol, perElement);
 }
 #endif
 

@@ -130,6 +130,28 @@ ATTNC_DEVICE void issueQ(const FwdParamsTma& pt, const ForwardSmem<Config>& smem
   timelineMark(pt.base, kTimelineQIssued);
 }
 
+// The producer's lane 0 at a stage whose slots are free: publishes tile `tile` (`live`; else -1,
+// the end of the stream) and its class in the stage's schedule slot and issues its K, or ends the
+// stream by completing the K barrier with a plain arrival.
+template <class Config>
+ATTNC_DEVICE void issueK(const FwdParamsTma& pt, const ForwardSmem<Config>& smem, int stage,
+                         bool live, int tile, expr::Tri tileClass, int b, int hKv) {
+  smem.publish(stage, live ? tile : -1, tileClass);
+  if (live)
+    tmaLoadTile<Config::kKChunks, Config::kBlockKV>(smem.k(stage), &pt.tma_k, smem.kFull(stage),
+                                                    Config::kKBytes, tile * Config::kBlockKV, hKv, b);
+  else
+    mbarrierArrive(smem.kFull(stage));
+}
+
+// The producer's lane 0: tile `tile`'s V into stage `stage`, whose V slot is free.
+template <class Config>
+ATTNC_DEVICE void issueV(const FwdParamsTma& pt, const ForwardSmem<Config>& smem, int stage,
+                         int tile, int b, int hKv) {
+  tmaLoadTile<Config::kVChunks, Config::kBlockKV>(smem.v(stage), &pt.tma_v, smem.vFull(stage),
+                                                  Config::kVBytes, tile * Config::kBlockKV, hKv, b);
+}
+
 // The producer warp's stream from position `iteration`, whose tile is `tile` (past lastTile: the
 // stream has ended) of class tileClass: lane 0 issues K and V of each live tile through the
 // stages, waiting on a stage's "empty" mbarriers before reusing it. With each K it publishes the
@@ -147,20 +169,12 @@ ATTNC_DEVICE void produceFrom(const FwdParamsTma& pt, const ForwardSmem<Config>&
     const bool live = tile <= lastTile;
     mbarrierWait(smem.kEmpty(stage), phase ^ 1u);
     if (leader) {
-      smem.publish(stage, live ? tile : -1, tileClass);
-      if (live) {
-        tmaLoadTile<Config::kKChunks, Config::kBlockKV>(smem.k(stage), &pt.tma_k, smem.kFull(stage),
-                                                        Config::kKBytes, tile * Config::kBlockKV, hKv, b);
-        if (kTimeline && iteration == 0) timelineMark(pt.base, kTimelineFirstKIssued);
-      } else {
-        mbarrierArrive(smem.kFull(stage));
-      }
+      issueK(pt, smem, stage, live, tile, tileClass, b, hKv);
+      if (kTimeline && live && iteration == 0) timelineMark(pt.base, kTimelineFirstKIssued);
     }
     if (!live) return;
     mbarrierWait(smem.vEmpty(stage), phase ^ 1u);
-    if (leader)
-      tmaLoadTile<Config::kVChunks, Config::kBlockKV>(smem.v(stage), &pt.tma_v, smem.vFull(stage),
-                                                      Config::kVBytes, tile * Config::kBlockKV, hKv, b);
+    if (leader) issueV(pt, smem, stage, tile, b, hKv);
     tile = tiles.nextLive(tile + 1, lastTile, tileClass);
   }
 }
@@ -208,16 +222,10 @@ ATTNC_DEVICE ProducerCursor produceStart(const FwdParamsTma& pt, const ForwardSm
   cursor.tile = tiles.nextLive(firstTile, cursor.lastTile, cursor.tileClass);
   if (leader) {
     const bool live = cursor.tile <= cursor.lastTile;
-    smem.publish(0, live ? cursor.tile : -1, cursor.tileClass);
+    issueK(pt, smem, 0, live, cursor.tile, cursor.tileClass, b, hKv);
     if (live) {
-      const int kv0 = cursor.tile * Config::kBlockKV;
-      tmaLoadTile<Config::kKChunks, Config::kBlockKV>(smem.k(0), &pt.tma_k, smem.kFull(0),
-                                                      Config::kKBytes, kv0, hKv, b);
-      tmaLoadTile<Config::kVChunks, Config::kBlockKV>(smem.v(0), &pt.tma_v, smem.vFull(0),
-                                                      Config::kVBytes, kv0, hKv, b);
+      issueV(pt, smem, 0, cursor.tile, b, hKv);
       timelineMark(pt.base, kTimelineFirstKIssued);
-    } else {
-      mbarrierArrive(smem.kFull(0));
     }
   }
   return cursor;
