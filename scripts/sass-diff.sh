@@ -4,20 +4,22 @@
 # the SASS of each kernel, with addresses, encodings and whitespace stripped so that only
 # instructions and their operands count. A change whose SASS is identical everywhere needs no GPU
 # A/B; one that differs must be measured (experiments/README.md).
-#   scripts/sass-diff.sh [--target T]... [--forward] [--keep DIR] ATTNC_A ATTNC_B
-# --target: sm_90a and sm_80 unless told; --forward: forward kernels only (no --backward);
-# --keep DIR: leave the normalized listings there (DIR/a, DIR/b) for `diff`. Prints a line per
-# spec, target and kernel that differs (SASS lines A -> B), then a summary; exit status 0 when
-# everything is identical, 1 when something differs, 2 on a usage or compile error.
+#   scripts/sass-diff.sh [--target T]... [--spec FILE]... [--forward] [--keep DIR] ATTNC_A ATTNC_B
+# --target: sm_90a and sm_80 unless told; --spec: these specs only (default: examples/*.yaml and
+# test/kernel-specs/*.yaml); --forward: forward kernels only (no --backward); --keep DIR: leave
+# the normalized listings there (DIR/a, DIR/b) for `diff`. Prints a line per spec, target and
+# kernel that differs (SASS lines A -> B), then a summary; exit status 0 when everything is
+# identical, 1 when something differs, 2 on a usage or compile error or when no kernel was read.
 # CUOBJDUMP: the cuobjdump to use (default: the build's tools/bin/cuobjdump, then PATH).
 set -uo pipefail
-cd "$(dirname "$0")/.."
 
 usage() { sed -n '7p' "$0" | sed -e 's/^#  */usage: /' >&2; exit 2; }
-targets=() backward=--backward keep=""
+targets=() specs=() backward=--backward keep=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --target) [[ $# -ge 2 ]] || usage; targets+=("$2"); shift 2 ;;
+    --spec) [[ $# -ge 2 && -f $2 ]] || { echo "sass-diff: --spec: no such file: ${2:-}" >&2; exit 2; }
+            specs+=("$(realpath "$2")"); shift 2 ;;
     --forward) backward=""; shift ;;
     --keep) [[ $# -ge 2 ]] || usage; keep=$2; shift 2 ;;
     -*) echo "sass-diff: unknown option '$1'" >&2; usage ;;
@@ -25,10 +27,15 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ $# -eq 2 ]] || usage
-[[ ${#targets[@]} -gt 0 ]] || targets=(sm_90a sm_80)
+clis=()
 for cli in "$1" "$2"; do
   [[ -x $cli ]] || { echo "sass-diff: not an executable attnc: $cli" >&2; exit 2; }
+  clis+=("$(realpath "$cli")")
 done
+# (paths given on the command line are the caller's; the rest are the repository's)
+cd "$(dirname "$0")/.."
+[[ ${#targets[@]} -gt 0 ]] || targets=(sm_90a sm_80)
+[[ ${#specs[@]} -gt 0 ]] || specs=(examples/*.yaml test/kernel-specs/*.yaml)
 cuobjdump=${CUOBJDUMP:-}
 if [[ -z $cuobjdump ]]; then
   for c in build/tools/bin/cuobjdump ../build/tools/bin/cuobjdump "$(command -v cuobjdump || true)"; do
@@ -60,7 +67,7 @@ compile_all() {
   local side=$1 cli=$2 cache
   cache=$(mktemp -d)
   for target in "${targets[@]}"; do
-    for spec in examples/*.yaml test/kernel-specs/*.yaml; do
+    for spec in "${specs[@]}"; do
       local stem cubin
       stem=$(basename "$spec" .yaml)
       cubin=$work/$side/$stem.$target.cubin
@@ -77,8 +84,8 @@ compile_all() {
   done
   rm -rf "$cache"
 }
-compile_all a "$1" &
-compile_all b "$2" &
+compile_all a "${clis[0]}" &
+compile_all b "${clis[1]}" &
 wait
 [[ ! -e $work/a.failed && ! -e $work/b.failed ]] || exit 2
 
@@ -97,4 +104,8 @@ for f in "$work"/a/*.sass "$work"/b/*.sass; do
 done
 echo "sass-diff: $same kernels identical, $differ differ (${targets[*]}${backward:+, forward and backward})"
 [[ -n $keep ]] && echo "sass-diff: listings in $work/a and $work/b"
+if [[ $((same + differ)) -eq 0 ]]; then
+  echo "sass-diff: no kernel's SASS was read (cuobjdump $cuobjdump)" >&2
+  exit 2
+fi
 [[ $differ -eq 0 ]]
