@@ -822,7 +822,7 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
   std::unique_lock<std::mutex> summaryLock;
   setSharedFields(p, m, args);
   const bool orderTiles = loaded->tileOrder && tiles.forwardKernel == "sm90" &&
-                          (p.q_len + tiles.blockQ - 1) / tiles.blockQ <= kTileOrderMaxTiles;
+                          ceilDiv(p.q_len, tiles.blockQ) <= kTileOrderMaxTiles;
   // Tile classes: rows (b, h, q tile) of kv tiles, 2 bits a tile; for the sm_90a kernel also
   // 8 bits a tile of its consumer warpgroups' classes.
   if (Status status = summarizeAndClassify(

@@ -466,13 +466,7 @@ TEST(InputSummary, BackwardQTileWalkReadsPrecomputedClasses) {
   EXPECT_GT(visitedTiles, 200);
 }
 
-}  // namespace
-}  // namespace attnc
-
-namespace attnc {
-namespace {
-
-// (experiment) tileOrderRank: a permutation of the q tiles, longest kv range first, ties by the
+// tileOrderRank: a permutation of the q tiles, longest kv range first, ties by the
 // higher index first (the ordered grid's own order).
 TEST(TileOrder, LongestFirstPermutation) {
   const std::vector<std::vector<int>> cases = {

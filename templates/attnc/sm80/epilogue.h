@@ -258,9 +258,10 @@ ATTNC_DEVICE KeepBits<MTiles, NTiles> maskKeepBitsWarp(const Params& p, int b, i
   const int kCol = kTile0 + 2 * (lane & 3);
   if constexpr (Variant::kHasMask && MaskSplitOf<Variant>::value) {
     if (perElement) {
-      typename Variant::MaskCol made[ceilDiv(8 * NTiles, 32)];
+      constexpr int kMadePerLane = ceilDiv(8 * NTiles, 32);
+      typename Variant::MaskCol made[kMadePerLane];
 #pragma unroll
-      for (int i = 0; i < ceilDiv(8 * NTiles, 32); ++i)
+      for (int i = 0; i < kMadePerLane; ++i)
         made[i] = Variant::mask_col(p, b, h, kTile0 + lane + 32 * i);
       return collectKeepBits<MTiles, NTiles>([&](auto&& visit) {
         forEachKeepSplit<Variant, MTiles, NTiles>(
