@@ -90,6 +90,7 @@ wait
 [[ ! -e $work/a.failed && ! -e $work/b.failed ]] || exit 2
 
 same=0 differ=0
+shopt -s nullglob  # (no listing at all: counted below, not taken for a file named *.sass)
 for f in "$work"/a/*.sass "$work"/b/*.sass; do
   rel=${f#"$work"/?/}
   [[ -e $work/a/$rel ]] || { echo "only in B: ${rel%.sass}"; differ=$((differ + 1)); continue; }
