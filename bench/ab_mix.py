@@ -68,8 +68,8 @@ def backward_fns(libs, row, dev):
         dk, dv = torch.empty_like(k), torch.empty_like(v)
         ws = torch.empty(kern.backward_workspace_bytes(B, N), device=dev, dtype=torch.uint8)
         a = kern.make_backward_args(q, k, v, o, do, lse, dq, dk, dv, inputs, 42, 0, "bhsd", False, ws)
-        # (keep: the buffers the arguments point at live as long as the launch)
-        fns.append(lambda kern=kern, a=a, keep=(o, lse, dk, dv, ws): kern.launch_backward(a, stream))
+        # (the struct keeps the tensors it points at alive: attnc_ctypes._fill_shared)
+        fns.append(lambda kern=kern, a=a: kern.launch_backward(a, stream))
         outs.append(dq)
     if row.plain:
         leaves = [t.detach().requires_grad_() for t in (q, k, v)]

@@ -28,13 +28,13 @@ def setup(lib, row, backward):
     stream = torch.cuda.current_stream().cuda_stream
     if not backward:
         args = kern.make_args(q, k, v, o, lse, inputs, seed=42, offset=0, layout="bhsd")
-        return lambda: kern.launch(args, stream), (q, k, v, o, lse, doc)
+        return lambda: kern.launch(args, stream)  # (args keeps its tensors alive)
     kern.forward(q, k, v, o, lse, inputs, seed=42, offset=0, layout="bhsd")
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     workspace = torch.empty(kern.backward_workspace_bytes(B, N), device=dev, dtype=torch.uint8)
     args = kern.make_backward_args(q, k, v, o, do, lse, dq, dk, dv, inputs, 42, 0, "bhsd", False,
                                    workspace)
-    return lambda: kern.launch_backward(args, stream), (q, k, v, o, lse, do, dq, dk, dv, workspace, doc)
+    return lambda: kern.launch_backward(args, stream)
 
 
 def main():
@@ -48,7 +48,7 @@ def main():
     for row in fwd.rows(False):
         if not fwd.selected(row, args.only):
             continue
-        fn, keep = setup(lib, row, args.backward)
+        fn = setup(lib, row, args.backward)
         for _ in range(3):
             fn()
         torch.cuda.synchronize()
@@ -86,7 +86,7 @@ def main():
             short = name if len(name) < 70 else name[:67] + "..."
             print(f"  {med:9.1f} us  x{len(ts) / len(calls):.0f}  {short}")
         print(f"  kernels {total:.1f} us, gaps {span - total:.1f} us")
-        del keep, fn
+        del fn
         torch.cuda.empty_cache()
 
 
