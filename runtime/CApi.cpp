@@ -8,11 +8,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <mutex>
 
 struct attnc_kernel {
   attnc::Kernel kernel;
   std::vector<std::string> inputNames;
+};
+
+struct attnc_prepared {
+  attnc::PreparedInputs prepared;
 };
 
 namespace {
@@ -203,6 +208,48 @@ int attnc_kernel_forward(const attnc_kernel* kernel, const attnc_forward_args* a
       "attnc_kernel_forward", kernel, args, toForwardArgs, error,
       [&](const attnc::ForwardArgs& a) { return kernel->kernel.forward(a, stream); });
 }
+
+int attnc_kernel_prepare_inputs(const attnc_kernel* kernel, const attnc_forward_args* args,
+                                void* stream, attnc_prepared** out, char** error) {
+  if (!out) return fail(error, "attnc_kernel_prepare_inputs: out is null");
+  *out = nullptr;
+  return callKernel<attnc::ForwardArgs>(
+      "attnc_kernel_prepare_inputs", kernel, args, toForwardArgs, error,
+      [&](const attnc::ForwardArgs& a) {
+        auto made = std::make_unique<attnc_prepared>();
+        attnc::Status status = kernel->kernel.prepareInputs(a, stream, &made->prepared);
+        if (status) *out = made.release();
+        return status;
+      });
+}
+
+int attnc_kernel_forward_prepared(const attnc_kernel* kernel, const attnc_forward_args* args,
+                                  const attnc_prepared* prepared, void* stream, char** error) {
+  if (!prepared)
+    return fail(error, "attnc_kernel_forward_prepared: prepared: expected one made by "
+                       "attnc_kernel_prepare_inputs, got null");
+  return callKernel<attnc::ForwardArgs>(
+      "attnc_kernel_forward_prepared", kernel, args, toForwardArgs, error,
+      [&](attnc::ForwardArgs a) {
+        a.prepared = &prepared->prepared;
+        return kernel->kernel.forward(a, stream);
+      });
+}
+
+int attnc_kernel_backward_prepared(const attnc_kernel* kernel, const attnc_backward_args* args,
+                                   const attnc_prepared* prepared, void* stream, char** error) {
+  if (!prepared)
+    return fail(error, "attnc_kernel_backward_prepared: prepared: expected one made by "
+                       "attnc_kernel_prepare_inputs, got null");
+  return callKernel<attnc::BackwardArgs>(
+      "attnc_kernel_backward_prepared", kernel, args, toBackwardArgs, error,
+      [&](attnc::BackwardArgs a) {
+        a.prepared = &prepared->prepared;
+        return kernel->kernel.backward(a, stream);
+      });
+}
+
+void attnc_prepared_free(attnc_prepared* prepared) { delete prepared; }
 
 int attnc_kernel_backward_validate(const attnc_kernel* kernel, const attnc_backward_args* args,
                                    char** error) {

@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -239,16 +240,18 @@ struct Kernel::Impl {
   // stream's buffer until the caller has enqueued the kernels that read it. Nothing to do (and
   // no lock) when the loaded image summarizes no input. `extraBytes` more of the same buffer, after
   // the summaries, are the caller's at *extra (the forward's tile classes); null without summaries.
+  // With `own` (PreparedInputs), the summaries and the extra bytes go into that buffer, which
+  // must be empty (no lock).
   Status summarize(const DriverApi& driver, cu::Context context, const Loaded& entry,
                    InputRef* inputs, int batch, int q_len, int kv_len, cu::Stream stream,
                    std::unique_lock<std::mutex>* lock, size_t extraBytes = 0,
-                   char** extra = nullptr) {
+                   char** extra = nullptr, DeviceBuffer* own = nullptr) {
     const KernelMetadata& m = entry.image->metadata;
     SummaryPlan plan = planSummaries(m, inputs, batch, q_len, kv_len);
     if (extra) *extra = nullptr;
     if (!entry.summary || plan.totalBytes == 0) return Status::success();
-    *lock = std::unique_lock<std::mutex>(summaryMutex);
-    DeviceBuffer& buffer = summaryBuffers[{context, stream}];
+    if (!own) *lock = std::unique_lock<std::mutex>(summaryMutex);
+    DeviceBuffer& buffer = own ? *own : summaryBuffers[{context, stream}];
     bool waitFailed = false;
     Status grown = growBuffer(
         buffer, plan.totalBytes + extraBytes,
@@ -628,6 +631,12 @@ const std::vector<char>& Kernel::cubin(size_t module) const {
              : empty;
 }
 
+namespace {
+template <class Args>
+Status checkPrepared(const PreparedInputs::Impl* prepared, const Kernel::Impl* kernel,
+                     const Args& args, const std::string& what);
+}  // namespace
+
 Status Kernel::validate(const ForwardArgs& args) const {
   if (!impl_) return Status::error("Kernel: empty kernel (its creation failed)");
   const KernelMetadata& m = metadata();
@@ -643,6 +652,8 @@ Status Kernel::validate(const ForwardArgs& args) const {
   if (m.headsQ > kMaxGridYZ)
     check.fail("(kernel) heads_q", "at most 65535 (the grid's y dimension)", std::to_string(m.headsQ));
   check.inputs(m, args.inputs);
+  if (check.status.ok && args.prepared)
+    return checkPrepared(args.prepared->impl_.get(), impl_.get(), args, "ForwardArgs.prepared: ");
   return check.status;
 }
 
@@ -703,7 +714,7 @@ Status summarizeAndClassify(Kernel::Impl& impl, const DriverApi& driver, cu::Con
                             const u32*& classWords, int& wordCount, cu::Stream stream,
                             std::unique_lock<std::mutex>* lock, int groupWords = 0,
                             const u32** groups = nullptr, int* groupWordCount = nullptr,
-                            const int** order = nullptr) {
+                            const int** order = nullptr, DeviceBuffer* own = nullptr) {
   const size_t boundsBytes = align256(size_t(rows) * 2 * sizeof(int));
   const size_t wordsBytes = align256(size_t(rows) * size_t(words) * sizeof(u32));
   const size_t groupBytes = align256(size_t(rows) * size_t(groupWords) * sizeof(u32));
@@ -711,7 +722,7 @@ Status summarizeAndClassify(Kernel::Impl& impl, const DriverApi& driver, cu::Con
   const size_t bytes = classes ? boundsBytes + wordsBytes + groupBytes + orderBytes : 0;
   char* buffer = nullptr;
   if (Status status = impl.summarize(driver, context, loaded, p.inputs, p.batch, p.q_len, p.kv_len,
-                                     stream, lock, bytes, &buffer);
+                                     stream, lock, bytes, &buffer, own);
       !status)
     return status;
   if (!classes) return Status::success();
@@ -802,15 +813,201 @@ Status encodeQKVMaps(const DriverApi& driver, const std::string& what, const Arg
 
 }  // namespace
 
+// What Kernel::prepareInputs made: the buffer and where in it the forward's fields point.
+struct PreparedInputs::Impl {
+  std::shared_ptr<const Kernel::Impl> kernel;  // the kernel it was made for (and its copies)
+  cu::Context context = nullptr;
+  int64_t batch = 0, q_len = 0, kv_len = 0;
+  std::vector<InputArg> inputs;  // addresses and strides it summarized
+  DeviceBuffer buffer;
+  const void* summaries[kMaxInputs] = {};
+  const int* bounds = nullptr;
+  const u32* classes = nullptr;
+  int classWords = 0;
+  const u32* groups = nullptr;
+  int groupWords = 0;
+  const int* order = nullptr;
+  // The backward's (a kernel with backward kernels): its summaries and the dK/dV kernel's classes.
+  bool backward = false;
+  DeviceBuffer backwardBuffer;
+  const void* backwardSummaries[kMaxInputs] = {};
+  const int* backwardBounds = nullptr;
+  const u32* backwardClasses = nullptr;
+  int backwardClassWords = 0;
+};
+
+PreparedInputs::PreparedInputs() = default;
+PreparedInputs::~PreparedInputs() = default;
+PreparedInputs::PreparedInputs(const PreparedInputs&) = default;
+PreparedInputs& PreparedInputs::operator=(const PreparedInputs&) = default;
+size_t PreparedInputs::bytes() const {
+  return impl_ ? impl_->buffer.size() + impl_->backwardBuffer.size() : 0;
+}
+
+namespace {
+
+// The forward's launches before the attention kernel, for masks that read declared inputs: the
+// inputs' summaries, the tile classes and (sm_90a) the q tiles' order, on `stream`, with p's
+// fields pointed at their output. Into the Kernel's per-stream buffer (*summaryLock held until
+// the attention kernel is enqueued), or with `own` into that buffer (PreparedInputs).
+Status launchInputWork(Kernel::Impl& impl, const DriverApi& driver, cu::Context context,
+                       const Kernel::Impl::Loaded& loaded, const KernelMetadata& m, FwdParams& p,
+                       cu::Stream stream, std::unique_lock<std::mutex>* summaryLock,
+                       DeviceBuffer* own) {
+  const KernelMetadata& tiles = loaded.image->metadata;
+  const bool orderTiles = loaded.tileOrder && tiles.forwardKernel == "sm90" &&
+                          ceilDiv(p.q_len, tiles.blockQ) <= kTileOrderMaxTiles;
+  // Tile classes: rows (b, h, q tile) of kv tiles, 2 bits a tile; for the sm_90a kernel also
+  // 8 bits a tile of its consumer warpgroups' classes.
+  if (Status status = summarizeAndClassify(
+          impl, driver, context, loaded, p, loaded.tileClasses, tiles.tileClassesEntry,
+          tileClassRows(p.batch, m.headsQ, p.q_len, tiles.blockQ),
+          tileClassWords(p.kv_len, tiles.blockKV), p.kv_tile_bounds, p.kv_tile_classes,
+          p.kv_class_words, stream, summaryLock,
+          tiles.forwardKernel == "sm90" ? tileGroupWords(p.kv_len, tiles.blockKV) : 0,
+          &p.kv_group_classes, &p.kv_group_words, orderTiles ? &p.q_tile_order : nullptr, own);
+      !status)
+    return status;
+  // The q tiles of each (b, h) longest kv range first, after the classes (tile_classes.h
+  // writeTileOrder; docs/templates.md).
+  if (orderTiles) {  // (tileOrder is looked up only beside tileClasses)
+    void* orderParams[] = {&p};
+    const unsigned blocks = unsigned(std::min<long long>((long long)p.batch * m.headsQ, 65535));
+    std::string error;
+    if (!driver.check(driver.cuLaunchKernel(loaded.tileOrder, blocks, 1, 1, kTileClassThreads, 1,
+                                            1, 0, stream, orderParams, nullptr),
+                      "cuLaunchKernel(tile order)", &error))
+      return Status::error("kernel '" + m.name + "': " + error);
+  }
+  return Status::success();
+}
+
+// The driver, the current context and the kernel's modules loaded there (the forward's entries).
+struct InContext {
+  const DriverApi* driver = nullptr;
+  cu::Context context = nullptr;
+  const Kernel::Impl::Loaded* loaded = nullptr;
+};
+// They, or why not (`who` starts a driver error).
+Status loadedInContext(Kernel::Impl& impl, const char* who, InContext* at) {
+  std::string error;
+  at->driver = driverInContext(&at->context, &error);
+  if (!at->driver) return Status::error(std::string(who) + ": " + error);
+  at->loaded = impl.function(*at->driver, at->context, &error);
+  return at->loaded ? Status::success() : Status::error(error);
+}
+
+std::string describeInputs(const std::vector<InputArg>& inputs) {
+  std::string text;
+  for (const InputArg& in : inputs) {
+    char item[128];
+    std::snprintf(item, sizeof item, "%s%p (strides %lld, %lld, %lld)", text.empty() ? "" : ", ",
+                  in.data, (long long)in.stride_b, (long long)in.stride_h,
+                  (long long)in.stride_pos);
+    text += item;
+  }
+  return text.empty() ? "none" : text;
+}
+
+// Whether `prepared` was made for this kernel and these lengths and inputs; else why not.
+template <class Args>
+Status checkPrepared(const PreparedInputs::Impl* prepared, const Kernel::Impl* kernel,
+                     const Args& args, const std::string& what) {
+  if (!prepared)
+    return Status::error(what + "expected one made by Kernel::prepareInputs, got an empty "
+                                "PreparedInputs");
+  if (prepared->kernel.get() != kernel)
+    return Status::error(what + "made by another kernel (use this kernel's prepareInputs, or a "
+                                "copy's)");
+  auto lengths = [](int64_t b, int64_t q, int64_t kv) {
+    return "batch " + std::to_string(b) + ", q_len " + std::to_string(q) + ", kv_len " +
+           std::to_string(kv);
+  };
+  if (prepared->batch != args.batch || prepared->q_len != args.q_len ||
+      prepared->kv_len != args.kv_len)
+    return Status::error(what + "expected " +
+                         lengths(prepared->batch, prepared->q_len, prepared->kv_len) +
+                         " (what it was made for), got " +
+                         lengths(args.batch, args.q_len, args.kv_len));
+  bool same = prepared->inputs.size() == args.inputs.size();
+  for (size_t i = 0; same && i < args.inputs.size(); ++i) {
+    const InputArg &a = prepared->inputs[i], &b = args.inputs[i];
+    same = a.data == b.data && a.stride_b == b.stride_b && a.stride_h == b.stride_h &&
+           a.stride_pos == b.stride_pos;
+  }
+  if (!same)
+    return Status::error(what + "expected the inputs it was made for, " +
+                         describeInputs(prepared->inputs) + ", got " +
+                         describeInputs(args.inputs));
+  return Status::success();
+}
+
+}  // namespace
+
+Status Kernel::prepareInputs(const ForwardArgs& args, void* stream, PreparedInputs* out) const {
+  if (!out) return Status::error("Kernel::prepareInputs: out: expected a PreparedInputs, got null");
+  *out = PreparedInputs();
+  if (args.prepared)
+    return Status::error("ForwardArgs.prepared: expected null for prepareInputs (it makes one), "
+                         "got a PreparedInputs");
+  if (Status status = validate(args); !status) return status;
+  const KernelMetadata& m = metadata();
+  InContext at;
+  if (Status status = loadedInContext(*impl_, "Kernel::prepareInputs", &at); !status) return status;
+  const auto [driver, context, loaded] = at;
+  std::string error;
+  auto prepared = std::make_shared<PreparedInputs::Impl>();
+  prepared->kernel = impl_;
+  prepared->context = context;
+  prepared->batch = args.batch;
+  prepared->q_len = args.q_len;
+  prepared->kv_len = args.kv_len;
+  prepared->inputs = args.inputs;
+  FwdParams p{};
+  setSharedFields(p, m, args);
+  if (Status status = launchInputWork(*impl_, *driver, context, *loaded, m, p,
+                                      static_cast<cu::Stream>(stream), nullptr, &prepared->buffer);
+      !status)
+    return status;
+  for (int i = 0; i < kMaxInputs; ++i) prepared->summaries[i] = p.inputs[i].summary;
+  prepared->bounds = p.kv_tile_bounds;
+  prepared->classes = p.kv_tile_classes;
+  prepared->classWords = p.kv_class_words;
+  prepared->groups = p.kv_group_classes;
+  prepared->groupWords = p.kv_group_words;
+  prepared->order = p.q_tile_order;
+  if (m.hasBackward()) {
+    // The backward's summaries and dK/dV tile classes, as Kernel::backward makes them.
+    const Impl::Loaded* withBackward = impl_->backwardFunctions(*driver, context, &error);
+    if (!withBackward) return Status::error(error);
+    const BackwardMetadata& b = *withBackward->image->metadata.backward;
+    BwdParams bp{};
+    setSharedFields(bp, m, args);
+    if (Status status = summarizeAndClassify(
+            *impl_, *driver, context, *withBackward, bp, withBackward->backwardTileClasses,
+            b.entryStem + "_tile_classes", tileClassRows(bp.batch, m.headsQ, bp.kv_len, b.kvBlockKV),
+            tileClassWords(bp.q_len, 16), bp.q_tile_bounds, bp.q_tile_classes, bp.q_class_words,
+            static_cast<cu::Stream>(stream), nullptr, 0, nullptr, nullptr, nullptr,
+            &prepared->backwardBuffer);
+        !status)
+      return status;
+    prepared->backward = true;
+    for (int i = 0; i < kMaxInputs; ++i) prepared->backwardSummaries[i] = bp.inputs[i].summary;
+    prepared->backwardBounds = bp.q_tile_bounds;
+    prepared->backwardClasses = bp.q_tile_classes;
+    prepared->backwardClassWords = bp.q_class_words;
+  }
+  out->impl_ = std::move(prepared);
+  return Status::success();
+}
+
 Status Kernel::forward(const ForwardArgs& args, void* stream) const {
   if (Status status = validate(args); !status) return status;
   const KernelMetadata& m = metadata();
+  InContext at;
+  if (Status status = loadedInContext(*impl_, "Kernel::forward", &at); !status) return status;
+  const auto [driver, context, loaded] = at;
   std::string error;
-  cu::Context context = nullptr;
-  const DriverApi* driver = driverInContext(&context, &error);
-  if (!driver) return Status::error("Kernel::forward: " + error);
-  const Impl::Loaded* loaded = impl_->function(*driver, context, &error);
-  if (!loaded) return Status::error(error);
   // The chosen image's tile sizes: images for other architectures may tile differently.
   const KernelMetadata& tiles = loaded->image->metadata;
 
@@ -821,31 +1018,23 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
   FwdParams p{};
   std::unique_lock<std::mutex> summaryLock;
   setSharedFields(p, m, args);
-  const bool orderTiles = loaded->tileOrder && tiles.forwardKernel == "sm90" &&
-                          ceilDiv(p.q_len, tiles.blockQ) <= kTileOrderMaxTiles;
-  // Tile classes: rows (b, h, q tile) of kv tiles, 2 bits a tile; for the sm_90a kernel also
-  // 8 bits a tile of its consumer warpgroups' classes.
-  if (Status status = summarizeAndClassify(
-          *impl_, *driver, context, *loaded, p, loaded->tileClasses, tiles.tileClassesEntry,
-          tileClassRows(p.batch, m.headsQ, p.q_len, tiles.blockQ),
-          tileClassWords(p.kv_len, tiles.blockKV), p.kv_tile_bounds, p.kv_tile_classes,
-          p.kv_class_words, static_cast<cu::Stream>(stream), &summaryLock,
-          tiles.forwardKernel == "sm90" ? tileGroupWords(p.kv_len, tiles.blockKV) : 0,
-          &p.kv_group_classes,
-          &p.kv_group_words, orderTiles ? &p.q_tile_order : nullptr);
-      !status)
+  if (args.prepared) {
+    const PreparedInputs::Impl* prepared = args.prepared->impl_.get();  // checked by validate()
+    if (prepared->context != context)
+      return Status::error("ForwardArgs.prepared: made in another CUDA context than the current "
+                           "one");
+    for (int i = 0; i < kMaxInputs; ++i) p.inputs[i].summary = prepared->summaries[i];
+    p.kv_tile_bounds = prepared->bounds;
+    p.kv_tile_classes = prepared->classes;
+    p.kv_class_words = prepared->classWords;
+    p.kv_group_classes = prepared->groups;
+    p.kv_group_words = prepared->groupWords;
+    p.q_tile_order = prepared->order;
+  } else if (Status status = launchInputWork(*impl_, *driver, context, *loaded, m, p,
+                                             static_cast<cu::Stream>(stream), &summaryLock,
+                                             nullptr);
+             !status) {
     return status;
-  // The q tiles of each (b, h) longest kv range first, after the classes (tile_classes.h
-  // writeTileOrder; docs/templates.md).
-  if (orderTiles) {  // (tileOrder is looked up only beside tileClasses)
-    void* orderParams[] = {&p};
-    const unsigned blocks = unsigned(std::min<long long>(
-        (long long)p.batch * m.headsQ, 65535));
-    if (!driver->check(driver->cuLaunchKernel(loaded->tileOrder, blocks, 1, 1, kTileClassThreads,
-                                              1, 1, 0, static_cast<cu::Stream>(stream),
-                                              orderParams, nullptr),
-                       "cuLaunchKernel(tile order)", &error))
-      return Status::error("Kernel::forward: " + error);
   }
 
   FwdParamsTma withMaps;
@@ -905,6 +1094,15 @@ Status Kernel::validateBackward(const BackwardArgs& args) const {
                      (args.deterministic ? "true" : "false") + "))",
                  std::to_string(args.workspace_bytes));
   }
+  if (check.status.ok && args.prepared) {
+    const PreparedInputs::Impl* prepared = args.prepared->impl_.get();
+    if (Status status = checkPrepared(prepared, impl_.get(), args, "BackwardArgs.prepared: ");
+        !status)
+      return status;
+    if (!prepared->backward)
+      return Status::error("BackwardArgs.prepared: expected one with the backward's part, got "
+                           "one without");
+  }
   return check.status;
 }
 
@@ -960,10 +1158,19 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
   setStrides(args.dv, p.dv_stride_b, p.dv_stride_h, p.dv_stride_s);
   std::unique_lock<std::mutex> summaryLock;
   setSharedFields(p, m, args);
-  // The dK/dV kernel's tile classes: rows (b, h, kv tile of kvBlockKV) of q tiles, the words a row
-  // sized for q tiles of 16 rows, the least any dK/dV kernel uses (its own q block is not in the
-  // metadata).
-  if (Status status = summarizeAndClassify(
+  // The summaries and the dK/dV kernel's tile classes: prepared, or made now. Rows (b, h, kv tile
+  // of kvBlockKV) of q tiles, the words a row sized for q tiles of 16 rows, the least any dK/dV
+  // kernel uses (its own q block is not in the metadata).
+  if (args.prepared) {
+    const PreparedInputs::Impl* prepared = args.prepared->impl_.get();  // checked by validate
+    if (prepared->context != context)
+      return Status::error("BackwardArgs.prepared: made in another CUDA context than the current "
+                           "one");
+    for (int i = 0; i < kMaxInputs; ++i) p.inputs[i].summary = prepared->backwardSummaries[i];
+    p.q_tile_bounds = prepared->backwardBounds;
+    p.q_tile_classes = prepared->backwardClasses;
+    p.q_class_words = prepared->backwardClassWords;
+  } else if (Status status = summarizeAndClassify(
           *impl_, *driver, context, *loaded, p, loaded->backwardTileClasses,
           b.entryStem + "_tile_classes", tileClassRows(p.batch, m.headsQ, p.kv_len, b.kvBlockKV),
           tileClassWords(p.q_len, 16), p.q_tile_bounds, p.q_tile_classes, p.q_class_words,

@@ -1,7 +1,9 @@
 // jit-host: JIT-compiles the spec given on the command line for the current GPU, runs it on random
 // data and, for the variants it has a CPU reference for (no mask / causal / window / prefix, softcap,
 // ALiBi; no dropout), checks O against a float64 reference. Prints the max error and the time.
-//   jit-host SPEC.yaml [--batch B] [--seqlen N] [--kv-seqlen M]
+// With --prepared it also times the forward with its declared inputs prepared once
+// (Kernel::prepareInputs) and checks that its output is the plain forward's, bit for bit.
+//   jit-host SPEC.yaml [--batch B] [--seqlen N] [--kv-seqlen M] [--prepared]
 #include "attnc/attnc.h"
 #include "compiler/Spec/Spec.h"
 
@@ -57,12 +59,19 @@ int fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) return fail("usage: jit-host SPEC.yaml [--batch B] [--seqlen N] [--kv-seqlen M]");
+  const char* usage = "usage: jit-host SPEC.yaml [--batch B] [--seqlen N] [--kv-seqlen M] [--prepared]";
+  if (argc < 2) return fail(usage);
   std::string specPath = argv[1];
   int64_t batch = 2, qLen = 257, kvLen = 0;
-  for (int i = 2; i + 1 < argc; i += 2) {
+  bool timePrepared = false;
+  for (int i = 2; i < argc; ++i) {
     std::string flag = argv[i];
-    int64_t value = std::atoll(argv[i + 1]);
+    if (flag == "--prepared") {
+      timePrepared = true;
+      continue;
+    }
+    if (i + 1 >= argc) return fail("option " + flag + " needs a value; " + usage);
+    int64_t value = std::atoll(argv[++i]);
     if (flag == "--batch") batch = value;
     else if (flag == "--seqlen") qLen = value;
     else if (flag == "--kv-seqlen") kvLen = value;
@@ -150,6 +159,27 @@ int main(int argc, char** argv) {
   if (!(status = od.download(o.data(), o.size() * 2))) return fail(status.message);
   std::printf("forward: batch %lld, q_len %lld, kv_len %lld: %.3f ms\n", (long long)batch, (long long)qLen,
               (long long)kvLen, ms);
+  if (timePrepared) {
+    // The declared inputs' work (summaries, tile classes) made once, then forwards without it.
+    attnc::PreparedInputs prepared;
+    if (!(status = kernel.prepareInputs(args, nullptr, &prepared))) return fail(status.message);
+    attnc::ForwardArgs withPrepared = args;
+    withPrepared.prepared = &prepared;
+    std::vector<uint16_t> plain = o;
+    if (!(status = od.upload(std::vector<uint16_t>(o.size(), bf16 ? 0x7fc0 : 0x7e00).data(), o.size() * 2)))
+      return fail(status.message);
+    start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iterations; ++i)
+      if (!(status = kernel.forward(withPrepared, nullptr))) return fail(status.message);
+    if (!(status = attnc::synchronize())) return fail(status.message);
+    double preparedMs =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / iterations;
+    if (!(status = od.download(o.data(), o.size() * 2))) return fail(status.message);
+    bool same = std::memcmp(o.data(), plain.data(), o.size() * 2) == 0;
+    std::printf("forward with prepared inputs (%zu bytes): %.3f ms; output %s\n", prepared.bytes(), preparedMs,
+                same ? "bit-identical to the plain forward's" : "DIFFERS from the plain forward's");
+    if (!same) return 1;
+  }
   // FLOPs = 4 B Hq Sq Skv D times the fraction of (q, k) pairs the mask keeps.
   auto reportRate = [&](double keptFraction, const char* note) {
     double flops = 4.0 * double(batch) * double(hq) * double(qLen) * double(kvLen) * double(std::max(d, dv)) *

@@ -58,6 +58,8 @@ inline OutputArg outputArg(void* data, Strides s) { return {data, s.b, s.h, s.s}
 //   lse [batch, heads_q, q_len] float32 contiguous, or null to skip it.
 // Requirements (checked before launch): device pointers 16-byte aligned, strides multiples of 8
 // elements (non-negative; O's positive), one InputArg per declared input in the spec's order.
+class PreparedInputs;
+
 struct ForwardArgs {
   TensorArg q, k, v;
   OutputArg o;
@@ -65,6 +67,9 @@ struct ForwardArgs {
   int64_t batch = 0, q_len = 0, kv_len = 0;
   std::vector<InputArg> inputs;
   uint64_t dropout_seed = 0, dropout_offset = 0;
+  // Optional: what Kernel::prepareInputs made for these inputs and lengths. forward() then skips
+  // the launches that summarize the declared inputs and classify the tiles (see PreparedInputs).
+  const PreparedInputs* prepared = nullptr;
 };
 
 // One backward launch (the kernel must have been compiled with backward, see JitCompiler). Shapes
@@ -88,6 +93,10 @@ struct BackwardArgs {
   bool deterministic = false;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  // Optional: what Kernel::prepareInputs made for these inputs and lengths (a kernel compiled
+  // with backward kernels prepares theirs too); backward() then skips the launches that summarize
+  // the declared inputs and classify the dK/dV kernel's tiles.
+  const PreparedInputs* prepared = nullptr;
 };
 
 // How to launch the backward kernels (entries <entryStem>_preprocess, _kv, _kv_nodq, _convert_dq,
@@ -173,6 +182,35 @@ struct KernelImage {
   std::vector<Module> moreModules = {};
 };
 
+// The work a launch does for a mask that reads declared inputs before the attention kernel runs:
+// the inputs' block summaries, the class of every (q tile, kv tile) pair and the q tiles' order
+// (docs/runtime.md), and for a kernel with backward kernels the same for the dK/dV kernel's tiles
+// (BackwardArgs::prepared). It depends only on the kernel, the inputs' contents and the lengths, so a
+// model that calls one kernel many times with the same inputs (every layer of a batch with the
+// same document ids) makes it once with Kernel::prepareInputs and passes it in each
+// ForwardArgs::prepared, as FlexAttention's block mask is made once per batch. It is device
+// memory written on the stream prepareInputs was given: launches on that stream may use it at
+// once, launches on other streams after synchronizing with it. The inputs' contents must not
+// change while it is used (the kernels still read them for partial tiles); forward() checks that
+// the kernel, context, lengths and the inputs' addresses and strides are the ones it was made
+// for. Cheap to copy (copies share the memory, freed with the last one).
+class PreparedInputs {
+public:
+  PreparedInputs();
+  ~PreparedInputs();
+  PreparedInputs(const PreparedInputs&);
+  PreparedInputs& operator=(const PreparedInputs&);
+  bool valid() const { return impl_ != nullptr; }
+  // Device bytes it holds (0 for a kernel whose mask reads no declared input).
+  size_t bytes() const;
+
+  struct Impl;
+
+private:
+  std::shared_ptr<const Impl> impl_;
+  friend class Kernel;
+};
+
 // A launchable kernel. Cheap to copy and move (copies share the loaded modules). The modules are
 // loaded on the first launch in each CUDA context (thread-safe); without a current context the
 // primary context of device 0 is made current, as the CUDA runtime does.
@@ -201,6 +239,11 @@ public:
   Status forward(const ForwardArgs& args, void* stream) const;
   // Every check of forward() that needs no GPU: pointers, alignment, lengths, strides, inputs.
   Status validate(const ForwardArgs& args) const;
+  // Validates `args` as forward() does (args.prepared must be null) and launches on `stream` the
+  // work forward() would do for its declared inputs, and with backward kernels the work
+  // backward() would do, into memory of *out's own (PreparedInputs). A backward that uses it
+  // must have the forward's lengths and inputs, as it must anyway.
+  Status prepareInputs(const ForwardArgs& args, void* stream, PreparedInputs* out) const;
 
   // Validates `args` (validateBackward() plus the current device) and launches the backward
   // kernels on `stream`: preprocess, then kv and convert_dq (or, deterministic, kv_nodq and q).

@@ -15,6 +15,7 @@ extern "C" {
 #define ATTNC_ERROR 1 /* the message says what: a bad spec, bad arguments, no GPU, ... */
 
 typedef struct attnc_kernel attnc_kernel; /* opaque */
+typedef struct attnc_prepared attnc_prepared; /* opaque: attnc::PreparedInputs */
 
 /* Q, K, V or O: a device pointer (16-byte aligned) and element strides (multiples of 8) of the
  * batch, head and sequence dimensions; the head dimension is contiguous. */
@@ -94,6 +95,24 @@ int attnc_kernel_forward(const attnc_kernel* kernel, const attnc_forward_args* a
                          char** error);
 /* Only the argument checks of attnc_kernel_forward (no GPU needed). */
 int attnc_kernel_validate(const attnc_kernel* kernel, const attnc_forward_args* args, char** error);
+
+/* attnc::Kernel::prepareInputs: launches on `stream` the work a forward (and, for a kernel with
+ * backward kernels, a backward) does for the mask's declared inputs (their summaries, the tile
+ * classes and order) into memory of its own, once, so that later launches with the same kernel,
+ * lengths and inputs (unchanged contents) skip it: attnc_kernel_forward_prepared,
+ * attnc_kernel_backward_prepared. Free with attnc_prepared_free once the launches that use it are
+ * done (it frees device memory). */
+int attnc_kernel_prepare_inputs(const attnc_kernel* kernel, const attnc_forward_args* args,
+                                void* stream, attnc_prepared** out, char** error);
+/* attnc_kernel_forward with `prepared` (from attnc_kernel_prepare_inputs with the same kernel,
+ * lengths and inputs; an error otherwise). */
+int attnc_kernel_forward_prepared(const attnc_kernel* kernel, const attnc_forward_args* args,
+                                  const attnc_prepared* prepared, void* stream, char** error);
+/* attnc_kernel_backward with `prepared` (a kernel compiled with backward prepares the backward's
+ * part too; the backward's lengths and inputs are the forward's). */
+int attnc_kernel_backward_prepared(const attnc_kernel* kernel, const attnc_backward_args* args,
+                                   const attnc_prepared* prepared, void* stream, char** error);
+void attnc_prepared_free(attnc_prepared* prepared);
 
 /* Validates, then launches the backward kernels on `stream`. */
 int attnc_kernel_backward(const attnc_kernel* kernel, const attnc_backward_args* args, void* stream,

@@ -95,6 +95,20 @@ class Library:
         lib.attnc_kernel_forward.restype = ctypes.c_int
         lib.attnc_kernel_forward.argtypes = [kp, ctypes.POINTER(ForwardArgs), ctypes.c_void_p,
                                              ctypes.POINTER(ctypes.c_void_p)]
+        # Optional: libraries built before prepared inputs lack them (A/B against an older build).
+        if hasattr(lib, "attnc_kernel_prepare_inputs"):
+            lib.attnc_kernel_prepare_inputs.restype = ctypes.c_int
+            lib.attnc_kernel_prepare_inputs.argtypes = [kp, ctypes.POINTER(ForwardArgs), ctypes.c_void_p,
+                                                        ctypes.POINTER(ctypes.c_void_p),
+                                                        ctypes.POINTER(ctypes.c_void_p)]
+            lib.attnc_kernel_forward_prepared.restype = ctypes.c_int
+            lib.attnc_kernel_forward_prepared.argtypes = [kp, ctypes.POINTER(ForwardArgs), ctypes.c_void_p,
+                                                          ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
+            lib.attnc_kernel_backward_prepared.restype = ctypes.c_int
+            lib.attnc_kernel_backward_prepared.argtypes = [kp, ctypes.POINTER(BackwardArgs), ctypes.c_void_p,
+                                                           ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
+            lib.attnc_prepared_free.restype = None
+            lib.attnc_prepared_free.argtypes = [ctypes.c_void_p]
         lib.attnc_kernel_validate.restype = ctypes.c_int
         lib.attnc_kernel_validate.argtypes = [kp, ctypes.POINTER(ForwardArgs), ctypes.POINTER(ctypes.c_void_p)]
         lib.attnc_kernel_info.restype = ctypes.c_int
@@ -172,6 +186,20 @@ def _fill_shared(args, tensors, lse, inputs, seed, offset, batch, q_len, kv_len)
     args.dropout_offset = offset
 
 
+class Prepared:
+    """An attnc_prepared (attnc_kernel_prepare_inputs); keeps the arguments it was made from (and
+    so their tensors) alive, and frees the device memory when collected."""
+
+    def __init__(self, library, handle, args):
+        self.library, self.handle, self._args = library, handle, args
+
+    def __del__(self):
+        lib = getattr(self.library, "lib", None)
+        if lib is not None and self.handle:
+            lib.attnc_prepared_free(self.handle)
+            self.handle = None
+
+
 class Kernel:
     def __init__(self, library, handle):
         self.library = library
@@ -216,6 +244,32 @@ class Kernel:
         error = ctypes.c_void_p()
         rc = self.library.lib.attnc_kernel_forward(self.handle, ctypes.byref(args), ctypes.c_void_p(stream),
                                                    ctypes.byref(error))
+        if rc != ATTNC_OK:
+            raise AttncError(self.library._take_error(error))
+
+    def prepare_inputs(self, args, stream=None):
+        """attnc_kernel_prepare_inputs: a Prepared for these arguments' kernel, lengths and inputs
+        (freed with the object); raises AttncError with the library's message."""
+        if stream is None:
+            import torch
+            stream = torch.cuda.current_stream().cuda_stream
+        out, error = ctypes.c_void_p(), ctypes.c_void_p()
+        rc = self.library.lib.attnc_kernel_prepare_inputs(self.handle, ctypes.byref(args),
+                                                          ctypes.c_void_p(stream), ctypes.byref(out),
+                                                          ctypes.byref(error))
+        if rc != ATTNC_OK:
+            raise AttncError(self.library._take_error(error))
+        return Prepared(self.library, out, args)
+
+    def launch_prepared(self, args, prepared, stream=None):
+        """attnc_kernel_forward_prepared: launch with a ready ForwardArgs and a Prepared."""
+        if stream is None:
+            import torch
+            stream = torch.cuda.current_stream().cuda_stream
+        error = ctypes.c_void_p()
+        handle = prepared.handle if prepared is not None else None
+        rc = self.library.lib.attnc_kernel_forward_prepared(self.handle, ctypes.byref(args), handle,
+                                                            ctypes.c_void_p(stream), ctypes.byref(error))
         if rc != ATTNC_OK:
             raise AttncError(self.library._take_error(error))
 
@@ -265,6 +319,19 @@ class Kernel:
         error = ctypes.c_void_p()
         rc = self.library.lib.attnc_kernel_backward(self.handle, ctypes.byref(args),
                                                     ctypes.c_void_p(stream), ctypes.byref(error))
+        if rc != ATTNC_OK:
+            raise AttncError(self.library._take_error(error))
+
+    def launch_backward_prepared(self, args, prepared, stream=None):
+        """attnc_kernel_backward_prepared: launch with a ready BackwardArgs and a Prepared (made by
+        prepare_inputs from the forward's arguments)."""
+        if stream is None:
+            import torch
+            stream = torch.cuda.current_stream().cuda_stream
+        error = ctypes.c_void_p()
+        handle = prepared.handle if prepared is not None else None
+        rc = self.library.lib.attnc_kernel_backward_prepared(self.handle, ctypes.byref(args), handle,
+                                                             ctypes.c_void_p(stream), ctypes.byref(error))
         if rc != ATTNC_OK:
             raise AttncError(self.library._take_error(error))
 

@@ -137,6 +137,21 @@ def run_case(kern, var, hd, hdv, dtype, B, ql, kl, results, key):
                 problems.append(f"{name} relerr {err:.2e} > 2 x SDPA's {s:.2e}")
     if not all(torch.equal(a, b) for run in runs[2:] for a, b in zip(runs[1], run)):
         problems.append("deterministic mode not bit-identical over 3 runs")
+    # A mask that reads declared inputs, with the inputs prepared once (Kernel::prepareInputs): the
+    # forward and the deterministic backward must be bit-identical to the plain calls'.
+    if kern.input_names and hasattr(kern.library.lib, "attnc_kernel_prepare_inputs"):
+        prepared = kern.prepare_inputs(kern.make_args(q, k, v, o, lse, in_args, seed, offset))
+        o2, lse2 = torch.full_like(o, float("nan")), torch.full_like(lse, float("nan"))
+        kern.launch_prepared(kern.make_args(q, k, v, o2, lse2, in_args, seed, offset), prepared)
+        grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
+        kern.launch_backward_prepared(
+            kern.make_backward_args(q, k, v, o, do, lse, *grads, in_args, seed, offset, "bshd", True),
+            prepared)
+        torch.cuda.synchronize()
+        if not (torch.equal(o2, o) and torch.equal(lse2, lse)):
+            problems.append("prepared inputs: forward differs from the plain one")
+        if not all(torch.equal(a, b) for a, b in zip(runs[1], grads)):
+            problems.append("prepared inputs: deterministic backward differs from the plain one")
     ok = not problems
     sd = "-" if not sdpa_err else f"{max(sdpa_err):.2e}"
     print(f"{'ok  ' if ok else 'FAIL'} {key:30s} B{B} Sq{ql:5d} Skv{kl:5d} worst {worst:.2e} sdpa {sd}"
@@ -193,7 +208,8 @@ def main():
             f.write("Bounds: relative Frobenius error of each of dQ, dK, dV against float64 autograd <= 1e-2 "
                     "(bf16) / 2e-3 (fp16), and <= 2 x SDPA's own backward error where SDPA has the variant; "
                     "each case runs the default (dQ summed in fp32 by atomics or bulk reductions, order not fixed) and the deterministic mode three times, "
-                    "which must agree bit for bit; gradients are poisoned with NaN before each run.\n\n")
+                    "which must agree bit for bit (and, for masks that read declared inputs, with the inputs prepared once: forward and "
+                    "deterministic backward bit-identical to the plain calls); gradients are poisoned with NaN before each run.\n\n")
             f.write("| variant | cases | pass | worst rel err (dQ, dK, dV) | SDPA's worst |\n|---|---:|---:|---:|---:|\n")
             for key, (n, ok, worst, sd) in results.items():
                 f.write(f"| {key} | {n} | {ok} | {worst:.2e} | {'-' if sd is None else f'{sd:.2e}'} |\n")

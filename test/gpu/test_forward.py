@@ -513,6 +513,92 @@ def validation_checks(lib, kernels, res):
         res.add("arg validation", ok, what=f"{what}: message {msg!r}, output untouched {untouched}")
 
 
+def prepared_checks(lib, kernels, res):
+    """Kernel::prepareInputs (attnc_kernel_prepare_inputs) and forwards that use it: bit-identical
+    to the plain forward, reusable, and refused, with nothing written, for other lengths, other
+    inputs or another kernel."""
+    dev = torch.device("cuda")
+    doc_kernels = [(kernels[key], V[key[0]]) for key in (("document_causal", 64, "bf16"),
+                                                         ("document_many", 128, "bf16"),
+                                                         ("custom_mask", 64, "bf16")) if key in kernels]
+    plain = kernels.get(("full", 64, "bf16"))
+    if not doc_kernels or not hasattr(lib.lib, "attnc_kernel_prepare_inputs"):
+        return
+    B, S = 2, 1000
+
+    def launch_case(kern, var):
+        name = var.name
+        hq, hd = kern.info["heads_q"], kern.info["head_dim"]
+        q, k, v = (torch.randn(B, S, hq, hd, device=dev, dtype=torch.bfloat16) for _ in range(3))
+        inputs = {n: gen(B, hq, S, dev) for n, (_, _, gen) in var.inputs.items()}
+        in_args = [(inputs[n], var.inputs[n][1]) for n in kern.input_names]
+
+        def output():
+            return torch.full((B, S, hq, kern.info["head_dim_v"]), float("nan"), device=dev,
+                              dtype=torch.bfloat16)
+
+        o_plain = output()
+        a = kern.make_args(q, k, v, o_plain, None, in_args)
+        kern.launch(a)
+        prepared = kern.prepare_inputs(a)
+        outs = []
+        for _ in range(3):
+            o = output()
+            kern.launch_prepared(kern.make_args(q, k, v, o, None, in_args), prepared)
+            outs.append(o)
+        torch.cuda.synchronize()
+        same = all(torch.equal(o, o_plain) for o in outs) and not torch.isnan(o_plain).any()
+        print(f"{'ok  ' if same else 'FAIL'} prepared: {name:28s} 3 forwards bit-identical to the plain one",
+              flush=True)
+        res.add("prepared inputs", same, what=f"{name}: prepared forwards differ from the plain one")
+        refusals = []
+        o = output()
+        shorter = kern.make_args(q[:, :S - 64], k[:, :S - 64], v[:, :S - 64], o[:, :S - 64], None, in_args)
+        refusals.append(("other lengths", shorter, o, "q_len"))
+        o = output()
+        other = [(t.clone(), dims) for t, dims in in_args]
+        refusals.append(("other inputs", kern.make_args(q, k, v, o, None, other), o, "inputs"))
+        for what, args, o, word in refusals:
+            try:
+                kern.launch_prepared(args, prepared)
+                msg = None
+            except attnc_ctypes.AttncError as e:
+                msg = str(e)
+            torch.cuda.synchronize()
+            ok = msg is not None and "prepared" in msg and word in msg and bool(torch.isnan(o).all())
+            print(f"{'ok  ' if ok else 'FAIL'} prepared: {name} {what:20s} -> {msg!r}", flush=True)
+            res.add("prepared inputs", ok, what=f"{name} {what}: message {msg!r}")
+        return prepared, q, k, v, in_args
+
+    made = {}
+    for kern, var in doc_kernels:
+        made[var.name] = (kern, launch_case(kern, var))
+    if len(made) >= 2:
+        (k1, (prep1, *_)), (k2, (_, q, k, v, in_args)) = list(made.values())[:2]
+        o = torch.full((B, S, k2.info["heads_q"], k2.info["head_dim_v"]), float("nan"), device=dev,
+                       dtype=torch.bfloat16)
+        try:
+            k2.launch_prepared(k2.make_args(q, k, v, o, None, in_args), prep1)
+            msg = None
+        except attnc_ctypes.AttncError as e:
+            msg = str(e)
+        torch.cuda.synchronize()
+        ok = msg is not None and "another kernel" in msg and bool(torch.isnan(o).all())
+        print(f"{'ok  ' if ok else 'FAIL'} prepared: another kernel's          -> {msg!r}", flush=True)
+        res.add("prepared inputs", ok, what=f"another kernel's: message {msg!r}")
+    if plain is not None:  # no declared inputs: an empty preparation, the same forward
+        hq = plain.info["heads_q"]
+        q, k, v = (torch.randn(B, S, hq, 64, device=dev, dtype=torch.bfloat16) for _ in range(3))
+        o1, o2 = (torch.full((B, S, hq, 64), float("nan"), device=dev, dtype=torch.bfloat16) for _ in range(2))
+        a = plain.make_args(q, k, v, o1)
+        plain.launch(a)
+        plain.launch_prepared(plain.make_args(q, k, v, o2), plain.prepare_inputs(a))
+        torch.cuda.synchronize()
+        ok = torch.equal(o1, o2) and not torch.isnan(o1).any()
+        print(f"{'ok  ' if ok else 'FAIL'} prepared: full (no inputs)", flush=True)
+        res.add("prepared inputs", ok, what="full hd64: prepared forward differs")
+
+
 def compile_all(lib, groups, target):
     wanted = {}
     for name, dims, dtype, _, _ in groups:
@@ -624,6 +710,7 @@ def main():
                 print(f"FAIL {key} growing Sq{ql} Skv{kl}: exception {e}", flush=True)
                 res.add(key + " growing", False, what=f"Sq{ql} Skv{kl}: exception {e}")
     validation_checks(lib, kernels, res)
+    prepared_checks(lib, kernels, res)
     elapsed = time.time() - t_start
     total = sum(r["cases"] for r in res.rows.values())
     passed = sum(r["pass"] for r in res.rows.values())

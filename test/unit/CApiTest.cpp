@@ -87,6 +87,26 @@ TEST(CApi, ForwardAndBackwardArgumentsAreConvertedAndChecked) {
             "attnc_backward_args.workspace_bytes: expected a non-negative size, got -5");
   EXPECT_NE(attnc_kernel_validate(compiled.kernel, nullptr, &message), ATTNC_OK);
   EXPECT_EQ(takeError(message), "attnc_forward_args: null");
+
+  // Prepared inputs: the checks that come before any launch.
+  EXPECT_NE(attnc_kernel_forward_prepared(compiled.kernel, &fwd, nullptr, nullptr, &message),
+            ATTNC_OK);
+  EXPECT_EQ(takeError(message), "attnc_kernel_forward_prepared: prepared: expected one made by "
+                                "attnc_kernel_prepare_inputs, got null");
+  EXPECT_NE(attnc_kernel_prepare_inputs(compiled.kernel, &fwd, nullptr, nullptr, &message),
+            ATTNC_OK);
+  EXPECT_EQ(takeError(message), "attnc_kernel_prepare_inputs: out is null");
+  attnc_prepared* prepared = reinterpret_cast<attnc_prepared*>(&docIds);  // overwritten
+  fwd.q_len = 0;
+  EXPECT_NE(attnc_kernel_prepare_inputs(compiled.kernel, &fwd, nullptr, &prepared, &message),
+            ATTNC_OK);
+  EXPECT_NE(takeError(message).find("q_len"), std::string::npos);
+  EXPECT_EQ(prepared, nullptr);
+  EXPECT_NE(attnc_kernel_backward_prepared(compiled.kernel, &bwd, nullptr, nullptr, &message),
+            ATTNC_OK);
+  EXPECT_EQ(takeError(message), "attnc_kernel_backward_prepared: prepared: expected one made by "
+                                "attnc_kernel_prepare_inputs, got null");
+  attnc_prepared_free(nullptr);  // a no-op, as free(NULL)
 }
 
 }  // namespace

@@ -112,6 +112,31 @@ TEST(Kernel, FromCubinRejectsNonElf) {
   EXPECT_NE(status.message.find("expected a cubin"), std::string::npos) << status.message;
 }
 
+// What forward() and prepareInputs() check of ForwardArgs::prepared without a GPU (a real
+// PreparedInputs needs one: the mismatches are checked by test/gpu/test_forward.py).
+TEST(Kernel, PreparedInputsChecksWithoutAGpu) {
+  Kernel kernel = documentKernel();
+  ForwardArgs args = validArgs();
+  PreparedInputs empty;
+  EXPECT_FALSE(empty.valid());
+  EXPECT_EQ(empty.bytes(), 0u);
+  args.prepared = &empty;
+  Status status = kernel.validate(args);
+  EXPECT_EQ(status.message, "ForwardArgs.prepared: expected one made by Kernel::prepareInputs, got "
+                            "an empty PreparedInputs");
+  PreparedInputs out;
+  status = kernel.prepareInputs(args, nullptr, &out);
+  EXPECT_EQ(status.message, "ForwardArgs.prepared: expected null for prepareInputs (it makes one), "
+                            "got a PreparedInputs");
+  EXPECT_FALSE(out.valid());
+  args.prepared = nullptr;
+  status = kernel.prepareInputs(args, nullptr, nullptr);
+  EXPECT_EQ(status.message, "Kernel::prepareInputs: out: expected a PreparedInputs, got null");
+  args.q_len = 0;  // prepareInputs validates as forward() does, before any launch
+  status = kernel.prepareInputs(args, nullptr, &out);
+  EXPECT_NE(status.message.find("ForwardArgs.q_len"), std::string::npos) << status.message;
+}
+
 TEST(Kernel, Accessors) {
   Kernel kernel = documentKernel();
   EXPECT_EQ(kernel.name(), "document");
@@ -394,6 +419,15 @@ TEST(Kernel, ValidBackwardArgumentsPass) {
   args.workspace_bytes = backwardKernel().backwardWorkspaceBytes(2, 256, true);
   status = backwardKernel().validateBackward(args);
   EXPECT_TRUE(status) << status.message;
+}
+
+TEST(Kernel, BackwardPreparedInputsChecksWithoutAGpu) {
+  BackwardArgs args = validBackwardArgs();
+  PreparedInputs empty;
+  args.prepared = &empty;
+  Status status = backwardKernel().validateBackward(args);
+  EXPECT_EQ(status.message, "BackwardArgs.prepared: expected one made by Kernel::prepareInputs, "
+                            "got an empty PreparedInputs");
 }
 
 TEST(Kernel, BackwardValidationNamesTheArgument) {
