@@ -77,12 +77,20 @@ TEST(HopperTileRule, EveryHeadDimGetsTheWgmmaKernelOrAReasonedFallback) {
             }
           } else {
             ASSERT_EQ(consumers, 2);
-            // Whole 64-key steps above 64, unless shared memory cut B_c below the next one.
-            if (choice->blockKV > 64 && choice->blockKV % 64 != 0)
-              EXPECT_GT(attnc::sm90::smemBytes(int(d), int(dv), int(consumers),
-                                               int((choice->blockKV + 63) / 64 * 64), 2),
-                        target.smemPerBlock);
-            EXPECT_LE(liveRegisters(dv, choice->blockKV), budget);
+            if (d == 256 && dv == 256 && epilogue + scoreOps == 0) {
+              // hd256 without an epilogue: a reserve of 52, B_c as its registers fit (measured
+              // faster than the 64 of whole 64-key steps).
+              EXPECT_EQ(choice->blockKV, 80);
+              EXPECT_LE(liveRegisters(dv, choice->blockKV), budget + 4);
+              EXPECT_GT(liveRegisters(dv, choice->blockKV + 16), budget + 4);
+            } else {
+              // Whole 64-key steps above 64, unless shared memory cut B_c below the next one.
+              if (choice->blockKV > 64 && choice->blockKV % 64 != 0)
+                EXPECT_GT(attnc::sm90::smemBytes(int(d), int(dv), int(consumers),
+                                                 int((choice->blockKV + 63) / 64 * 64), 2),
+                          target.smemPerBlock);
+              EXPECT_LE(liveRegisters(dv, choice->blockKV), budget);
+            }
           }
           EXPECT_GE(choice->stages, 2);
           EXPECT_LE(choice->stages, 4);

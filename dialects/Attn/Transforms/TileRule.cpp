@@ -205,6 +205,17 @@ bool hd128KeepsTwoStages(const TileProblem& problem) {
   return problem.headDim == 128 && problem.headDimV == 128 && !problem.dropout;
 }
 
+// Head dims 256 / 256 with two consumers and no epilogue reserve 52, not 56, and keep the B_c
+// their registers fit instead of whole 64-key steps: B_c = 80 rather than 64. Their O takes 128
+// registers and the rest of the kernel fewer than the reserve assumes: full_hd256 and causal_hd256
+// compile without spills at 80 (CUDA 13.0). Measured on the H200 (bench/ab_mix.py, 2026-12-02,
+// docs/perf/H200.md), 80 against 64: hd256 full N = 4K 1.066, causal 1.092 (hd192, unchanged,
+// 1.000 in the same process).
+constexpr int64_t kHopperReserveRegistersHd256 = 52;
+bool hd256KeepsRegisterFit(const TileProblem& problem, bool three, int64_t epilogue) {
+  return !three && epilogue == 0 && problem.headDim == 256 && problem.headDimV == 256;
+}
+
 }  // namespace
 
 FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
@@ -256,16 +267,18 @@ FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
   // packed pairs) of its warpgroup's 64 rows; B_c shrinks by 16 until they fit.
   const int64_t fit3 = three ? fitFor3(blockKV) : 0;
   const bool lightReserve = three && fit3 > registerFitFor(3, kHopperReserveRegisters3, blockKV);
-  const int64_t reserve = !three         ? kHopperReserveRegisters
+  const bool hd256 = hd256KeepsRegisterFit(problem, three, epilogue);
+  const int64_t reserve = hd256          ? kHopperReserveRegistersHd256
+                          : !three       ? kHopperReserveRegisters
                           : lightReserve ? kHopperReserveRegisters3Light
                                          : kHopperReserveRegisters3;
   blockKV = three ? fit3 : registerFitFor(consumers, reserve, blockKV);
   if (blockKV == 0) return failure();
-  // Whole 64-key steps where the registers allow them (two consumers). Measured on the H200
-  // (docs/perf/H200.md): hd128 at B_c = 144 ran 583 TFLOP/s against 638 at 128 (full, N = 4K);
-  // hd256 at 64 ran 601 against 572 at 48.
+  // Whole 64-key steps where the registers allow them (two consumers; not hd256, above). Measured
+  // on the H200 (docs/perf/H200.md): hd128 at B_c = 144 ran 583 TFLOP/s against 638 at 128 (full,
+  // N = 4K); hd256 at 64 ran 601 against 572 at 48.
   const int64_t registerFit = blockKV;
-  if (!three && blockKV > 64) blockKV = blockKV / 64 * 64;
+  if (!three && !hd256 && blockKV > 64) blockKV = blockKV / 64 * 64;
   note(llvm::formatv("registers: setmaxnreg gives a consumer {0}; O + S + P = {1} / 2 + {2} / 2 + "
                      "{2} / 4 = {3} <= {0} - {4} reserved{5}: B_c = {2}{6}",
                      hopperConsumerRegisters(consumers), dv, registerFit, live(registerFit),
@@ -274,6 +287,7 @@ FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
                                                   reserve, kHopperLightMaskOps,
                                                   kHopperLightMaxBlockKV3)
                                         .str()
+                     : hd256      ? llvm::formatv("{0} (head dims 256 without an epilogue)", reserve).str()
                                   : std::to_string(reserve),
                      epilogue ? llvm::formatv(" - {0} for the epilogue", epilogue).str()
                               : std::string(),
@@ -285,7 +299,7 @@ FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
   // Two consumers keep whole 64-key steps here too (hd136 with a window and dropout spilled 12
   // bytes at the 112 that 16-key steps gave from 128).
   while (blockKV > 16 && hopperSmemBytes(consumers, blockKV, 2, d, dv) > target.smemPerBlock)
-    blockKV -= !three && blockKV > 64 ? 64 : 16;
+    blockKV -= !three && !hd256 && blockKV > 64 ? 64 : 16;
   // Except hd128 without dropout (hd128KeepsTwoStages), with two consumers and no per-element
   // score hook: two stages where a third fits.
   const bool twoStages = !three && problem.scoreOps == 0 && hd128KeepsTwoStages(problem);
