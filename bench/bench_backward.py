@@ -118,16 +118,11 @@ def run_row(lib, row, flex, create_block_mask, use_flex):
     if ok and inputs and hasattr(lib.lib, "attnc_kernel_prepare_inputs"):
         prepared = kern.prepare_inputs(kern.make_args(q, k, v, o, lse, inputs, seed=42, offset=0,
                                                       layout="bhsd"), stream)
-        attnc_fn()
-        torch.cuda.synchronize()
-        plain_dq = dq.clone()
-        dq.fill_(float("nan"))
-        kern.launch_backward_prepared(args, prepared, stream)
-        torch.cuda.synchronize()
-        if fwd.relerr(dq, plain_dq) < 2e-3:  # (the fp32 sums run in no fixed order)
-            timed.insert(1, ("attnc-prepared", lambda: kern.launch_backward_prepared(args, prepared, stream)))
-        else:
-            res["note"]["attnc-prepared"] = "WRONG RESULT (differs from the plain call), not timed"
+        entry = fwd.prepared_impl(res, attnc_fn,
+                                  lambda: kern.launch_backward_prepared(args, prepared, stream), dq,
+                                  lambda new, plain: fwd.relerr(new, plain) < 2e-3)  # (fp32 sums in no fixed order)
+        if entry:
+            timed.insert(1, entry)
     for name, fn in timed:
         try:
             if name in ("cudnn", "fa2"):
@@ -141,11 +136,7 @@ def run_row(lib, row, flex, create_block_mask, use_flex):
             res["note"][name] = f"failed: {str(e).splitlines()[0][:100]}"
     print(f"{row.name:34s} " + " ".join(f"{n} {res['tflops'].get(n, float('nan')):6.1f}" for n in ["attnc"] + PEERS)
           + f"  [{res['check']}]", flush=True)
-    t = res["tflops"]
-    if "attnc-prepared" in t:
-        flex_ratio = f", {t['attnc-prepared'] / t['flex']:.2f}x flex" if "flex" in t else ""
-        res["note"]["attnc-prepared"] = (f"with its inputs prepared once (Kernel::prepareInputs, as flex's"
-                                         f" block mask): {t['attnc-prepared']:.0f} TFLOP/s{flex_ratio}")
+    fwd.note_prepared(res)
     del q, k, v, o, do, dq, dk, dv, workspace
     torch.cuda.empty_cache()
     return res

@@ -164,6 +164,31 @@ def warm_up(fn, inner, warm_ms):
             return
 
 
+def prepared_impl(res, plain, prepared, out, agrees):
+    """The ("attnc-prepared", fn) entry to time for a mask whose inputs were prepared once
+    (Kernel::prepareInputs), when `prepared` writes what `plain` does into `out` (poisoned in
+    between; `agrees(new, plain_out)`); else None, with the row's note saying why."""
+    plain()
+    torch.cuda.synchronize()
+    plain_out = out.clone()
+    out.fill_(float("nan"))
+    prepared()
+    torch.cuda.synchronize()
+    if agrees(out, plain_out):
+        return ("attnc-prepared", prepared)
+    res["note"]["attnc-prepared"] = "WRONG RESULT (differs from the plain call), not timed"
+    return None
+
+
+def note_prepared(res):
+    """The row's note on its prepared timing, beside flex's where flex ran."""
+    t = res["tflops"]
+    if "attnc-prepared" in t:
+        flex_ratio = f", {t['attnc-prepared'] / t['flex']:.2f}x flex" if "flex" in t else ""
+        res["note"]["attnc-prepared"] = (f"with its inputs prepared once (Kernel::prepareInputs, as flex's"
+                                         f" block mask): {t['attnc-prepared']:.0f} TFLOP/s{flex_ratio}")
+
+
 def time_ms(fn, min_batch_ms=3.0, reps=25, warm_ms=None):
     """Median, min and max ms per call: batches of back-to-back calls (>= min_batch_ms each), timed
     after warm_ms (default WARM_MS) of untimed batches, so that every implementation is measured at
@@ -309,16 +334,10 @@ def run_row(lib, row, flex, create_block_mask, log):
     # above and not timed. Its output must be the plain call's, bit for bit.
     if ok and inputs and hasattr(lib.lib, "attnc_kernel_prepare_inputs"):
         prepared = kern.prepare_inputs(args, stream)
-        attnc_fn()
-        torch.cuda.synchronize()
-        plain_out = o.clone()
-        o.fill_(float("nan"))
-        kern.launch_prepared(args, prepared, stream)
-        torch.cuda.synchronize()
-        if torch.equal(o, plain_out):
-            impls.insert(1, ("attnc-prepared", lambda: kern.launch_prepared(args, prepared, stream)))
-        else:
-            res["note"]["attnc-prepared"] = "WRONG RESULT (differs from the plain call), not timed"
+        entry = prepared_impl(res, attnc_fn, lambda: kern.launch_prepared(args, prepared, stream), o,
+                              torch.equal)
+        if entry:
+            impls.insert(1, entry)
     if not ok:
         res["note"]["attnc"] = "WRONG RESULT, not timed: " + res["check"]
     for name, fn in impls:
@@ -328,11 +347,7 @@ def run_row(lib, row, flex, create_block_mask, log):
             res["tflops"][name] = flops / (med * 1e-3) / 1e12
         except Exception as e:  # noqa: BLE001
             res["note"][name] = f"failed: {str(e).splitlines()[0][:120]}"
-    t = res["tflops"]
-    if "attnc-prepared" in t:
-        flex_ratio = f", {t['attnc-prepared'] / t['flex']:.2f}x flex" if "flex" in t else ""
-        res["note"]["attnc-prepared"] = (f"with its inputs prepared once (Kernel::prepareInputs, as flex's"
-                                         f" block mask): {t['attnc-prepared']:.0f} TFLOP/s{flex_ratio}")
+    note_prepared(res)
     del q, k, v, o, lse
     torch.cuda.empty_cache()
     return res
