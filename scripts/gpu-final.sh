@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine, in one call: the run whose tables are committed (docs/perf/H200.md,
 # docs/perf/H200-backward.md, test/gpu/RESULTS*.md), for the library in .device/bundle/ (or
-# $ATTNC_LIB): the forward suite, the forward bench with its targets, the backward bench, the
-# backward suite, the sanitizers and the cold JIT times, each step time-bounded, a summary last.
+# $ATTNC_LIB): the forward suite, jit-host's prepared-inputs check (the bundle's, whatever
+# $ATTNC_LIB is), the forward bench with its targets, the backward bench, the backward suite, the
+# sanitizers and the cold JIT times, each step time-bounded, a summary last.
 #   bash scripts/gpu-final.sh [--out DIR] [--no-jit]
 # Files go to DIR ($OUT, else /tmp/gpu-final): H200.md, H200-forward.png, fwd.json,
 # H200-backward.md, RESULTS.md, RESULTS-backward.md, targets.txt, jit.md and each step's log.
@@ -37,6 +38,10 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())"
 step "forward suite" 120 "$out/forward.log" \
   python3 test/gpu/test_forward.py --results-md "$out/RESULTS.md"
+# The C++ API's prepared inputs (docs/runtime.md) from a host program: the bundle's jit-host times
+# document's forward both ways and fails unless the outputs are bit-identical.
+step "jit-host --prepared" 60 "$out/jit-host.log" \
+  .device/bundle/bin/jit-host examples/document.yaml --prepared
 step "forward bench" 300 "$out/bench-fwd.log" \
   bash bench/run.sh "${rows[@]}" --md "$out/H200.md" --png "$out/H200-forward.png" --json "$out/fwd.json"
 python3 bench/targets.py "$out/fwd.json" > "$out/targets.txt" 2>&1
@@ -53,6 +58,7 @@ if [[ $jit == 1 ]]; then
 fi
 grep -hE "^FAIL" "$out/forward.log" "$out/backward.log" | head -n 8
 grep -E "SUMMARY" "$out/sanitize.log"
+grep -E "prepared" "$out/jit-host.log"
 grep -E "NOT met|: attnc/" "$out/targets.txt" | head -n 20
 grep "^|" "$out/H200-backward.md" | cut -c1-110
 [[ $jit == 1 ]] && tail -n 23 "$out/jit.md"
