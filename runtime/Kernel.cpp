@@ -817,23 +817,14 @@ Status encodeQKVMaps(const DriverApi& driver, const std::string& what, const Arg
 struct PreparedInputs::Impl {
   std::shared_ptr<const Kernel::Impl> kernel;  // the kernel it was made for (and its copies)
   cu::Context context = nullptr;
-  int64_t batch = 0, q_len = 0, kv_len = 0;
   std::vector<InputArg> inputs;  // addresses and strides it summarized
   DeviceBuffer buffer;
-  const void* summaries[kMaxInputs] = {};
-  const int* bounds = nullptr;
-  const u32* classes = nullptr;
-  int classWords = 0;
-  const u32* groups = nullptr;
-  int groupWords = 0;
-  const int* order = nullptr;
+  // The lengths it was made for and the input-work fields (copyInputWork), pointing into `buffer`.
+  FwdParams forward{};
   // The backward's (a kernel with backward kernels): its summaries and the dK/dV kernel's classes.
   bool backward = false;
   DeviceBuffer backwardBuffer;
-  const void* backwardSummaries[kMaxInputs] = {};
-  const int* backwardBounds = nullptr;
-  const u32* backwardClasses = nullptr;
-  int backwardClassWords = 0;
+  BwdParams backwardParams{};  // its input-work fields point into `backwardBuffer`
 };
 
 PreparedInputs::PreparedInputs() = default;
@@ -882,6 +873,51 @@ Status launchInputWork(Kernel::Impl& impl, const DriverApi& driver, cu::Context 
   return Status::success();
 }
 
+// The backward's launches before its kernels, for masks that read declared inputs: the
+// summaries and the dK/dV kernel's tile classes, rows (b, h, kv tile of kvBlockKV) of q tiles, the
+// words a row sized for q tiles of 16 rows, the least any dK/dV kernel uses (its own q block is
+// not in the metadata). As launchInputWork, into the Kernel's per-stream buffer or `own`.
+Status launchBackwardInputWork(Kernel::Impl& impl, const DriverApi& driver, cu::Context context,
+                               const Kernel::Impl::Loaded& loaded, const KernelMetadata& m,
+                               BwdParams& p, cu::Stream stream,
+                               std::unique_lock<std::mutex>* summaryLock, DeviceBuffer* own) {
+  const BackwardMetadata& b = *loaded.image->metadata.backward;
+  return summarizeAndClassify(impl, driver, context, loaded, p, loaded.backwardTileClasses,
+                              b.entryStem + "_tile_classes",
+                              tileClassRows(p.batch, m.headsQ, p.kv_len, b.kvBlockKV),
+                              tileClassWords(p.q_len, 16), p.q_tile_bounds, p.q_tile_classes,
+                              p.q_class_words, stream, summaryLock, 0, nullptr, nullptr, nullptr,
+                              own);
+}
+
+// The fields of a launch's parameters that its input work sets (launchInputWork,
+// launchBackwardInputWork), from `from` into `to`.
+void copyInputWork(const FwdParams& from, FwdParams& to) {
+  for (int i = 0; i < kMaxInputs; ++i) to.inputs[i].summary = from.inputs[i].summary;
+  to.kv_tile_bounds = from.kv_tile_bounds;
+  to.kv_tile_classes = from.kv_tile_classes;
+  to.kv_class_words = from.kv_class_words;
+  to.kv_group_classes = from.kv_group_classes;
+  to.kv_group_words = from.kv_group_words;
+  to.q_tile_order = from.q_tile_order;
+}
+void copyInputWork(const BwdParams& from, BwdParams& to) {
+  for (int i = 0; i < kMaxInputs; ++i) to.inputs[i].summary = from.inputs[i].summary;
+  to.q_tile_bounds = from.q_tile_bounds;
+  to.q_tile_classes = from.q_tile_classes;
+  to.q_class_words = from.q_class_words;
+}
+
+// p's input-work fields from a preparation (`made`: its parameters), if it was made in `context`.
+template <class Params>
+Status usePrepared(const PreparedInputs::Impl& prepared, const Params& made, cu::Context context,
+                   const std::string& what, Params& p) {
+  if (prepared.context != context)
+    return Status::error(what + "made in another CUDA context than the current one");
+  copyInputWork(made, p);
+  return Status::success();
+}
+
 // The driver, the current context and the kernel's modules loaded there (the forward's entries).
 struct InContext {
   const DriverApi* driver = nullptr;
@@ -923,10 +959,9 @@ Status checkPrepared(const PreparedInputs::Impl* prepared, const Kernel::Impl* k
     return "batch " + std::to_string(b) + ", q_len " + std::to_string(q) + ", kv_len " +
            std::to_string(kv);
   };
-  if (prepared->batch != args.batch || prepared->q_len != args.q_len ||
-      prepared->kv_len != args.kv_len)
-    return Status::error(what + "expected " +
-                         lengths(prepared->batch, prepared->q_len, prepared->kv_len) +
+  const FwdParams& made = prepared->forward;
+  if (made.batch != args.batch || made.q_len != args.q_len || made.kv_len != args.kv_len)
+    return Status::error(what + "expected " + lengths(made.batch, made.q_len, made.kv_len) +
                          " (what it was made for), got " +
                          lengths(args.batch, args.q_len, args.kv_len));
   bool same = prepared->inputs.size() == args.inputs.size();
@@ -959,43 +994,23 @@ Status Kernel::prepareInputs(const ForwardArgs& args, void* stream, PreparedInpu
   auto prepared = std::make_shared<PreparedInputs::Impl>();
   prepared->kernel = impl_;
   prepared->context = context;
-  prepared->batch = args.batch;
-  prepared->q_len = args.q_len;
-  prepared->kv_len = args.kv_len;
   prepared->inputs = args.inputs;
-  FwdParams p{};
-  setSharedFields(p, m, args);
-  if (Status status = launchInputWork(*impl_, *driver, context, *loaded, m, p,
+  setSharedFields(prepared->forward, m, args);
+  if (Status status = launchInputWork(*impl_, *driver, context, *loaded, m, prepared->forward,
                                       static_cast<cu::Stream>(stream), nullptr, &prepared->buffer);
       !status)
     return status;
-  for (int i = 0; i < kMaxInputs; ++i) prepared->summaries[i] = p.inputs[i].summary;
-  prepared->bounds = p.kv_tile_bounds;
-  prepared->classes = p.kv_tile_classes;
-  prepared->classWords = p.kv_class_words;
-  prepared->groups = p.kv_group_classes;
-  prepared->groupWords = p.kv_group_words;
-  prepared->order = p.q_tile_order;
   if (m.hasBackward()) {
     // The backward's summaries and dK/dV tile classes, as Kernel::backward makes them.
     const Impl::Loaded* withBackward = impl_->backwardFunctions(*driver, context, &error);
     if (!withBackward) return Status::error(error);
-    const BackwardMetadata& b = *withBackward->image->metadata.backward;
-    BwdParams bp{};
-    setSharedFields(bp, m, args);
-    if (Status status = summarizeAndClassify(
-            *impl_, *driver, context, *withBackward, bp, withBackward->backwardTileClasses,
-            b.entryStem + "_tile_classes", tileClassRows(bp.batch, m.headsQ, bp.kv_len, b.kvBlockKV),
-            tileClassWords(bp.q_len, 16), bp.q_tile_bounds, bp.q_tile_classes, bp.q_class_words,
-            static_cast<cu::Stream>(stream), nullptr, 0, nullptr, nullptr, nullptr,
-            &prepared->backwardBuffer);
+    setSharedFields(prepared->backwardParams, m, args);
+    if (Status status = launchBackwardInputWork(
+            *impl_, *driver, context, *withBackward, m, prepared->backwardParams,
+            static_cast<cu::Stream>(stream), nullptr, &prepared->backwardBuffer);
         !status)
       return status;
     prepared->backward = true;
-    for (int i = 0; i < kMaxInputs; ++i) prepared->backwardSummaries[i] = bp.inputs[i].summary;
-    prepared->backwardBounds = bp.q_tile_bounds;
-    prepared->backwardClasses = bp.q_tile_classes;
-    prepared->backwardClassWords = bp.q_class_words;
   }
   out->impl_ = std::move(prepared);
   return Status::success();
@@ -1018,24 +1033,15 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
   FwdParams p{};
   std::unique_lock<std::mutex> summaryLock;
   setSharedFields(p, m, args);
-  if (args.prepared) {
-    const PreparedInputs::Impl* prepared = args.prepared->impl_.get();  // checked by validate()
-    if (prepared->context != context)
-      return Status::error("ForwardArgs.prepared: made in another CUDA context than the current "
-                           "one");
-    for (int i = 0; i < kMaxInputs; ++i) p.inputs[i].summary = prepared->summaries[i];
-    p.kv_tile_bounds = prepared->bounds;
-    p.kv_tile_classes = prepared->classes;
-    p.kv_class_words = prepared->classWords;
-    p.kv_group_classes = prepared->groups;
-    p.kv_group_words = prepared->groupWords;
-    p.q_tile_order = prepared->order;
-  } else if (Status status = launchInputWork(*impl_, *driver, context, *loaded, m, p,
-                                             static_cast<cu::Stream>(stream), &summaryLock,
-                                             nullptr);
-             !status) {
+  const PreparedInputs::Impl* prepared =
+      args.prepared ? args.prepared->impl_.get() : nullptr;  // checked by validate()
+  if (Status status = prepared ? usePrepared(*prepared, prepared->forward, context,
+                                             "ForwardArgs.prepared: ", p)
+                               : launchInputWork(*impl_, *driver, context, *loaded, m, p,
+                                                 static_cast<cu::Stream>(stream), &summaryLock,
+                                                 nullptr);
+      !status)
     return status;
-  }
 
   FwdParamsTma withMaps;
   void* params[] = {&p};
@@ -1158,23 +1164,14 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
   setStrides(args.dv, p.dv_stride_b, p.dv_stride_h, p.dv_stride_s);
   std::unique_lock<std::mutex> summaryLock;
   setSharedFields(p, m, args);
-  // The summaries and the dK/dV kernel's tile classes: prepared, or made now. Rows (b, h, kv tile
-  // of kvBlockKV) of q tiles, the words a row sized for q tiles of 16 rows, the least any dK/dV
-  // kernel uses (its own q block is not in the metadata).
-  if (args.prepared) {
-    const PreparedInputs::Impl* prepared = args.prepared->impl_.get();  // checked by validate
-    if (prepared->context != context)
-      return Status::error("BackwardArgs.prepared: made in another CUDA context than the current "
-                           "one");
-    for (int i = 0; i < kMaxInputs; ++i) p.inputs[i].summary = prepared->backwardSummaries[i];
-    p.q_tile_bounds = prepared->backwardBounds;
-    p.q_tile_classes = prepared->backwardClasses;
-    p.q_class_words = prepared->backwardClassWords;
-  } else if (Status status = summarizeAndClassify(
-          *impl_, *driver, context, *loaded, p, loaded->backwardTileClasses,
-          b.entryStem + "_tile_classes", tileClassRows(p.batch, m.headsQ, p.kv_len, b.kvBlockKV),
-          tileClassWords(p.q_len, 16), p.q_tile_bounds, p.q_tile_classes, p.q_class_words,
-          static_cast<cu::Stream>(stream), &summaryLock);
+  // The summaries and the dK/dV kernel's tile classes: prepared, or made now.
+  const PreparedInputs::Impl* prepared =
+      args.prepared ? args.prepared->impl_.get() : nullptr;  // checked by validateBackward()
+  if (Status status = prepared ? usePrepared(*prepared, prepared->backwardParams, context,
+                                             "BackwardArgs.prepared: ", p)
+                               : launchBackwardInputWork(*impl_, *driver, context, *loaded, m, p,
+                                                         static_cast<cu::Stream>(stream),
+                                                         &summaryLock, nullptr);
       !status)
     return status;
 

@@ -236,42 +236,34 @@ class Kernel:
                      kv_len if kv_len is not None else (k if k is not None else v).shape[s_axis])
         return args
 
-    def launch(self, args, stream=None):
-        """Launches with a ready ForwardArgs; raises AttncError with the library's message."""
+    def _call(self, fn, args, stream, before=(), after=()):
+        """The library's fn(kernel, &args, *before, stream, *after, &error) on `stream` (None:
+        torch's current one); raises AttncError with the library's message."""
         if stream is None:
             import torch
             stream = torch.cuda.current_stream().cuda_stream
         error = ctypes.c_void_p()
-        rc = self.library.lib.attnc_kernel_forward(self.handle, ctypes.byref(args), ctypes.c_void_p(stream),
-                                                   ctypes.byref(error))
+        rc = fn(self.handle, ctypes.byref(args), *before, ctypes.c_void_p(stream), *after,
+                ctypes.byref(error))
         if rc != ATTNC_OK:
             raise AttncError(self.library._take_error(error))
+
+    def launch(self, args, stream=None):
+        """Launches with a ready ForwardArgs; raises AttncError with the library's message."""
+        self._call(self.library.lib.attnc_kernel_forward, args, stream)
 
     def prepare_inputs(self, args, stream=None):
         """attnc_kernel_prepare_inputs: a Prepared for these arguments' kernel, lengths and inputs
         (freed with the object); raises AttncError with the library's message."""
-        if stream is None:
-            import torch
-            stream = torch.cuda.current_stream().cuda_stream
-        out, error = ctypes.c_void_p(), ctypes.c_void_p()
-        rc = self.library.lib.attnc_kernel_prepare_inputs(self.handle, ctypes.byref(args),
-                                                          ctypes.c_void_p(stream), ctypes.byref(out),
-                                                          ctypes.byref(error))
-        if rc != ATTNC_OK:
-            raise AttncError(self.library._take_error(error))
+        out = ctypes.c_void_p()
+        self._call(self.library.lib.attnc_kernel_prepare_inputs, args, stream,
+                   after=(ctypes.byref(out),))
         return Prepared(self.library, out, args)
 
     def launch_prepared(self, args, prepared, stream=None):
         """attnc_kernel_forward_prepared: launch with a ready ForwardArgs and a Prepared."""
-        if stream is None:
-            import torch
-            stream = torch.cuda.current_stream().cuda_stream
-        error = ctypes.c_void_p()
-        handle = prepared.handle if prepared is not None else None
-        rc = self.library.lib.attnc_kernel_forward_prepared(self.handle, ctypes.byref(args), handle,
-                                                            ctypes.c_void_p(stream), ctypes.byref(error))
-        if rc != ATTNC_OK:
-            raise AttncError(self.library._take_error(error))
+        self._call(self.library.lib.attnc_kernel_forward_prepared, args, stream,
+                   before=(prepared.handle if prepared is not None else None,))
 
     def validate(self, args):
         error = ctypes.c_void_p()
@@ -313,27 +305,13 @@ class Kernel:
 
     def launch_backward(self, args, stream=None):
         """Launches with a ready BackwardArgs; raises AttncError with the library's message."""
-        if stream is None:
-            import torch
-            stream = torch.cuda.current_stream().cuda_stream
-        error = ctypes.c_void_p()
-        rc = self.library.lib.attnc_kernel_backward(self.handle, ctypes.byref(args),
-                                                    ctypes.c_void_p(stream), ctypes.byref(error))
-        if rc != ATTNC_OK:
-            raise AttncError(self.library._take_error(error))
+        self._call(self.library.lib.attnc_kernel_backward, args, stream)
 
     def launch_backward_prepared(self, args, prepared, stream=None):
         """attnc_kernel_backward_prepared: launch with a ready BackwardArgs and a Prepared (made by
         prepare_inputs from the forward's arguments)."""
-        if stream is None:
-            import torch
-            stream = torch.cuda.current_stream().cuda_stream
-        error = ctypes.c_void_p()
-        handle = prepared.handle if prepared is not None else None
-        rc = self.library.lib.attnc_kernel_backward_prepared(self.handle, ctypes.byref(args), handle,
-                                                             ctypes.c_void_p(stream), ctypes.byref(error))
-        if rc != ATTNC_OK:
-            raise AttncError(self.library._take_error(error))
+        self._call(self.library.lib.attnc_kernel_backward_prepared, args, stream,
+                   before=(prepared.handle if prepared is not None else None,))
 
     def validate_backward(self, args):
         error = ctypes.c_void_p()
