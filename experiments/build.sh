@@ -18,7 +18,8 @@ for arg in "$@"; do
   esac
 done
 if [[ ${#names[@]} -eq 0 ]]; then
-  for p in experiments/*.patch; do names+=("$(basename "$p" .patch)"); done
+  for p in experiments/*.patch; do [[ -f $p ]] && names+=("$(basename "$p" .patch)"); done
+  [[ ${#names[@]} -gt 0 ]] || { echo "experiments/build.sh: no experiments/*.patch waits" >&2; exit 0; }
 fi
 for name in "${names[@]}"; do
   [[ -f experiments/$name.patch ]] || { echo "experiments/build.sh: no experiments/$name.patch" >&2; exit 2; }

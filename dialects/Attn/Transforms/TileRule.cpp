@@ -215,6 +215,11 @@ constexpr int64_t kHopperReserveRegistersHd256 = 52;
 bool hd256KeepsRegisterFit(const TileProblem& problem, bool three, int64_t epilogue) {
   return !three && epilogue == 0 && problem.headDim == 256 && problem.headDimV == 256;
 }
+// Head dims 192 / 192 under the same conditions keep their register fit too, with the usual
+// reserve: B_c = 112 (two stages) rather than 64 (three). Without spills (CUDA 13.0, causal_hd192).
+bool hd192KeepsRegisterFit(const TileProblem& problem, bool three, int64_t epilogue) {
+  return !three && epilogue == 0 && problem.headDim == 192 && problem.headDimV == 192;
+}
 
 }  // namespace
 
@@ -278,7 +283,8 @@ FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
   // on the H200 (docs/perf/H200.md): hd128 at B_c = 144 ran 583 TFLOP/s against 638 at 128 (full,
   // N = 4K); hd256 at 64 ran 601 against 572 at 48.
   const int64_t registerFit = blockKV;
-  if (!three && !hd256 && blockKV > 64) blockKV = blockKV / 64 * 64;
+  const bool keepsFit = hd256 || hd192KeepsRegisterFit(problem, three, epilogue);
+  if (!three && !keepsFit && blockKV > 64) blockKV = blockKV / 64 * 64;
   note(llvm::formatv("registers: setmaxnreg gives a consumer {0}; O + S + P = {1} / 2 + {2} / 2 + "
                      "{2} / 4 = {3} <= {0} - {4} reserved{5}: B_c = {2}{6}",
                      hopperConsumerRegisters(consumers), dv, registerFit, live(registerFit),
@@ -299,7 +305,7 @@ FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
   // Two consumers keep whole 64-key steps here too (hd136 with a window and dropout spilled 12
   // bytes at the 112 that 16-key steps gave from 128).
   while (blockKV > 16 && hopperSmemBytes(consumers, blockKV, 2, d, dv) > target.smemPerBlock)
-    blockKV -= !three && !hd256 && blockKV > 64 ? 64 : 16;
+    blockKV -= !three && !keepsFit && blockKV > 64 ? 64 : 16;
   // Except hd128 without dropout (hd128KeepsTwoStages), with two consumers and no per-element
   // score hook: two stages where a third fits.
   const bool twoStages = !three && problem.scoreOps == 0 && hd128KeepsTwoStages(problem);
