@@ -110,53 +110,10 @@ ATTNC_DEVICE void writeTileOrder(const FwdParams& p) {
   }
 }
 
-// The most summary entries (8 bytes each) writeTileClasses copies into shared memory.
-constexpr int kStagedSummaryEntries = 2048;
-
-// The block's view of p for classifying tiles: where the summaries of all the inputs the mask
-// reads over intervals fit kStagedSummaryEntries, a copy of p in shared memory (`staged`) whose
-// InputRef::summary pointers point at copies of them in `entries` (shared memory too, read through
-// the same generic loads as global memory, expr.h scan_hull); else p itself. Each lane classifies
-// tiles one after another, a few summary reads each, so a row's walk is a chain of memory
-// latencies: from shared memory they are short. Block-uniform (it depends on p alone); every
-// thread of the block calls it.
-template <class Params>
-ATTNC_DEVICE const Params& stageSummaries(const Params& p, Params& staged, SummaryEntry* entries) {
-  const expr::InputExtents e = expr::input_extents(p);
-  i64 total = 0;
-  for (int i = 0; i < kMaxInputs; ++i)
-    if (p.inputs[i].summary)
-      total += summaryLayout(p.inputs[i], e.batch, e.heads, e.positions).entries();
-  if (total == 0 || total > kStagedSummaryEntries) return p;
-  int at = 0;
-  for (int i = 0; i < kMaxInputs; ++i) {
-    const InputRef& in = p.inputs[i];
-    if (!in.summary) continue;
-    const int n = int(summaryLayout(in, e.batch, e.heads, e.positions).entries());
-    const SummaryEntry* from = static_cast<const SummaryEntry*>(in.summary);
-    for (int j = int(threadIdx.x); j < n; j += int(blockDim.x)) entries[at + j] = from[j];
-    at += n;
-  }
-  if (threadIdx.x == 0) {
-    staged = p;
-    at = 0;
-    for (int i = 0; i < kMaxInputs; ++i) {
-      if (!p.inputs[i].summary) continue;
-      staged.inputs[i].summary = entries + at;
-      at += int(summaryLayout(p.inputs[i], e.batch, e.heads, e.positions).entries());
-    }
-  }
-  __syncthreads();
-  return staged;
-}
-
 // With FwdParams: the forward's rows (b, h, q tile of BlockQ) of kv tiles (BlockKV). With
 // BwdParams: the dK/dV kernel's rows (b, h, kv tile of BlockKV) of q tiles (BlockQ).
 template <class Variant, int BlockQ, int BlockKV, class Params>
-ATTNC_DEVICE void writeTileClasses(const Params& launch) {
-  __shared__ Params staged;
-  __shared__ SummaryEntry entries[kStagedSummaryEntries];
-  const Params& p = stageSummaries(launch, staged, entries);
+ATTNC_DEVICE void writeTileClasses(const Params& p) {
   constexpr bool kAlongKeys = ParamsTileClasses<Params, true>::value;
   constexpr int kFixedBlock = kAlongKeys ? BlockQ : BlockKV;
   constexpr int kWalkBlock = kAlongKeys ? BlockKV : BlockQ;
