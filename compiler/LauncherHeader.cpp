@@ -33,6 +33,7 @@ KernelMetadata kernelMetadata(const Spec& spec, const CompiledKernel& kernel, co
   m.summaryEntry = kernel.summaryEntry;
   m.tileClassesEntry = kernel.tileClassesEntry;
   m.orderedGrid = kernel.orderedGrid;
+  m.maskIgnoresHead = !kernel.tileClassesEntry.empty() && kernel.maskIgnoresHead;
   for (int slot : kernel.summarySlots) m.inputs.at(size_t(slot)).summarized = true;
   m.attncVersion = version();
   if (kernel.backward) {
@@ -104,6 +105,7 @@ std::string emitLauncherHeader(const std::string& specPath, const std::vector<La
     if (!m.tileClassesEntry.empty())
       os << "  m.tileClassesEntry = " << quoted(m.tileClassesEntry) << ";\n";
     if (m.orderedGrid) os << "  m.orderedGrid = true;\n";
+    if (m.maskIgnoresHead) os << "  m.maskIgnoresHead = true;\n";
     if (const auto& b = m.backward)
       os << "  m.backward = attnc::BackwardMetadata{" << quoted(b->entryStem) << ", "
          << b->kvThreads << ", " << b->qThreads << ", " << b->kvBlockKV << ", " << b->qBlockQ

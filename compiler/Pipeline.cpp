@@ -171,6 +171,7 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
   kernel.summarySlots = source->summarySlots;
   kernel.tileClassesEntry = source->tileClassesEntry;
   kernel.orderedGrid = source->orderedGrid;
+  kernel.maskIgnoresHead = source->maskIgnoresHead;
   if (stage == Stage::CUDA) return kernel;
 
   std::string error;

@@ -65,6 +65,7 @@ struct CompiledKernel {
   std::vector<int> summarySlots;
   std::string tileClassesEntry;  // KernelSource::tileClassesEntry
   bool orderedGrid = false;      // KernelSource::orderedGrid
+  bool maskIgnoresHead = false;  // KernelSource::maskIgnoresHead
   std::string nvrtcLog;
   double nvrtcSeconds = 0;
 };

@@ -849,10 +849,12 @@ Status launchInputWork(Kernel::Impl& impl, const DriverApi& driver, cu::Context 
   const bool orderTiles = loaded.tileOrder && tiles.forwardKernel == "sm90" &&
                           ceilDiv(p.q_len, tiles.blockQ) <= kTileOrderMaxTiles;
   // Tile classes: rows (b, h, q tile) of kv tiles, 2 bits a tile; for the sm_90a kernel also
-  // 8 bits a tile of its consumer warpgroups' classes.
+  // 8 bits a tile of its consumer warpgroups' classes. Rows of one head where the mask ignores
+  // the head (every head reads them).
+  const int heads = tiles.maskIgnoresHead ? 1 : m.headsQ;
   if (Status status = summarizeAndClassify(
           impl, driver, context, loaded, p, loaded.tileClasses, tiles.tileClassesEntry,
-          tileClassRows(p.batch, m.headsQ, p.q_len, tiles.blockQ),
+          tileClassRows(p.batch, heads, p.q_len, tiles.blockQ),
           tileClassWords(p.kv_len, tiles.blockKV), p.kv_tile_bounds, p.kv_tile_classes,
           p.kv_class_words, stream, summaryLock,
           tiles.forwardKernel == "sm90" ? tileGroupWords(p.kv_len, tiles.blockKV) : 0,
@@ -863,7 +865,7 @@ Status launchInputWork(Kernel::Impl& impl, const DriverApi& driver, cu::Context 
   // writeTileOrder; docs/templates.md).
   if (orderTiles) {  // (tileOrder is looked up only beside tileClasses)
     void* orderParams[] = {&p};
-    const unsigned blocks = unsigned(std::min<long long>((long long)p.batch * m.headsQ, 65535));
+    const unsigned blocks = unsigned(std::min<long long>((long long)p.batch * heads, 65535));
     std::string error;
     if (!driver.check(driver.cuLaunchKernel(loaded.tileOrder, blocks, 1, 1, kTileClassThreads, 1,
                                             1, 0, stream, orderParams, nullptr),
@@ -882,9 +884,10 @@ Status launchBackwardInputWork(Kernel::Impl& impl, const DriverApi& driver, cu::
                                BwdParams& p, cu::Stream stream,
                                std::unique_lock<std::mutex>* summaryLock, DeviceBuffer* own) {
   const BackwardMetadata& b = *loaded.image->metadata.backward;
+  const int heads = loaded.image->metadata.maskIgnoresHead ? 1 : m.headsQ;
   return summarizeAndClassify(impl, driver, context, loaded, p, loaded.backwardTileClasses,
                               b.entryStem + "_tile_classes",
-                              tileClassRows(p.batch, m.headsQ, p.kv_len, b.kvBlockKV),
+                              tileClassRows(p.batch, heads, p.kv_len, b.kvBlockKV),
                               tileClassWords(p.q_len, 16), p.q_tile_bounds, p.q_tile_classes,
                               p.q_class_words, stream, summaryLock, 0, nullptr, nullptr, nullptr,
                               own);

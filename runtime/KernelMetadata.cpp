@@ -30,6 +30,7 @@ std::string KernelMetadata::serialize() const {
   if (!summaryEntry.empty()) os << "summary_entry " << summaryEntry << "\n";
   if (!tileClassesEntry.empty()) os << "tile_classes_entry " << tileClassesEntry << "\n";
   if (orderedGrid) os << "fwd_grid ordered\n";
+  if (maskIgnoresHead) os << "tile_class_heads one\n";
   for (const InputInfo& input : inputs)
     os << "input " << input.name << " " << input.type << " " << input.dims
        << (input.summarized ? " summarized" : "") << "\n";
@@ -106,6 +107,11 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
       if (value.empty()) return fail("bad value in '" + line + "'");
       continue;
     }
+    if (key == "tile_class_heads") {  // optional: absent means heads_q
+      if (value != "one") return fail("bad value in '" + line + "'");
+      m.maskIgnoresHead = true;
+      continue;
+    }
     if (key == "fwd_grid") {  // optional: absent means (q tiles, heads_q, batch)
       if (value != "ordered") return fail("bad value in '" + line + "'");
       m.orderedGrid = true;
@@ -158,6 +164,8 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
     return fail("a summary_entry line needs at least one summarized input, and the other way round");
   if (!m.tileClassesEntry.empty() && m.summaryEntry.empty())
     return fail("a tile_classes_entry line needs a summary_entry line");
+  if (m.maskIgnoresHead && m.tileClassesEntry.empty())
+    return fail("a tile_class_heads line needs a tile_classes_entry line");
   return m;
 }
 

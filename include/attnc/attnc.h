@@ -152,6 +152,10 @@ struct KernelMetadata {
   // (FwdParams::kv_tile_bounds/_classes), launched by forward() after the summaries; empty when
   // the kernel has none (it then searches and classifies its tiles itself).
   std::string tileClassesEntry;
+  // With a tile-classes entry: the mask never reads the query head, so the tile classes (forward
+  // and backward) have rows of one head that every head reads (templates/attnc/common/
+  // kv_tiles.h tileClassHeads).
+  bool maskIgnoresHead = false;
   // The forward's grid is orderedGrid(q tiles, heads_q x batch) (templates/attnc/common/
   // block_order.h: longest tiles first across groups of heads) instead of (q tiles, heads_q,
   // batch): the sm_90a forward of a masked spec.

@@ -38,8 +38,8 @@ def plan(subset):
     groups += [("full", 64, "fp16", lens, 2), ("full", 128, "bf16", lens + [(4097, 4097)], 1),
                ("causal_top_left", 128, "fp16", lens, 2), ("gqa8", 128, "bf16", lens, 2),
                ("mqa", 64, "bf16", lens, 2)]
-    for name in ("window64", "prefix50", "document_causal", "softcap", "alibi", "alibi_slopes",
-                 "custom_mask", "custom_score", "log_score"):
+    for name in ("window64", "prefix50", "document_causal", "head_document", "softcap", "alibi",
+                 "alibi_slopes", "custom_mask", "custom_score", "log_score"):
         groups.append((name, 64, "bf16", [(17, 17), (129, 1000), (1000, 129), (1000, 1000)], 2))
     groups.append(("dropout0.1", 64, "bf16", [(512, 512), (129, 1000)], 2))
     groups.append(("dropout0.3", 128, "fp16", [(300, 300)], 2))

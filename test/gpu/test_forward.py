@@ -82,6 +82,15 @@ def m_doc(causal):
     return f
 
 
+def m_head_doc(c):  # "doc[b, h, q] == doc[b, h, k]": documents per head
+    doc = c.inputs["doc"]  # [B, H, pos]
+    return doc[c.b, c.h, c.pos(c.q)] == doc[c.b, c.h, c.pos(c.k)]
+
+
+def gen_head_docs(B, H, npos, dev):
+    return torch.sort(torch.randint(0, 6, (B, H, npos), device=dev, dtype=torch.int32), dim=-1).values
+
+
 def gen_many_docs(B, npos, dev):
     # Packed documents of 1-200 positions: many tiles to skip, documents cut at summary blocks.
     ids = torch.cumsum((torch.rand(B, npos, device=dev) < 1 / 100).to(torch.int32), dim=-1)
@@ -165,6 +174,10 @@ for v in [
     # Block summaries (templates/attnc/common/summary.h): many documents, an f32 mask input with NaN.
     Variant("document_many", "{document: doc, causal: true}", ref_mask=m_doc(True),
             inputs={"doc": ("i32", "b, pos", lambda B, H, n, d: gen_many_docs(B, n, d))}),
+    # A mask that reads the head: tile classes per head (kv_tiles.h tileClassHeads; every other
+    # mask with inputs here ignores the head, and its classes are made for one head).
+    Variant("head_document", '"doc[b, h, q] == doc[b, h, k]"', ref_mask=m_head_doc,
+            inputs={"doc": ("i32", "b, h, pos", lambda B, H, n, d: gen_head_docs(B, H, n, d))}),
     Variant("weight_mask", '"w[b, k] > 0.0 && q + kv_len - q_len >= k"', ref_mask=m_weight,
             inputs={"w": ("f32", "b, pos", lambda B, H, n, d: gen_weight(B, n, d))}),
     Variant("softcap", "causal", "{softcap: 2.5}", ref_mask=m_causal, ref_score=s_softcap(2.5)),
@@ -220,7 +233,8 @@ def plan(subset):
     summary_lens = mask_lens + [(1000, 5000), (5000, 5000)]  # past 4096 positions: summaries only
     groups.append(("document_many", 128, "bf16", summary_lens, 2))
     groups.append(("weight_mask", 64, "bf16", summary_lens, 2))
-    for name in ("causal_top_left", "window64", "prefix50", "document", "document_causal", "softcap",
+    for name in ("causal_top_left", "window64", "prefix50", "document", "document_causal",
+                 "head_document", "softcap",
                  "alibi", "alibi_slopes", "custom_mask", "custom_score", "log_score"):
         groups.append((name, 128 if name in ("softcap", "document", "log_score") else 64, "bf16",
                        mask_lens, 2))

@@ -369,6 +369,30 @@ TEST(KernelMetadata, RoundTripsTheOrderedGrid) {
   EXPECT_NE(error.find("fwd_grid"), std::string::npos) << error;
 }
 
+// Tile classes of one head (a mask that ignores the head) survive the cache; the line needs a
+// tile-classes entry and understands only "one".
+TEST(KernelMetadata, RoundTripsTileClassesOfOneHead) {
+  KernelMetadata m = documentMetadata();
+  m.inputs[0].summarized = true;
+  m.summaryEntry = "attnc_document_summary";
+  m.tileClassesEntry = "attnc_document_tile_classes";
+  std::string error;
+  std::optional<KernelMetadata> back = KernelMetadata::parse(m.serialize(), &error);
+  ASSERT_TRUE(back) << error;
+  EXPECT_FALSE(back->maskIgnoresHead);
+  EXPECT_EQ(m.serialize().find("tile_class_heads"), std::string::npos);
+  m.maskIgnoresHead = true;
+  back = KernelMetadata::parse(m.serialize(), &error);
+  ASSERT_TRUE(back) << error;
+  EXPECT_TRUE(back->maskIgnoresHead);
+  EXPECT_EQ(back->serialize(), m.serialize());
+  EXPECT_FALSE(KernelMetadata::parse(documentMetadata().serialize() + "tile_class_heads one\n", &error));
+  EXPECT_NE(error.find("tile_class_heads"), std::string::npos) << error;
+  m.maskIgnoresHead = false;
+  EXPECT_FALSE(KernelMetadata::parse(m.serialize() + "tile_class_heads all\n", &error));
+  EXPECT_NE(error.find("tile_class_heads all"), std::string::npos) << error;
+}
+
 // One 256-byte aligned region per summarized input, sized by the layout the kernels index with:
 // a broadcast (stride 0) batch keeps one row of entries; positions are max(q_len, kv_len).
 TEST(Kernel, SummaryPlanSizes) {

@@ -388,6 +388,11 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
   // (<name>_tile_classes), and the forward's walk reads those classes (kv_tiles.h).
   os << "  static constexpr bool kTileClasses = " << (summarized.empty() ? "false" : "true")
      << ";\n";
+  // A mask whose region leaves its head argument (b, h, q, k, ...) unused classifies alike for
+  // every head: the launch then makes one head's tile classes (kv_tiles.h tileClassHeads).
+  result.maskIgnoresHead = !op.getMask().empty() && op.getMask().front().getArgument(1).use_empty();
+  os << "  static constexpr bool kMaskIgnoresHead = " << (result.maskIgnoresHead ? "true" : "false")
+     << ";\n";
   // The sm_90a forward of a masked spec orders its blocks longest first across groups of heads
   // (block_order.h); the launch reads the same choice from KernelSource::orderedGrid.
   result.orderedGrid = hopper && !op.getMask().empty();
@@ -577,7 +582,7 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
     // The q tiles longest kv range first, launched after the classes (found by its name).
     os << "extern \"C\" __global__ void __launch_bounds__(attnc::kTileClassThreads) "
        << result.tileClassesEntry << "_order(const attnc::FwdParams p) {\n"
-       << "  attnc::writeTileOrder<Config::kBlockQ>(p);\n}\n";
+       << "  attnc::writeTileOrder<Variant, Config::kBlockQ>(p);\n}\n";
     if (result.backward) {
       // The same for the dK/dV kernel's walk (q tiles per kv tile), launched by the backward.
       const char* kvConfig = hopperBackward ? "BwdHopperConfig" : "BwdKVConfig";

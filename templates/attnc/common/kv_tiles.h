@@ -32,6 +32,21 @@ ATTNC_HD constexpr int tileGroupShift(int t) { return 8 * (t & 3); }
 // kernel's walk reads them and never searches or classifies whole tiles itself; false for a
 // Variant without the member. Only FwdParams carries them (the backward's walks search).
 ATTNC_VARIANT_FLAG(VariantTileClasses, kTileClasses);
+// Whether a Variant's mask never reads the query head (its `kMaskIgnoresHead`, emitted where the
+// mask region leaves its head argument unused): then every head's tiles classify alike, the
+// launch classifies one head's (rows of head 0) and every head reads them. False without the
+// member.
+ATTNC_VARIANT_FLAG(VariantMaskIgnoresHead, kMaskIgnoresHead);
+// The heads the tile-class rows have: heads_q, or 1 where the mask ignores the head.
+template <class Variant>
+ATTNC_HD int tileClassHeads(int heads_q) {
+  return VariantMaskIgnoresHead<Variant>::value ? 1 : heads_q;
+}
+// The first tile-class row of (b, h): rows run (b, head, tile) over tileClassHeads heads.
+template <class Variant>
+ATTNC_HD i64 tileClassHeadRow(int b, int h, int heads_q) {
+  return VariantMaskIgnoresHead<Variant>::value ? i64(b) : i64(b) * heads_q + h;
+}
 // The walks that read precomputed classes: the forward's along the keys (FwdParams::kv_tile_*)
 // and the dK/dV kernel's along the queries (BwdParams::q_tile_*).
 template <class P, bool AlongKeys>

@@ -95,7 +95,8 @@ struct FwdParams {
   // The tile classes of the forward's (q tile, kv tile) pairs, written earlier in the same launch
   // by the kernel's `<name>_tile_classes` entry (tile_classes.h), or null: the kernel then searches
   // and classifies its kv tiles itself (kv_tiles.h). One row per (b, h, q tile), row index
-  // (b * heads_q + h) * ceil(q_len / B_r) + q tile: `kv_tile_bounds[2 row]`, `[2 row + 1]` are the
+  // (b * H + h) * ceil(q_len / B_r) + q tile, where H is heads_q, or 1 (and h 0) for a mask that
+  // ignores the head (kv_tiles.h tileClassHeads): `kv_tile_bounds[2 row]`, `[2 row + 1]` are the
   // first and last tile that is not empty (last < first: none); `kv_tile_classes[row *
   // kv_class_words + t / 16]` holds tile t's expr::Tri in bits 2 (t % 16) and 2 (t % 16) + 1.
   const int* kv_tile_bounds;
@@ -107,8 +108,8 @@ struct FwdParams {
   const u32* kv_group_classes;
   int kv_group_words;
   // For the sm_90a forward on the ordered grid of a spec with tile classes (docs/templates.md), the
-  // q tile each rank runs, per (b, h): `q_tile_order[(b * heads_q + h) * ceil(q_len / B_r) +
-  // rank]`, longest kv range first (tile_classes.h writeTileOrder); null: rank r runs q tile
+  // q tile each rank runs, per (b, h): `q_tile_order[(b * H + h) * ceil(q_len / B_r) + rank]` (H
+  // and h as for the rows above), longest kv range first (tile_classes.h writeTileOrder); null: rank r runs q tile
   // tiles - 1 - r.
   const int* q_tile_order;
 
@@ -163,7 +164,7 @@ struct BwdParams {
   u32 dropout_keys[kDropoutRoundKeys];  // dropoutKeySchedule(dropout_seed, dropout_offset)
 
   // The classes of the dK/dV kernel's (kv tile, q tile) pairs, as FwdParams' for the forward but
-  // with rows (b * heads_q + h) * ceil(kv_len / its B_c) + kv tile and q tiles along them
+  // with rows (b * H + h) * ceil(kv_len / its B_c) + kv tile (H and h as there) and q tiles along them
   // (`<name>_bwd_tile_classes`), or null.
   const int* q_tile_bounds;
   const u32* q_tile_classes;

@@ -94,12 +94,13 @@ constexpr int kTileOrderMaxTiles = 4096;
 // the ordered grid starts the longest blocks first and ends on the shortest (document masks: q
 // tiles of 1 to 64 kv tiles in the order of the documents, docs/perf/H200.md). One block per
 // (b, h) in a grid-stride loop.
-template <int BlockQ>
+template <class Variant, int BlockQ>
 ATTNC_DEVICE void writeTileOrder(const FwdParams& p) {
   __shared__ int counts[kTileOrderMaxTiles];
   const int qTiles = ceilDiv(p.q_len, BlockQ);
   int* order = const_cast<int*>(p.q_tile_order);
-  for (int bh = int(blockIdx.x); bh < p.batch * p.heads_q; bh += int(gridDim.x)) {
+  for (int bh = int(blockIdx.x); bh < p.batch * tileClassHeads<Variant>(p.heads_q);
+       bh += int(gridDim.x)) {
     const i64 row0 = i64(bh) * qTiles;
     __syncthreads();  // the previous pair's counts have been read
     for (int t = int(threadIdx.x); t < qTiles; t += int(blockDim.x))
@@ -122,14 +123,15 @@ ATTNC_DEVICE void writeTileClasses(const Params& p) {
   const int lane = int(threadIdx.x % 32);
   const int fixedLength = kAlongKeys ? p.q_len : p.kv_len;
   const int fixedTiles = ceilDiv(fixedLength, kFixedBlock);
-  const i64 rows = tileClassRows(p.batch, p.heads_q, fixedLength, kFixedBlock);
+  const int heads = tileClassHeads<Variant>(p.heads_q);
+  const i64 rows = tileClassRows(p.batch, heads, fixedLength, kFixedBlock);
   const int words = tileClassWordsOf(p);
   int* bounds = const_cast<int*>(tileBoundsOf(p));
   u32* classes = const_cast<u32*>(tileClassesOf(p));
   for (i64 row = i64(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows;
        row += i64(gridDim.x) * kWarps) {
     const int fixedTile = int(row % fixedTiles), bh = int(row / fixedTiles);
-    const int b = bh / p.heads_q, h = bh % p.heads_q;
+    const int b = bh / heads, h = bh % heads;
     // The forward's q tiles start where the kernel's do (qTileStart, block_order.h: end-aligned
     // on the ordered grid, where the first row can be negative).
     const int f0 = qTileStart<kAlongKeys && VariantOrderedGrid<Variant>::value>(

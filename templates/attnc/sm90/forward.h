@@ -328,7 +328,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   // The launch's longest-first order of the q tiles where it made one (tile_classes.h).
   const int qTileIndex =
       kOrdered && VariantTileClasses<Variant>::value && p.q_tile_order != nullptr
-          ? p.q_tile_order[i64(b * p.heads_q + h) * qTiles + order.rank]
+          ? p.q_tile_order[tileClassHeadRow<Variant>(b, h, p.heads_q) * qTiles + order.rank]
           : qTiles - 1 - order.rank;
   // The tile's rows [q0, q0 + kBlockQ), of which [qFirst, qLast] are in the sequence.
   const int q0 = qTileStart<kOrdered>(qTileIndex, p.q_len, Config::kBlockQ);
@@ -341,7 +341,8 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
 
   KvTiles<Variant, Config::kBlockKV> tiles(p, b, h, qFirst, qLast);
   // The launch's precomputed tile classes (tile_classes.h), when it made them.
-  tiles.useTileClasses((b * p.heads_q + h) * ceilDiv(p.q_len, Config::kBlockQ) + qTileIndex);
+  tiles.useTileClasses(tileClassHeadRow<Variant>(b, h, p.heads_q) * ceilDiv(p.q_len, Config::kBlockQ) +
+                       qTileIndex);
   // Under a mask the producer's first warp initializes the mbarriers and starts the copies of Q
   // and the first live tile before the block's barrier sync (produceStart), so that neither the
   // sync nor the tile search delays them: measured on the H200 (bench/ab_mix.py, 2026-12-02,
