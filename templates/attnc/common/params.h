@@ -109,8 +109,8 @@ struct FwdParams {
   int kv_group_words;
   // For the sm_90a forward on the ordered grid of a spec with tile classes (docs/templates.md), the
   // q tile each rank runs, per (b, h): `q_tile_order[(b * H + h) * ceil(q_len / B_r) + rank]` (H
-  // and h as for the rows above), longest kv range first (tile_classes.h writeTileOrder); null: rank r runs q tile
-  // tiles - 1 - r.
+  // and h as for the rows above), longest kv range first (tile_classes.h writeTileOrder); null:
+  // rank r runs q tile tiles - 1 - r.
   const int* q_tile_order;
 
   InputRef inputs[kMaxInputs];
@@ -164,8 +164,8 @@ struct BwdParams {
   u32 dropout_keys[kDropoutRoundKeys];  // dropoutKeySchedule(dropout_seed, dropout_offset)
 
   // The classes of the dK/dV kernel's (kv tile, q tile) pairs, as FwdParams' for the forward but
-  // with rows (b * H + h) * ceil(kv_len / its B_c) + kv tile (H and h as there) and q tiles along them
-  // (`<name>_bwd_tile_classes`), or null.
+  // with rows (b * H + h) * ceil(kv_len / its B_c) + kv tile (H and h as there) and q tiles
+  // along them (`<name>_bwd_tile_classes`), or null.
   const int* q_tile_bounds;
   const u32* q_tile_classes;
   int q_class_words;
