@@ -33,7 +33,7 @@ KernelMetadata kernelMetadata(const Spec& spec, const CompiledKernel& kernel, co
   m.summaryEntry = kernel.summaryEntry;
   m.tileClassesEntry = kernel.tileClassesEntry;
   m.orderedGrid = kernel.orderedGrid;
-  m.maskIgnoresHead = !kernel.tileClassesEntry.empty() && kernel.maskIgnoresHead;
+  m.maskIgnoresHead = kernel.maskIgnoresHead;
   for (int slot : kernel.summarySlots) m.inputs.at(size_t(slot)).summarized = true;
   m.attncVersion = version();
   if (kernel.backward) {

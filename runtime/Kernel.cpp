@@ -837,6 +837,12 @@ size_t PreparedInputs::bytes() const {
 
 namespace {
 
+// The heads the tile-class rows of a loaded image have (templates/attnc/common/kv_tiles.h
+// tileClassHeads): heads_q, or 1 where its mask ignores the head.
+int tileClassHeads(const KernelMetadata& image) {
+  return image.maskIgnoresHead ? 1 : image.headsQ;
+}
+
 // The forward's launches before the attention kernel, for masks that read declared inputs: the
 // inputs' summaries, the tile classes and (sm_90a) the q tiles' order, on `stream`, with p's
 // fields pointed at their output. Into the Kernel's per-stream buffer (*summaryLock held until
@@ -849,9 +855,8 @@ Status launchInputWork(Kernel::Impl& impl, const DriverApi& driver, cu::Context 
   const bool orderTiles = loaded.tileOrder && tiles.forwardKernel == "sm90" &&
                           ceilDiv(p.q_len, tiles.blockQ) <= kTileOrderMaxTiles;
   // Tile classes: rows (b, h, q tile) of kv tiles, 2 bits a tile; for the sm_90a kernel also
-  // 8 bits a tile of its consumer warpgroups' classes. Rows of one head where the mask ignores
-  // the head (every head reads them).
-  const int heads = tiles.maskIgnoresHead ? 1 : m.headsQ;
+  // 8 bits a tile of its consumer warpgroups' classes.
+  const int heads = tileClassHeads(tiles);
   if (Status status = summarizeAndClassify(
           impl, driver, context, loaded, p, loaded.tileClasses, tiles.tileClassesEntry,
           tileClassRows(p.batch, heads, p.q_len, tiles.blockQ),
@@ -880,14 +885,14 @@ Status launchInputWork(Kernel::Impl& impl, const DriverApi& driver, cu::Context 
 // words a row sized for q tiles of 16 rows, the least any dK/dV kernel uses (its own q block is
 // not in the metadata). As launchInputWork, into the Kernel's per-stream buffer or `own`.
 Status launchBackwardInputWork(Kernel::Impl& impl, const DriverApi& driver, cu::Context context,
-                               const Kernel::Impl::Loaded& loaded, const KernelMetadata& m,
-                               BwdParams& p, cu::Stream stream,
-                               std::unique_lock<std::mutex>* summaryLock, DeviceBuffer* own) {
-  const BackwardMetadata& b = *loaded.image->metadata.backward;
-  const int heads = loaded.image->metadata.maskIgnoresHead ? 1 : m.headsQ;
+                               const Kernel::Impl::Loaded& loaded, BwdParams& p,
+                               cu::Stream stream, std::unique_lock<std::mutex>* summaryLock,
+                               DeviceBuffer* own) {
+  const KernelMetadata& image = loaded.image->metadata;
+  const BackwardMetadata& b = *image.backward;
   return summarizeAndClassify(impl, driver, context, loaded, p, loaded.backwardTileClasses,
                               b.entryStem + "_tile_classes",
-                              tileClassRows(p.batch, heads, p.kv_len, b.kvBlockKV),
+                              tileClassRows(p.batch, tileClassHeads(image), p.kv_len, b.kvBlockKV),
                               tileClassWords(p.q_len, 16), p.q_tile_bounds, p.q_tile_classes,
                               p.q_class_words, stream, summaryLock, 0, nullptr, nullptr, nullptr,
                               own);
@@ -1009,7 +1014,7 @@ Status Kernel::prepareInputs(const ForwardArgs& args, void* stream, PreparedInpu
     if (!withBackward) return Status::error(error);
     setSharedFields(prepared->backwardParams, m, args);
     if (Status status = launchBackwardInputWork(
-            *impl_, *driver, context, *withBackward, m, prepared->backwardParams,
+            *impl_, *driver, context, *withBackward, prepared->backwardParams,
             static_cast<cu::Stream>(stream), nullptr, &prepared->backwardBuffer);
         !status)
       return status;
@@ -1172,7 +1177,7 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
       args.prepared ? args.prepared->impl_.get() : nullptr;  // checked by validateBackward()
   if (Status status = prepared ? usePrepared(*prepared, prepared->backwardParams, context,
                                              "BackwardArgs.prepared: ", p)
-                               : launchBackwardInputWork(*impl_, *driver, context, *loaded, m, p,
+                               : launchBackwardInputWork(*impl_, *driver, context, *loaded, p,
                                                          static_cast<cu::Stream>(stream),
                                                          &summaryLock, nullptr);
       !status)

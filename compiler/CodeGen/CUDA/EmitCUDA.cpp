@@ -388,9 +388,10 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
   // (<name>_tile_classes), and the forward's walk reads those classes (kv_tiles.h).
   os << "  static constexpr bool kTileClasses = " << (summarized.empty() ? "false" : "true")
      << ";\n";
-  // A mask whose region leaves its head argument (b, h, q, k, ...) unused classifies alike for
-  // every head: the launch then makes one head's tile classes (kv_tiles.h tileClassHeads).
-  result.maskIgnoresHead = !op.getMask().empty() && op.getMask().front().getArgument(1).use_empty();
+  // With tile classes, a mask whose region leaves its head argument (b, h, q, k, ...) unused
+  // classifies alike for every head: the launch then makes one head's (kv_tiles.h tileClassHeads).
+  result.maskIgnoresHead =
+      !summarized.empty() && op.getMask().front().getArgument(1).use_empty();
   os << "  static constexpr bool kMaskIgnoresHead = " << (result.maskIgnoresHead ? "true" : "false")
      << ";\n";
   // The sm_90a forward of a masked spec orders its blocks longest first across groups of heads

@@ -43,8 +43,8 @@ struct KernelSource {
   // (q tiles, heads_q, batch): the sm_90a forward of a masked spec, whose blocks differ in length.
   // The Variant's kOrderedGrid says the same to the kernel.
   bool orderedGrid = false;
-  // The mask region leaves its head argument unused (the Variant's kMaskIgnoresHead): its tile
-  // classes have rows of one head (KernelMetadata::maskIgnoresHead).
+  // With tile classes: the mask region leaves its head argument unused (the Variant's
+  // kMaskIgnoresHead), so the classes have rows of one head (KernelMetadata::maskIgnoresHead).
   bool maskIgnoresHead = false;
   // The groups of entries the unit fences apart (EntryGroup values, in the unit's order), which
   // the JIT compiles as separate NVRTC programs at once (-DATTNC_ENTRY_GROUPS=<bit mask of
