@@ -32,10 +32,10 @@ ATTNC_HD constexpr int tileGroupShift(int t) { return 8 * (t & 3); }
 // kernel's walk reads them and never searches or classifies whole tiles itself; false for a
 // Variant without the member. Only FwdParams carries them (the backward's walks search).
 ATTNC_VARIANT_FLAG(VariantTileClasses, kTileClasses);
-// Whether a Variant's mask never reads the query head (its `kMaskIgnoresHead`, emitted where the
-// mask region leaves its head argument unused): then every head's tiles classify alike, the
-// launch classifies one head's (rows of head 0) and every head reads them. False without the
-// member.
+// Whether a Variant's mask never reads the query head (its `kMaskIgnoresHead`, emitted true where
+// the launch makes tile classes and the mask region leaves its head argument unused): then every
+// head's tiles classify alike, the launch classifies one head's (rows of head 0) and every head
+// reads them. False without the member.
 ATTNC_VARIANT_FLAG(VariantMaskIgnoresHead, kMaskIgnoresHead);
 // The heads the tile-class rows have: heads_q, or 1 where the mask ignores the head.
 template <class Variant>
