@@ -1,12 +1,14 @@
-"""Where a sm_90a forward block's time goes: builds bench rows' forward kernels with their per-block
-timeline (ATTNC_TIMELINE=1, templates/attnc/sm90/timeline.h: %globaltimer stamps written where
-the LSE goes, 16 words a block), runs each once warm, and prints per row the medians of the phases
-from each block's start, the time per kv tile after the first, each block's fixed share (its time
-minus kv tiles x that per-tile median) and the gaps between blocks on an SM. Needs a GPU with the
-sm_90a kernels (an H100/H200), torch and libattnc.so; the timeline kernel is cached apart from the
-plain one and writes no LSE, so nothing else should share the process.
+"""Where a sm_90a forward (or, with --backward, dK/dV kernel) block's time goes: builds bench rows'
+kernels with their per-block timeline (ATTNC_TIMELINE=1, templates/attnc/sm90/timeline.h:
+%globaltimer stamps written where the LSE goes, 16 words a block), runs each once warm, and prints
+per row the medians of the phases from each block's start, the time per kv tile (q tile) after the
+first, each block's fixed share (its time minus tiles x that per-tile median) and the gaps between
+blocks on an SM. Needs a GPU with the sm_90a kernels (an H100/H200), torch and libattnc.so; the
+timeline kernels are cached apart from the plain ones, and their results mean nothing (the forward
+writes no LSE; the dK/dV kernel writes over the LSE it reads), so nothing else should share the
+process. The backward's O and LSE come from a plain forward (compiled with ATTNC_TIMELINE=0).
 
-  python3 bench/timeline.py [--lib .device/bundle/libattnc.so] --only ROW [--only ROW ...]
+  python3 bench/timeline.py [--lib .device/bundle/libattnc.so] [--backward] --only ROW [--only ROW ...]
 """
 import argparse
 import os
@@ -18,12 +20,16 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_backward as bb  # noqa: E402
 import bench_forward as bf  # noqa: E402
 
 # The record's words (timeline.h TimelineWord).
 SM, START, Q_ISSUED, K_ISSUED, FIRST_K, Q, FIRST_TILE, LOOP_END, END = range(9)
 FIRST_K1, FIRST_TILE1, LOOP_END1, END1, TILES = range(9, 14)
 MAGIC, MAGIC_VALUE = 15, 0xABCD
+# The dK/dV kernel's record (timeline.h BwdTimelineWord); SM, START and MAGIC as above.
+B_KV_ISSUED, B_STAGE_ISSUED, B_KV, B_FIRST_TILE, B_LOOP_END, B_DQ, B_END = 2, 3, 5, 6, 7, 8, 9
+B_LOOP_END1, B_END1, B_TILES = 10, 11, 12
 
 
 def since(w, a, b):
@@ -31,17 +37,8 @@ def since(w, a, b):
     return (w[:, b].astype(np.int64) - w[:, a].astype(np.int64)) % (1 << 32)
 
 
-def report(name, w):
-    w = w[w[:, MAGIC] == MAGIC_VALUE]
-    if len(w) == 0:
-        print(f"## {name}: no block wrote a record (not the sm_90a forward?)")
-        return
-    ends = np.maximum(since(w, START, END), since(w, START, END1))
-    live = (w[:, FIRST_TILE] != 0) & (w[:, END] != 0) & (w[:, TILES] > 0)
-    lw, lend = w[live], ends[live]
-    tiles = lw[:, TILES].astype(np.int64)
-    per_tile = since(lw, FIRST_TILE, LOOP_END) / np.maximum(tiles - 1, 1)
-    fixed = lend - tiles * np.median(per_tile)
+def occupancy(name, w, ends, tiles, unit):
+    """Prints the row's line: blocks, SMs, span, how busy the SMs were and the gaps between blocks."""
     start = (w[:, START].astype(np.int64) - int(w[:, START].min())) % (1 << 32)
     stop = start + ends
     busy, gaps = 0, []
@@ -55,8 +52,31 @@ def report(name, w):
     span = int(stop.max())
     print(f"## {name}: {len(w)} blocks on {n_sm} SMs, {span / 1e3:.1f} us; SMs busy "
           f"{busy / (n_sm * span):.1%}; gap between blocks on an SM median "
-          f"{np.median(gaps) if gaps else 0:.0f} ns; kv tiles a block median {np.median(tiles):.0f} "
+          f"{np.median(gaps) if gaps else 0:.0f} ns; {unit} a block median {np.median(tiles):.0f} "
           f"(mean {tiles.mean():.1f})")
+
+
+def print_phases(phases, fixed, lend):
+    print("| phase (ns from the block's start unless a span) | median | p10 | p90 |")
+    print("|---|---:|---:|---:|")
+    for label, x in phases:
+        print(f"| {label} | {np.median(x):.0f} | {np.percentile(x, 10):.0f} | {np.percentile(x, 90):.0f} |")
+    print(f"- fixed per block (block - tiles x the per-tile median): median {np.median(fixed):.0f} ns,"
+          f" {fixed.sum() / lend.sum():.1%} of all blocks' time", flush=True)
+
+
+def report(name, w):
+    w = w[w[:, MAGIC] == MAGIC_VALUE]
+    if len(w) == 0:
+        print(f"## {name}: no block wrote a record (not the sm_90a forward?)")
+        return
+    ends = np.maximum(since(w, START, END), since(w, START, END1))
+    live = (w[:, FIRST_TILE] != 0) & (w[:, END] != 0) & (w[:, TILES] > 0)
+    lw, lend = w[live], ends[live]
+    tiles = lw[:, TILES].astype(np.int64)
+    per_tile = since(lw, FIRST_TILE, LOOP_END) / np.maximum(tiles - 1, 1)
+    fixed = lend - tiles * np.median(per_tile)
+    occupancy(name, w, ends, w[live][:, TILES].astype(np.int64), "kv tiles")
     phases = [
         ("Q issued", since(lw, START, Q_ISSUED)),
         ("first K (and V) issued", since(lw, START, K_ISSUED)),
@@ -69,12 +89,59 @@ def report(name, w):
         ("consumer 0's output (span)", since(lw, LOOP_END, END)),
         ("block", lend),
     ]
-    print("| phase (ns from the block's start unless a span) | median | p10 | p90 |")
-    print("|---|---:|---:|---:|")
-    for label, x in phases:
-        print(f"| {label} | {np.median(x):.0f} | {np.percentile(x, 10):.0f} | {np.percentile(x, 90):.0f} |")
-    print(f"- fixed per block (block - kv tiles x the per-tile median): median {np.median(fixed):.0f} ns,"
-          f" {fixed.sum() / lend.sum():.1%} of all blocks' time", flush=True)
+    print_phases(phases, fixed, lend)
+
+
+def report_backward(name, w):
+    w = w[w[:, MAGIC] == MAGIC_VALUE]
+    if len(w) == 0:
+        print(f"## {name}: no block wrote a record (not the sm_90a dK/dV kernel?)")
+        return
+    ends = np.maximum(since(w, START, B_END), since(w, START, B_END1))
+    live = (w[:, B_FIRST_TILE] != 0) & (w[:, B_END] != 0) & (w[:, B_TILES] > 0)
+    lw, lend = w[live], ends[live]
+    tiles = lw[:, B_TILES].astype(np.int64)
+    per_tile = since(lw, B_FIRST_TILE, B_LOOP_END) / np.maximum(tiles - 1, 1)
+    fixed = lend - tiles * np.median(per_tile)
+    occupancy(name, w, ends, tiles, "q tiles")
+    phases = [
+        ("K and V issued", since(lw, START, B_KV_ISSUED)),
+        ("first q tile's Q and dO issued", since(lw, START, B_STAGE_ISSUED)),
+        ("consumer 0 holds K, V and the first stage", since(lw, START, B_KV)),
+        ("consumer 0's first q tile done", since(lw, START, B_FIRST_TILE)),
+        ("consumer 0's loop (span)", since(lw, B_FIRST_TILE, B_LOOP_END)),
+        ("per q tile after the first (span / tiles)", per_tile),
+        ("consumer 0's last dQ (span)", since(lw, B_LOOP_END, B_DQ)),
+        ("consumer 0's dK and dV stores (span)", since(lw, B_DQ, B_END)),
+        ("block", lend),
+    ]
+    print_phases(phases, fixed, lend)
+
+
+def run_backward(lib, row, dev, warm):
+    """Launches the row's dK/dV kernel (the whole backward call) warm, then once recorded."""
+    q, k, v, do, doc = bb.row_tensors(row, dev)
+    B, H, N = row.b, row.hq, row.n
+    inputs = [(doc, "pos")] if doc is not None else []
+    os.environ["ATTNC_TIMELINE"] = "0"  # a plain forward for O and the LSE
+    plain = lib.compile_text(bf.spec_of(row))
+    os.environ["ATTNC_TIMELINE"] = "1"
+    kern = lib.compile_text(bf.spec_of(row), backward=True)
+    o = torch.empty_like(q)
+    lse = torch.empty(B, H, N, device=dev, dtype=torch.float32)
+    plain.forward(q, k, v, o, lse, inputs, seed=42, offset=0, layout="bhsd")
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    workspace = torch.empty(kern.backward_workspace_bytes(B, N), device=dev, dtype=torch.uint8)
+    args = kern.make_backward_args(q, k, v, o, do, lse, dq, dk, dv, inputs, 42, 0, "bhsd", False,
+                                   workspace)
+    stream = torch.cuda.current_stream().cuda_stream
+    for _ in range(warm):
+        kern.launch_backward(args, stream)
+    torch.cuda.synchronize()
+    lse.zero_()
+    kern.launch_backward(args, stream)
+    torch.cuda.synchronize()
+    return lse
 
 
 def main():
@@ -82,12 +149,18 @@ def main():
     ap.add_argument("--lib", default=None, help="libattnc.so (default: test/gpu/attnc_ctypes's)")
     ap.add_argument("--only", action="append", required=True, help="bench rows whose name contains this")
     ap.add_argument("--warm", type=int, default=20, help="untimed launches before the recorded one")
+    ap.add_argument("--backward", action="store_true", help="the dK/dV kernel instead of the forward")
     args = ap.parse_args()
     lib = bf.attnc_ctypes.Library(args.lib)
     dev = torch.device("cuda")
     stream = torch.cuda.current_stream().cuda_stream
     for row in bf.rows(False):
         if not bf.selected(row, args.only):
+            continue
+        if args.backward:
+            words = run_backward(lib, row, dev, args.warm).view(torch.int32).flatten().cpu().numpy()
+            words = words.astype(np.uint32)
+            report_backward(row.name, words[: words.size // 16 * 16].reshape(-1, 16))
             continue
         q, k, v, doc = bf.row_inputs(row, dev)
         kern = lib.compile_text(bf.spec_of(row))

@@ -259,6 +259,7 @@ ATTNC_DEVICE void produceBackward(const BwdParamsTma& pt, const BackwardSmem<Con
           smem.k(), &pt.tma_k, smem.kvFull(), Config::kKLoadBytes, stream.kLo, at.h, at.b);
       tmaLoadTile<Config::kVLoadChunks, Config::kBlockKV>(
           smem.v(), &pt.tma_v, smem.kvFull(), Config::kVLoadBytes, stream.kLo, at.h, at.b);
+      timelineMark(p, kBwdTimelineKvIssued);
     }
   }
   constexpr int kChunkBytes = Config::kBlockQ * kSwizzleRowBytes;  // one box of Q or dO
@@ -282,6 +283,7 @@ ATTNC_DEVICE void produceBackward(const BwdParamsTma& pt, const BackwardSmem<Con
         for (int c = 0; c < Config::kVLoadChunks; ++c)
           tmaLoad4d(smem.dO(stage) + u32(c * kChunkBytes), &pt.tma_do, smem.full(stage),
                     c * kChunkElements, q0, item.h, at.b);
+        if (kTimeline && iteration == 0) timelineMark(p, kBwdTimelineStageIssued);
       } else {
         mbarrierArrive(smem.full(stage));
       }
@@ -341,6 +343,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   const int groupThread = threadIdx.x % 128;
 
   if (threadIdx.x == 0) {
+    timelineStart(p);
     mbarrierInit(smem.kvFull(), 2);  // the K and the V copy each announce their bytes
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
@@ -500,6 +503,8 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   };
   if (group == 1) passTurn();
 
+  // This consumer's timeline marks (timeline.h): each consumer's first thread.
+  const bool marks = kTimeline && groupThread == 0;
   int iteration = 0;
   for (;; ++iteration) {
     stage = iteration % kStages;
@@ -512,6 +517,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
       break;
     }
     if (iteration == 0) mbarrierWait(smem.kvFull(), 0);
+    if (marks && group == 0 && iteration == 0) timelineMark(p, kBwdTimelineKv);
     const int q0 = smem.scheduledTile(stage) * kBlockQ;
     const Tri tileClass = smem.scheduledClass(stage);
     const u32 qTile = smem.q(stage), doTile = smem.dO(stage), stats = smem.stats(stage);
@@ -666,6 +672,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     wgmmaWait<0>();
     fenceRegisters(flat(dk));
     fenceRegisters(flat(dv));
+    if (marks && group == 0 && iteration == 0) timelineMark(p, kBwdTimelineFirstTile);
     const int batch = batchNow();  // read while the stage's slot is still held
     mbarrierArrive(smem.empty(stage));  // Q, dO and the stats of this stage are read
     if constexpr (WriteDQ) {
@@ -689,6 +696,10 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     }
   }
   if (group == 0) takeTurn();  // the turn the second consumer passed after its last GEMMs
+  if (marks) {
+    timelineMark(p, group == 0 ? kBwdTimelineLoopEnd : kBwdTimelineLoopEnd1);
+    if (group == 0) timelineWrite(p, kBwdTimelineTiles, u32(iteration));
+  }
   if constexpr (WriteDQ) {
     // The last q tile's dQ (none when the block had no q tile: then K was never loaded and the
     // product is dropped).
@@ -710,6 +721,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     // writes to dq_accum complete on their own before the grid does.
     if (lane == 0) bulkWaitRead<0>();
   }
+  if (marks && group == 0) timelineMark(p, kBwdTimelineDq);
 
   // dK (times the softmax scale) and dV: this consumer's columns of them.
   if (!groupHasRows) return;
@@ -743,6 +755,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     storeAccumulatorRows(dvRows, p.dv_stride_s, dv, 1.0f, kvRow, p.kv_len, colInQuad,
                          Config::kHeadDimV - dvCol0);
   }
+  if (marks) timelineMark(p, group == 0 ? kBwdTimelineEnd : kBwdTimelineEnd1);
 }
 
 }  // namespace sm90

@@ -1,11 +1,13 @@
-// A per-block timeline of the sm_90a forward, for measuring where a block's time goes (block start,
-// the first copies, the first tile, the loop, the output): compiled only with ATTNC_TIMELINE
-// defined, which the JIT does when the environment has ATTNC_TIMELINE=1 (compiler/Jit.cpp; the
-// kernel cache keys on it). Such a kernel writes no LSE: the LSE buffer holds 16 32-bit words a
-// block instead (block index x + gridDim.x (y + gridDim.y z)), so it must hold at least 16 x blocks
-// floats, which every forward launch's LSE does (q_len x heads x batch, blocks of 64 rows or more).
-// Times are the low 32 bits of %globaltimer in ns (the H200 ticks it every 32 ns), so only their
-// differences mean anything. bench/timeline.py reads them and prints the phases.
+// A per-block timeline of the sm_90a forward and dK/dV kernels, for measuring where a block's time
+// goes (block start, the first copies, the first tile, the loop, the output): compiled only with
+// ATTNC_TIMELINE defined, which the JIT does when the environment has ATTNC_TIMELINE=1
+// (compiler/Jit.cpp; the kernel cache keys on it). Such a kernel's LSE buffer holds 16 32-bit words
+// a block (block index x + gridDim.x (y + gridDim.y z)), so it must hold at least 16 x blocks
+// floats, which every launch's LSE does (q_len x heads x batch; blocks of 64 rows or more): the
+// forward writes no LSE, and the dK/dV kernel writes over the LSE it reads, so its gradients mean
+// nothing (its timing does not depend on the values). Times are the low 32 bits of %globaltimer in
+// ns (the H200 ticks it every 32 ns), so only their differences mean anything. bench/timeline.py
+// reads them and prints the phases.
 #pragma once
 
 #include "attnc/common/params.h"
@@ -34,21 +36,50 @@ enum TimelineWord : int {
 };
 constexpr u32 kTimelineMagicValue = 0xABCDu;
 
+// The words of a dK/dV kernel block's record (the marks sit in backward.h); the SM, the start and
+// the magic word as in the forward's.
+enum BwdTimelineWord : int {
+  kBwdTimelineKvIssued = 2,     // K's and V's copies issued (the producer's lane 0)
+  kBwdTimelineStageIssued = 3,  // the first q tile's Q and dO copies issued (the producer)
+  kBwdTimelineKv = 5,           // consumer 0 holds K, V and its first q tile's stage (word 4:
+                                // unused; a mark between the two waits made the document
+                                // kernel spill)
+  kBwdTimelineFirstTile = 6,    // consumer 0's first q tile done (its dK, dV GEMMs waited for)
+  kBwdTimelineLoopEnd = 7,      // consumer 0 left the loop
+  kBwdTimelineDq = 8,           // consumer 0's last dQ reduction issued
+  kBwdTimelineEnd = 9,          // consumer 0's dK and dV stored
+  kBwdTimelineLoopEnd1 = 10,    // the same for consumer 1
+  kBwdTimelineEnd1 = 11,
+  kBwdTimelineTiles = 12,       // q tiles consumer 0 computed
+};
+
 #if defined(ATTNC_TIMELINE)
 ATTNC_DEVICE u32 timelineNow() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return u32(t);
 }
-ATTNC_DEVICE void timelineWrite(const FwdParams& p, int word, u32 value) {
-  const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-  reinterpret_cast<u32*>(p.lse)[16 * block + word] = value;
+// P: FwdParams or BwdParams (whose LSE is an input: see the top).
+// (The block index from fresh reads of the special registers, so that no register holds the
+// record's address through a loop: the dK/dV kernel for a document mask spilled with it.)
+template <class P>
+ATTNC_DEVICE void timelineWrite(const P& p, int word, u32 value) {
+  unsigned x, y, z, nx, ny;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(x));
+  asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(y));
+  asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(z));
+  asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(nx));
+  asm volatile("mov.u32 %0, %%nctaid.y;" : "=r"(ny));
+  const unsigned block = x + nx * (y + ny * z);
+  reinterpret_cast<u32*>(const_cast<float*>(p.lse))[16 * block + word] = value;
 }
-ATTNC_DEVICE void timelineMark(const FwdParams& p, int word) {
+template <class P>
+ATTNC_DEVICE void timelineMark(const P& p, int word) {
   timelineWrite(p, word, timelineNow());
 }
 // The block's first marks: its SM, its start and the record's magic word.
-ATTNC_DEVICE void timelineStart(const FwdParams& p) {
+template <class P>
+ATTNC_DEVICE void timelineStart(const P& p) {
   u32 sm;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
   timelineWrite(p, kTimelineSm, sm);
@@ -57,9 +88,12 @@ ATTNC_DEVICE void timelineStart(const FwdParams& p) {
 }
 constexpr bool kTimeline = true;
 #else
-ATTNC_DEVICE void timelineWrite(const FwdParams&, int, u32) {}
-ATTNC_DEVICE void timelineMark(const FwdParams&, int) {}
-ATTNC_DEVICE void timelineStart(const FwdParams&) {}
+template <class P>
+ATTNC_DEVICE void timelineWrite(const P&, int, u32) {}
+template <class P>
+ATTNC_DEVICE void timelineMark(const P&, int) {}
+template <class P>
+ATTNC_DEVICE void timelineStart(const P&) {}
 constexpr bool kTimeline = false;
 #endif
 
