@@ -37,6 +37,21 @@ def row_tensors(row, dev):
     return q, k, v, do, doc
 
 
+def backward_args(kern, q, k, v, do, inputs, forward_kernel=None):
+    """The backward's arguments of a kernel compiled with its backward, on a row's BHSD tensors:
+    O and the LSE from a forward (forward_kernel's, else kern's own), dQ, dK and dV, and a workspace
+    of the caller's. Returns (args, o, lse, dq, dk, dv, workspace)."""
+    B, H, N = q.shape[0], q.shape[1], q.shape[2]
+    o = torch.empty_like(q)
+    lse = torch.empty(B, H, N, device=q.device, dtype=torch.float32)
+    (forward_kernel or kern).forward(q, k, v, o, lse, inputs, seed=42, offset=0, layout="bhsd")
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    workspace = torch.empty(kern.backward_workspace_bytes(B, N), device=q.device, dtype=torch.uint8)
+    args = kern.make_backward_args(q, k, v, o, do, lse, dq, dk, dv, inputs, 42, 0, "bhsd", False,
+                                   workspace)
+    return args, o, lse, dq, dk, dv, workspace
+
+
 def run_row(lib, row, flex, create_block_mask, use_flex):
     dev = torch.device("cuda")
     B, H, HK, N, D = row.b, row.hq, row.hkv, row.n, row.hd
@@ -49,14 +64,8 @@ def run_row(lib, row, flex, create_block_mask, use_flex):
     plain = row.plain
 
     kern = lib.compile_text(fwd.spec_of(row), backward=True)
-    o = torch.empty_like(q)
-    lse = torch.empty(B, H, N, device=dev, dtype=torch.float32)
     inputs = [(doc, "pos")] if doc is not None else []
-    kern.forward(q, k, v, o, lse, inputs, seed=42, offset=0, layout="bhsd")
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    workspace = torch.empty(kern.backward_workspace_bytes(B, N), device=dev, dtype=torch.uint8)
-    args = kern.make_backward_args(q, k, v, o, do, lse, dq, dk, dv, inputs, 42, 0, "bhsd", False,
-                                   workspace)
+    args, o, lse, dq, dk, dv, workspace = backward_args(kern, q, k, v, do, inputs)
     stream = torch.cuda.current_stream().cuda_stream
 
     def attnc_fn():

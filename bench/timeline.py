@@ -121,19 +121,12 @@ def report_backward(name, w):
 def run_backward(lib, row, dev, warm):
     """Launches the row's dK/dV kernel (the whole backward call) warm, then once recorded."""
     q, k, v, do, doc = bb.row_tensors(row, dev)
-    B, H, N = row.b, row.hq, row.n
     inputs = [(doc, "pos")] if doc is not None else []
     os.environ["ATTNC_TIMELINE"] = "0"  # a plain forward for O and the LSE
     plain = lib.compile_text(bf.spec_of(row))
     os.environ["ATTNC_TIMELINE"] = "1"
     kern = lib.compile_text(bf.spec_of(row), backward=True)
-    o = torch.empty_like(q)
-    lse = torch.empty(B, H, N, device=dev, dtype=torch.float32)
-    plain.forward(q, k, v, o, lse, inputs, seed=42, offset=0, layout="bhsd")
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    workspace = torch.empty(kern.backward_workspace_bytes(B, N), device=dev, dtype=torch.uint8)
-    args = kern.make_backward_args(q, k, v, o, do, lse, dq, dk, dv, inputs, 42, 0, "bhsd", False,
-                                   workspace)
+    args, _, lse, *_ = bb.backward_args(kern, q, k, v, do, inputs, forward_kernel=plain)
     stream = torch.cuda.current_stream().cuda_stream
     for _ in range(warm):
         kern.launch_backward(args, stream)
