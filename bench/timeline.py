@@ -65,19 +65,8 @@ def print_phases(phases, fixed, lend):
           f" {fixed.sum() / lend.sum():.1%} of all blocks' time", flush=True)
 
 
-def report(name, w):
-    w = w[w[:, MAGIC] == MAGIC_VALUE]
-    if len(w) == 0:
-        print(f"## {name}: no block wrote a record (not the sm_90a forward?)")
-        return
-    ends = np.maximum(since(w, START, END), since(w, START, END1))
-    live = (w[:, FIRST_TILE] != 0) & (w[:, END] != 0) & (w[:, TILES] > 0)
-    lw, lend = w[live], ends[live]
-    tiles = lw[:, TILES].astype(np.int64)
-    per_tile = since(lw, FIRST_TILE, LOOP_END) / np.maximum(tiles - 1, 1)
-    fixed = lend - tiles * np.median(per_tile)
-    occupancy(name, w, ends, w[live][:, TILES].astype(np.int64), "kv tiles")
-    phases = [
+def forward_phases(lw, per_tile):
+    return [
         ("Q issued", since(lw, START, Q_ISSUED)),
         ("first K (and V) issued", since(lw, START, K_ISSUED)),
         ("consumer 0 holds the first K", since(lw, START, FIRST_K)),
@@ -87,24 +76,11 @@ def report(name, w):
         ("consumer 0's loop (span)", since(lw, FIRST_TILE, LOOP_END)),
         ("per kv tile after the first (span / tiles)", per_tile),
         ("consumer 0's output (span)", since(lw, LOOP_END, END)),
-        ("block", lend),
     ]
-    print_phases(phases, fixed, lend)
 
 
-def report_backward(name, w):
-    w = w[w[:, MAGIC] == MAGIC_VALUE]
-    if len(w) == 0:
-        print(f"## {name}: no block wrote a record (not the sm_90a dK/dV kernel?)")
-        return
-    ends = np.maximum(since(w, START, B_END), since(w, START, B_END1))
-    live = (w[:, B_FIRST_TILE] != 0) & (w[:, B_END] != 0) & (w[:, B_TILES] > 0)
-    lw, lend = w[live], ends[live]
-    tiles = lw[:, B_TILES].astype(np.int64)
-    per_tile = since(lw, B_FIRST_TILE, B_LOOP_END) / np.maximum(tiles - 1, 1)
-    fixed = lend - tiles * np.median(per_tile)
-    occupancy(name, w, ends, tiles, "q tiles")
-    phases = [
+def backward_phases(lw, per_tile):
+    return [
         ("K and V issued", since(lw, START, B_KV_ISSUED)),
         ("first q tile's Q and dO issued", since(lw, START, B_STAGE_ISSUED)),
         ("consumer 0 holds K, V and the first stage", since(lw, START, B_KV)),
@@ -113,9 +89,28 @@ def report_backward(name, w):
         ("per q tile after the first (span / tiles)", per_tile),
         ("consumer 0's last dQ (span)", since(lw, B_LOOP_END, B_DQ)),
         ("consumer 0's dK and dV stores (span)", since(lw, B_DQ, B_END)),
-        ("block", lend),
     ]
-    print_phases(phases, fixed, lend)
+
+
+def report(name, w, backward=False):
+    """Prints a row's blocks and phases from its records (the forward's, or the dK/dV kernel's)."""
+    end, end1, first_tile, loop_end, tiles_word = (
+        (B_END, B_END1, B_FIRST_TILE, B_LOOP_END, B_TILES) if backward
+        else (END, END1, FIRST_TILE, LOOP_END, TILES))
+    w = w[w[:, MAGIC] == MAGIC_VALUE]
+    if len(w) == 0:
+        kernel = "dK/dV kernel" if backward else "forward"
+        print(f"## {name}: no block wrote a record (not the sm_90a {kernel}?)")
+        return
+    ends = np.maximum(since(w, START, end), since(w, START, end1))
+    live = (w[:, first_tile] != 0) & (w[:, end] != 0) & (w[:, tiles_word] > 0)
+    lw, lend = w[live], ends[live]
+    tiles = lw[:, tiles_word].astype(np.int64)
+    per_tile = since(lw, first_tile, loop_end) / np.maximum(tiles - 1, 1)
+    fixed = lend - tiles * np.median(per_tile)
+    occupancy(name, w, ends, tiles, "q tiles" if backward else "kv tiles")
+    phases = (backward_phases if backward else forward_phases)(lw, per_tile)
+    print_phases(phases + [("block", lend)], fixed, lend)
 
 
 def run_backward(lib, row, dev, warm):
@@ -153,7 +148,7 @@ def main():
         if args.backward:
             words = run_backward(lib, row, dev, args.warm).view(torch.int32).flatten().cpu().numpy()
             words = words.astype(np.uint32)
-            report_backward(row.name, words[: words.size // 16 * 16].reshape(-1, 16))
+            report(row.name, words[: words.size // 16 * 16].reshape(-1, 16), backward=True)
             continue
         q, k, v, doc = bf.row_inputs(row, dev)
         kern = lib.compile_text(bf.spec_of(row))
