@@ -617,9 +617,13 @@ std::vector<std::string> Kernel::inputNames() const {
 
 const std::vector<char>& Kernel::cubin() const { return cubin(0); }
 
-const std::string& Kernel::ptx() const {
+const std::string& Kernel::ptx() const { return ptx(0); }
+
+const std::string& Kernel::ptx(size_t module) const {
   static const std::string empty;
-  return impl_ ? impl_->images.front().modules.front().ptx : empty;
+  return impl_ && module < impl_->images.front().modules.size()
+             ? impl_->images.front().modules[module].ptx
+             : empty;
 }
 
 size_t Kernel::moduleCount() const { return impl_ ? impl_->images.front().modules.size() : 0; }

@@ -280,10 +280,11 @@ public:
   // The cubin and PTX of the first image's first module (what the JIT cache stores first).
   const std::vector<char>& cubin() const;
   const std::string& ptx() const;
-  // The first image's modules: 1 + KernelImage::moreModules.size(); cubin(i) is module i's cubin
-  // (cubin(0) == cubin()).
+  // The first image's modules: 1 + KernelImage::moreModules.size(); cubin(i) and ptx(i) are module
+  // i's (cubin(0) == cubin(), ptx(0) == ptx()); out of range, empty.
   size_t moduleCount() const;
   const std::vector<char>& cubin(size_t module) const;
+  const std::string& ptx(size_t module) const;
 
   struct Impl;
 

@@ -170,6 +170,40 @@ TEST_F(JitCache, TimelineBuildIsCachedApart) {
   EXPECT_EQ(again.ptx(), plain.ptx());
 }
 
+// The timeline build of the backward (sm_90a): the dK/dV kernel's module carries the marks
+// (timeline.h BwdTimelineWord), the plain one none, and each is cached apart.
+TEST_F(JitCache, TimelineBuildMarksTheDkDvKernel) {
+  const attnc::testing::ScratchDir dir("jit-timeline-bwd", /*create=*/false);
+  const Target hopper = *Target::byName("sm_90a", nullptr);
+  const char* saved = std::getenv("ATTNC_TIMELINE");
+  const std::string savedValue = saved ? saved : "";
+  JitCompiler jit(JitOptions{dir, true});
+  Status status;
+  unsetenv("ATTNC_TIMELINE");
+  Kernel plain = jit.compileText(kSpec, hopper, &status, /*withBackward=*/true);
+  ASSERT_TRUE(status) << status.message;
+  setenv("ATTNC_TIMELINE", "1", 1);
+  Kernel timeline = jit.compileText(kSpec, hopper, &status, /*withBackward=*/true);
+  saved ? (void)setenv("ATTNC_TIMELINE", savedValue.c_str(), 1) : (void)unsetenv("ATTNC_TIMELINE");
+  ASSERT_TRUE(status) << status.message;
+  EXPECT_EQ(kernelFiles(dir).size(), 2u) << "the timeline build reused the plain kernel's entry";
+  ASSERT_TRUE(timeline.hasBackward());
+  const std::string kv = timeline.metadata().backward->entryStem + "_kv";
+  // The module that defines the dK/dV entry, and its PTX.
+  auto kvPtx = [&](const Kernel& kernel) {
+    for (size_t i = 0; i < kernel.moduleCount(); ++i)
+      if (cubinDefines(kernel.cubin(i), kv)) return kernel.ptx(i);
+    return std::string();
+  };
+  const std::string marked = kvPtx(timeline), unmarked = kvPtx(plain);
+  ASSERT_FALSE(marked.empty()) << "no module defines " << kv;
+  ASSERT_FALSE(unmarked.empty()) << "no module defines " << kv;
+  EXPECT_NE(marked.find("globaltimer"), std::string::npos);
+  EXPECT_NE(marked.find("%smid"), std::string::npos);
+  EXPECT_EQ(unmarked.find("globaltimer"), std::string::npos);
+  EXPECT_EQ(timeline.ptx(timeline.moduleCount()), std::string()) << "out of range: empty";
+}
+
 TEST_F(JitCache, BadSpecIsAnError) {
   Status status;
   const attnc::testing::ScratchDir dir("jit-bad", /*create=*/false);
