@@ -147,25 +147,43 @@ TEST_F(JitCache, HonoursCacheDirEnvironment) {
 
 // ATTNC_TIMELINE=1 (templates/attnc/sm90/timeline.h) builds the sm_90a forward with its per-block
 // timestamps: another kernel, so another cache entry, never the plain kernel's.
+// ATTNC_TIMELINE=1 (or unset) for the guard's lifetime, then as it was.
+class TimelineEnv {
+ public:
+  explicit TimelineEnv(bool on) {
+    const char* value = std::getenv("ATTNC_TIMELINE");
+    had_ = value != nullptr;
+    if (had_) saved_ = value;
+    on ? (void)setenv("ATTNC_TIMELINE", "1", 1) : (void)unsetenv("ATTNC_TIMELINE");
+  }
+  ~TimelineEnv() {
+    had_ ? (void)setenv("ATTNC_TIMELINE", saved_.c_str(), 1) : (void)unsetenv("ATTNC_TIMELINE");
+  }
+
+ private:
+  bool had_ = false;
+  std::string saved_;
+};
+
+// kSpec for sm_90a, with the timeline build or without.
+Kernel compileHopper(JitCompiler& jit, bool timeline, bool withBackward, Status* status) {
+  const TimelineEnv env(timeline);
+  return jit.compileText(kSpec, *Target::byName("sm_90a", nullptr), status, withBackward);
+}
+
 TEST_F(JitCache, TimelineBuildIsCachedApart) {
   const attnc::testing::ScratchDir dir("jit-timeline", /*create=*/false);
-  const Target hopper = *Target::byName("sm_90a", nullptr);
-  const char* saved = std::getenv("ATTNC_TIMELINE");
-  const std::string savedValue = saved ? saved : "";
   JitCompiler jit(JitOptions{dir, true});
   Status status;
-  unsetenv("ATTNC_TIMELINE");
-  Kernel plain = jit.compileText(kSpec, hopper, &status);
+  Kernel plain = compileHopper(jit, /*timeline=*/false, /*withBackward=*/false, &status);
   ASSERT_TRUE(status) << status.message;
-  setenv("ATTNC_TIMELINE", "1", 1);
-  Kernel timeline = jit.compileText(kSpec, hopper, &status);
-  saved ? (void)setenv("ATTNC_TIMELINE", savedValue.c_str(), 1) : (void)unsetenv("ATTNC_TIMELINE");
+  Kernel timeline = compileHopper(jit, /*timeline=*/true, /*withBackward=*/false, &status);
   ASSERT_TRUE(status) << status.message;
   EXPECT_EQ(kernelFiles(dir).size(), 2u) << "the timeline build reused the plain kernel's entry";
   EXPECT_EQ(plain.ptx().find("globaltimer"), std::string::npos);
   EXPECT_NE(timeline.ptx().find("globaltimer"), std::string::npos);
   // And back: the plain kernel again, from the cache.
-  Kernel again = jit.compileText(kSpec, hopper, &status);
+  Kernel again = compileHopper(jit, /*timeline=*/false, /*withBackward=*/false, &status);
   ASSERT_TRUE(status) << status.message;
   EXPECT_EQ(again.ptx(), plain.ptx());
 }
@@ -174,17 +192,11 @@ TEST_F(JitCache, TimelineBuildIsCachedApart) {
 // (timeline.h BwdTimelineWord), the plain one none, and each is cached apart.
 TEST_F(JitCache, TimelineBuildMarksTheDkDvKernel) {
   const attnc::testing::ScratchDir dir("jit-timeline-bwd", /*create=*/false);
-  const Target hopper = *Target::byName("sm_90a", nullptr);
-  const char* saved = std::getenv("ATTNC_TIMELINE");
-  const std::string savedValue = saved ? saved : "";
   JitCompiler jit(JitOptions{dir, true});
   Status status;
-  unsetenv("ATTNC_TIMELINE");
-  Kernel plain = jit.compileText(kSpec, hopper, &status, /*withBackward=*/true);
+  Kernel plain = compileHopper(jit, /*timeline=*/false, /*withBackward=*/true, &status);
   ASSERT_TRUE(status) << status.message;
-  setenv("ATTNC_TIMELINE", "1", 1);
-  Kernel timeline = jit.compileText(kSpec, hopper, &status, /*withBackward=*/true);
-  saved ? (void)setenv("ATTNC_TIMELINE", savedValue.c_str(), 1) : (void)unsetenv("ATTNC_TIMELINE");
+  Kernel timeline = compileHopper(jit, /*timeline=*/true, /*withBackward=*/true, &status);
   ASSERT_TRUE(status) << status.message;
   EXPECT_EQ(kernelFiles(dir).size(), 2u) << "the timeline build reused the plain kernel's entry";
   ASSERT_TRUE(timeline.hasBackward());
