@@ -7,6 +7,7 @@
 #include "compiler/LauncherHeader.h"
 #include "compiler/Pipeline.h"
 #include "runtime/EmbeddedTemplates.h"
+#include "runtime/KernelAccess.h"
 #include "runtime/KernelCache.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -34,23 +35,44 @@ std::vector<std::string> extraOptions() {
   return {};
 }
 
-// The kernel's NVRTC programs: the whole unit, or, for a unit of several entry groups (EmitCUDA.h),
-// one program per bit mask of groups (-DATTNC_ENTRY_GROUPS=<mask>), as many as there are groups or
-// CPUs, all compiled at once on threads of their own: a kernel then compiles in about the time of
-// its costliest program rather than the sum (docs/runtime.md). Each entry's code is the same as in
-// the whole unit's cubin. Programs no thread can be started for compile one after another.
-std::vector<NvrtcResult> compileEntryGroups(Nvrtc& nvrtc, const CompiledKernel& source,
-                                            const std::string& name, const std::string& arch,
+// The entry groups the JIT compiles when a kernel is made, and those it defers to first use
+// (Kernel::compileDeferred): the deterministic backward's (kv_nodq, q), two of a backward unit's
+// four or five programs, which most callers never launch.
+bool deferredGroup(int group) {
+  return group == int(EntryGroup::BackwardKVNoDQ) || group == int(EntryGroup::BackwardQ);
+}
+std::vector<int> groupsNow(const CompiledKernel& source) {
+  std::vector<int> groups;
+  for (int g : source.entryGroups)
+    if (!deferredGroup(g)) groups.push_back(g);
+  return groups;
+}
+std::vector<int> groupsDeferred(const CompiledKernel& source) {
+  std::vector<int> groups;
+  for (int g : source.entryGroups)
+    if (deferredGroup(g)) groups.push_back(g);
+  return groups;
+}
+
+// NVRTC programs of a unit: the whole unit (`groups` empty: a unit without entry groups), or the
+// given entry groups (EmitCUDA.h) packed into one program per bit mask of groups
+// (-DATTNC_ENTRY_GROUPS=<mask>), as many as there are groups or CPUs, all compiled at once on
+// threads of their own: a kernel then compiles in about the time of its costliest program rather
+// than the sum (docs/runtime.md). Each entry's code is the same as in the whole unit's cubin.
+// Programs no thread can be started for compile one after another.
+std::vector<NvrtcResult> compileEntryGroups(Nvrtc& nvrtc, const std::string& cuda,
+                                            const std::vector<int>& groups, const std::string& name,
+                                            const std::string& arch,
                                             const std::vector<std::string>& extra) {
   std::vector<unsigned> masks;
-  if (source.entryGroups.size() > 1)
-    masks = packEntryGroups(source.entryGroups, std::max(1u, std::thread::hardware_concurrency()));
+  if (!groups.empty())
+    masks = packEntryGroups(groups, std::max(1u, std::thread::hardware_concurrency()));
   const size_t programs = std::max<size_t>(1, masks.size());
   std::vector<NvrtcResult> results(programs);
   auto compileProgram = [&](size_t i) {
     std::vector<std::string> options = extra;
-    if (masks.size() > 1) options.push_back("-DATTNC_ENTRY_GROUPS=" + std::to_string(masks[i]));
-    results[i] = nvrtc.compile(source.cuda, name + ".cu", embeddedTemplates(), arch, options);
+    if (!masks.empty()) options.push_back("-DATTNC_ENTRY_GROUPS=" + std::to_string(masks[i]));
+    results[i] = nvrtc.compile(cuda, name + ".cu", embeddedTemplates(), arch, options);
   };
   std::vector<std::thread> threads;
   size_t inline_ = programs;  // the first program not given a thread
@@ -76,11 +98,14 @@ bool forwardSpills(const std::vector<NvrtcResult>& results, const std::string& e
   return false;
 }
 
-// Everything the cubin depends on: the generated source and the templates it includes, the NVRTC
-// that compiles it, the target (name and the limits the tiles were derived from), the options and
-// the attnc version. Bytes are length-prefixed so that no two inputs hash alike by concatenation.
+// Everything the cubins depend on: the generated source and the templates it includes, the NVRTC
+// that compiles it, the target (name and the limits the tiles were derived from), the options, the
+// entry groups compiled (`groups`: those made with the kernel, or the deferred ones, cached apart)
+// and the attnc version. Bytes are length-prefixed so that no two inputs hash alike by
+// concatenation.
 std::string cacheKey(const std::string& cuda, const Nvrtc& nvrtc, const Target& target,
-                     bool withBackward, const std::vector<std::string>& extra) {
+                     bool withBackward, const std::vector<std::string>& extra,
+                     const std::vector<int>& groups) {
   llvm::SHA256 sha;
   auto add = [&](llvm::StringRef text) {
     std::string length = std::to_string(text.size()) + ":";
@@ -96,6 +121,9 @@ std::string cacheKey(const std::string& cuda, const Nvrtc& nvrtc, const Target& 
   add("options:");  // NVRTC options beyond the defaults (extraOptions)
   for (const std::string& option : extra) add(option);
   add(withBackward ? "backward" : "forward");
+  std::string groupList = "groups:";
+  for (int g : groups) groupList += " " + std::to_string(g);
+  add(groupList);
   add(cuda);
   for (const EmbeddedFile& file : embeddedTemplates()) {
     add(file.path);
@@ -103,6 +131,48 @@ std::string cacheKey(const std::string& cuda, const Nvrtc& nvrtc, const Target& 
   }
   std::array<uint8_t, 32> digest = sha.final();
   return llvm::toHex(digest, /*LowerCase=*/true);
+}
+
+// The build of a kernel's deferred entry groups (Kernel::compileDeferred): its own NVRTC programs,
+// through the disk cache in `cacheDir` ("" for none) under a key of their own. It holds copies of
+// what it needs (the kernel may outlive the JitCompiler); the Nvrtc lives as long as the process.
+DeferredBuild deferredBuild(Nvrtc& nvrtc, std::string cuda, std::vector<int> groups,
+                            std::string name, const Target& target, std::vector<std::string> extra,
+                            KernelMetadata metadata, std::string cacheDir) {
+  std::string key = cacheKey(cuda, nvrtc, target, /*withBackward=*/true, extra, groups);
+  return [&nvrtc, cuda = std::move(cuda), groups = std::move(groups), name = std::move(name),
+          arch = target.name, extra = std::move(extra), metadata = std::move(metadata),
+          cacheDir = std::move(cacheDir), key = std::move(key)](std::vector<ModuleCode>* modules) {
+    auto build = [&](CacheEntry* entry) {
+      ++nvrtcRuns;
+      std::vector<NvrtcResult> results = compileEntryGroups(nvrtc, cuda, groups, name, arch, extra);
+      for (const NvrtcResult& result : results)
+        if (!result.ok)
+          return Status::error("NVRTC failed to compile the kernel for '" + name +
+                               "' (a bug in attnc):\n" + result.log);
+      entry->metadata = metadata;
+      entry->cubin = std::move(results.front().cubin);
+      entry->ptx = std::move(results.front().ptx);
+      entry->moreModules.clear();
+      for (size_t g = 1; g < results.size(); ++g)
+        entry->moreModules.push_back({std::move(results[g].cubin), std::move(results[g].ptx)});
+      return Status::success();
+    };
+    CacheEntry entry;
+    if (!cacheDir.empty()) {
+      KernelCache::Outcome outcome;
+      if (Status built = KernelCache(cacheDir).getOrBuild(key, build, &entry, &outcome); !built)
+        return built;
+      if (outcome.hit) ++cacheHits;
+      if (outcome.rebuilt) ++cacheRebuilds;
+    } else if (Status built = build(&entry); !built) {
+      return built;
+    }
+    modules->push_back({std::move(entry.cubin), std::move(entry.ptx)});
+    for (CacheEntry::Module& module : entry.moreModules)
+      modules->push_back({std::move(module.cubin), std::move(module.ptx)});
+    return Status::success();
+  };
 }
 
 }  // namespace
@@ -154,7 +224,7 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
   auto build = [&](CacheEntry* entry) {
     ++nvrtcRuns;
     std::vector<NvrtcResult> results =
-        compileEntryGroups(*nvrtc, *source, spec.name, target.name, extra);
+        compileEntryGroups(*nvrtc, source->cuda, groupsNow(*source), spec.name, target.name, extra);
     for (const NvrtcResult& result : results)
       if (!result.ok)
         return Status::error("NVRTC failed to compile the kernel for '" + spec.name +
@@ -173,7 +243,7 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
       if (!again) break;
       ++nvrtcRuns;
       std::vector<NvrtcResult> retried =
-          compileEntryGroups(*nvrtc, *again, spec.name, target.name, extra);
+          compileEntryGroups(*nvrtc, again->cuda, groupsNow(*again), spec.name, target.name, extra);
       if (!std::all_of(retried.begin(), retried.end(), [](const NvrtcResult& r) { return r.ok; }))
         break;
       source = std::move(again);
@@ -192,8 +262,9 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
   if (impl_->options.useCache) {
     KernelCache cache(cacheDirectory());
     KernelCache::Outcome outcome;
-    if (Status built = cache.getOrBuild(cacheKey(source->cuda, *nvrtc, target, withBackward, extra),
-                                        build, &entry, &outcome);
+    if (Status built = cache.getOrBuild(
+            cacheKey(source->cuda, *nvrtc, target, withBackward, extra, groupsNow(*source)), build,
+            &entry, &outcome);
         !built)
       return fail(built.message);
     if (outcome.hit) ++cacheHits;
@@ -205,7 +276,39 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
   for (const CacheEntry::Module& module : entry.moreModules)
     image.moreModules.push_back({module.cubin.data(), module.cubin.size(), module.ptx.c_str()});
   Kernel kernel = Kernel::fromImages({image}, status);
-  if (kernel) ++compiles;
+  if (!kernel) return kernel;
+  ++compiles;
+  if (withBackward && !groupsDeferred(*source).empty()) {
+    // The deferred groups come from the source the entry was built from: on a cache hit of a
+    // kernel the spill fallback made, not this first one but the fallback's, found again by its
+    // tiles (the pipeline alone: milliseconds).
+    const auto sameTiles = [&](const CompiledKernel& k) {
+      return k.blockQ == entry.metadata.blockQ && k.blockKV == entry.metadata.blockKV &&
+             k.smemBytes == entry.metadata.smemBytes;
+    };
+    {
+      std::lock_guard<std::mutex> lock(impl_->pipelineMutex);
+      while (!sameTiles(*source)) {
+        std::optional<CompileOptions> retry =
+            impl_->pipeline.spillRetry(spec, target, options, *source);
+        Diagnostics ignored;
+        std::optional<CompiledKernel> again;
+        if (retry) again = impl_->pipeline.compile(spec, target, Stage::CUDA, *retry, ignored);
+        if (!again) break;
+        source = std::move(again);
+        options = *retry;
+      }
+    }
+    if (!sameTiles(*source))
+      return fail("'" + spec.name + "': the cached kernel's tiles (" +
+                  std::to_string(entry.metadata.blockQ) + " x " +
+                  std::to_string(entry.metadata.blockKV) +
+                  ") are none that the compiler derives now (a bug in attnc)");
+    KernelAccess::setDeferred(
+        kernel, deferredBuild(*nvrtc, source->cuda, groupsDeferred(*source), spec.name, target,
+                              extra, entry.metadata,
+                              impl_->options.useCache ? cacheDirectory() : std::string()));
+  }
   return kernel;
 }
 

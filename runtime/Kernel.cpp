@@ -20,6 +20,7 @@
 #include "attnc/common/params.h"
 #include "attnc/common/tile_classes.h"
 #include "runtime/Driver.h"
+#include "runtime/KernelAccess.h"
 #include "runtime/LaunchGrid.h"
 #include "runtime/ModuleSymbols.h"
 #include "runtime/Summaries.h"
@@ -29,6 +30,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 
@@ -63,7 +65,9 @@ struct Kernel::Impl {
   };
   struct Image {
     KernelMetadata metadata;
-    std::vector<Module> modules;  // [0] holds the forward entry (KernelImage, moreModules)
+    // [0] holds the forward entry (KernelImage, moreModules); the deferred modules are appended
+    // once built (a deque: the references cubin(i) and ptx(i) returned stay valid).
+    std::deque<Module> modules;
   };
   struct Loaded {
     std::vector<cu::Module> modules;  // Image::modules loaded into one context, in order
@@ -79,7 +83,21 @@ struct Kernel::Impl {
     cu::Function backward[5] = {};
     cu::Function backwardTileClasses = nullptr;  // <stem>_tile_classes, with tile classes
     std::string backwardError;
+    // The deterministic mode's entries (kv_nodq, q), resolved on its first launch (they may be in
+    // a deferred module, loaded into the context then).
+    bool deterministicResolved = false;
+    std::string deterministicError;
   };
+
+  // The modules the JIT left for first use (Kernel::compileDeferred): built once, under `mutex`,
+  // then appended to the first image's modules under Impl::mutex.
+  struct Deferred {
+    DeferredBuild build;
+    std::mutex mutex;
+    bool done = false;
+    Status status;
+  };
+  std::unique_ptr<Deferred> deferred;
 
   std::vector<Image> images;
   std::mutex mutex;
@@ -161,6 +179,49 @@ struct Kernel::Impl {
     return text;
   }
 
+  // Loads the modules of entry.image that `entry` (one context's) does not hold yet, in order:
+  // all of them at first, the deferred ones once built. False with *why at the first that fails.
+  // Under `mutex`.
+  bool loadModules(const DriverApi& driver, Loaded& entry, std::string* why) const {
+    const Image& image = *entry.image;
+    for (size_t i = entry.modules.size(); i < image.modules.size(); ++i) {
+      const Module& module = image.modules[i];
+      const void* code = entry.usePtx ? static_cast<const void*>(module.ptx.c_str())
+                                      : static_cast<const void*>(module.cubin.data());
+      cu::Module loadedModule = nullptr;
+      std::string what =
+          std::string(entry.usePtx ? "cuModuleLoadData (PTX" : "cuModuleLoadData (cubin") +
+          (image.modules.size() > 1 ? ", module " + std::to_string(i) : "") + ")";
+      if (!driver.check(driver.cuModuleLoadData(&loadedModule, code), what.c_str(), why))
+        return false;
+      entry.modules.push_back(loadedModule);
+    }
+    return true;
+  }
+
+  // Builds the deferred modules (once; concurrent callers wait for the one build) and appends
+  // them to the first image. Not under `mutex`, which launches on other threads take meanwhile.
+  Status buildDeferred() {
+    if (!deferred) return Status::success();
+    std::lock_guard<std::mutex> once(deferred->mutex);
+    if (deferred->done) return deferred->status;
+    std::vector<ModuleCode> built;
+    Status status = deferred->build(&built);
+    if (status) {
+      std::lock_guard<std::mutex> lock(mutex);
+      for (ModuleCode& module : built)
+        images.front().modules.push_back({std::move(module.cubin), std::move(module.ptx)});
+    } else {
+      status = Status::error("kernel '" + images.front().metadata.name +
+                             "': compiling its deferred kernels (the deterministic backward's): " +
+                             status.message);
+    }
+    deferred->status = status;
+    deferred->done = true;
+    deferred->build = nullptr;  // what it held (the kernel's source) is not needed any more
+    return status;
+  }
+
   // Loads the module into `context` (once per context); the function, or null with *error set.
   Loaded* function(const DriverApi& driver, cu::Context context, std::string* error) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -199,22 +260,14 @@ struct Kernel::Impl {
       return fail("needs " + std::to_string(image->metadata.smemBytes) +
                   " bytes of shared memory per block, the device (cc " + cc + ") allows " +
                   std::to_string(smemOptin));
-    for (size_t i = 0; i < image->modules.size(); ++i) {
-      const Module& module = image->modules[i];
-      const void* code = usePtx ? static_cast<const void*>(module.ptx.c_str())
-                                : static_cast<const void*>(module.cubin.data());
-      cu::Module loadedModule = nullptr;
-      std::string what = std::string(usePtx ? "cuModuleLoadData (PTX" : "cuModuleLoadData (cubin") +
-                         (image->modules.size() > 1 ? ", module " + std::to_string(i) : "") + ")";
-      if (!driver.check(driver.cuModuleLoadData(&loadedModule, code), what.c_str(), &why)) {
-        for (cu::Module done : entry.modules) driver.cuModuleUnload(done);
-        entry.modules.clear();
-        return fail(why);
-      }
-      entry.modules.push_back(loadedModule);
-    }
     entry.image = image;
     entry.usePtx = usePtx;
+    if (!loadModules(driver, entry, &why)) {
+      for (cu::Module done : entry.modules) driver.cuModuleUnload(done);
+      entry.modules.clear();
+      entry.image = nullptr;
+      return fail(why);
+    }
     cu::Function fn = nullptr;
     if (!getFunction(driver, entry, image->metadata.entry, &fn, &why) ||
         !driver.check(driver.cuFuncSetAttribute(fn, cu::kMaxDynamicSharedSizeBytes,
@@ -308,24 +361,58 @@ struct Kernel::Impl {
                   ") was compiled without backward kernels: compile with backward enabled");
     const BackwardMetadata& b = *m.backward;
     std::string why;
-    for (int i = 0; i < 5; ++i) {
-      std::string name = b.entryStem + kBackwardSuffixes[i];
-      cu::Function fn = nullptr;
-      if (!getFunction(driver, *entry, name, &fn, &why)) return fail(why);
-      long long smem = (i == 1 || i == 2) ? b.kvSmemBytes : i == 4 ? b.qSmemBytes : 0;
-      if (smem > 0 &&
-          !driver.check(driver.cuFuncSetAttribute(fn, cu::kMaxDynamicSharedSizeBytes, int(smem)),
-                        ("cuFuncSetAttribute(" + name + ", MAX_DYNAMIC_SHARED_SIZE_BYTES=" +
-                         std::to_string(smem) + ")").c_str(),
-                        &why))
-        return fail(why);
-      entry->backward[i] = fn;
-    }
+    for (int i : {0, 1, 3})
+      if (!resolveBackward(driver, *entry, i, &why)) return fail(why);
     if (!m.tileClassesEntry.empty()) {
       const std::string name = b.entryStem + "_tile_classes";
       if (!getFunction(driver, *entry, name, &entry->backwardTileClasses, &why)) return fail(why);
     }
     return entry;
+  }
+
+  // backwardFunctions() and the deterministic mode's entries, after building the deferred modules
+  // that hold them where the JIT deferred them (the first image's) and loading those here.
+  Loaded* deterministicFunctions(const DriverApi& driver, cu::Context context, std::string* error) {
+    Loaded* entry = backwardFunctions(driver, context, error);
+    if (!entry) return nullptr;
+    if (entry->image == &images.front())
+      if (Status built = buildDeferred(); !built) {
+        *error = built.message;
+        return nullptr;
+      }
+    std::lock_guard<std::mutex> lock(mutex);
+    if (entry->deterministicResolved) {
+      if (!entry->deterministicError.empty()) *error = entry->deterministicError;
+      return entry->deterministicError.empty() ? entry : nullptr;
+    }
+    entry->deterministicResolved = true;
+    std::string why;
+    if (!loadModules(driver, *entry, &why) || !resolveBackward(driver, *entry, 2, &why) ||
+        !resolveBackward(driver, *entry, 4, &why)) {
+      entry->deterministicError = "kernel '" + images.front().metadata.name + "': " + why;
+      *error = entry->deterministicError;
+      return nullptr;
+    }
+    return entry;
+  }
+
+  // Backward entry `which` (kBackwardSuffixes) into entry.backward, with its shared memory opted
+  // into. Under `mutex`.
+  bool resolveBackward(const DriverApi& driver, Loaded& entry, int which, std::string* why) const {
+    const BackwardMetadata& b = *entry.image->metadata.backward;
+    const std::string name = b.entryStem + kBackwardSuffixes[which];
+    cu::Function fn = nullptr;
+    if (!getFunction(driver, entry, name, &fn, why)) return false;
+    const long long smem =
+        (which == 1 || which == 2) ? b.kvSmemBytes : which == 4 ? b.qSmemBytes : 0;
+    if (smem > 0 &&
+        !driver.check(driver.cuFuncSetAttribute(fn, cu::kMaxDynamicSharedSizeBytes, int(smem)),
+                      ("cuFuncSetAttribute(" + name + ", MAX_DYNAMIC_SHARED_SIZE_BYTES=" +
+                       std::to_string(smem) + ")").c_str(),
+                      why))
+      return false;
+    entry.backward[which] = fn;
+    return true;
   }
 };
 
@@ -621,18 +708,40 @@ const std::string& Kernel::ptx() const { return ptx(0); }
 
 const std::string& Kernel::ptx(size_t module) const {
   static const std::string empty;
-  return impl_ && module < impl_->images.front().modules.size()
-             ? impl_->images.front().modules[module].ptx
-             : empty;
+  if (!impl_) return empty;
+  std::lock_guard<std::mutex> lock(impl_->mutex);  // deferred modules may be appended meanwhile
+  const auto& modules = impl_->images.front().modules;
+  return module < modules.size() ? modules[module].ptx : empty;
 }
 
-size_t Kernel::moduleCount() const { return impl_ ? impl_->images.front().modules.size() : 0; }
+size_t Kernel::moduleCount() const {
+  if (!impl_) return 0;
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->images.front().modules.size();
+}
 
 const std::vector<char>& Kernel::cubin(size_t module) const {
   static const std::vector<char> empty;
-  return impl_ && module < impl_->images.front().modules.size()
-             ? impl_->images.front().modules[module].cubin
-             : empty;
+  if (!impl_) return empty;
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  const auto& modules = impl_->images.front().modules;
+  return module < modules.size() ? modules[module].cubin : empty;
+}
+
+Status Kernel::compileDeferred() const {
+  return impl_ ? impl_->buildDeferred() : Status::success();
+}
+
+bool Kernel::hasDeferred() const {
+  if (!impl_ || !impl_->deferred) return false;
+  std::lock_guard<std::mutex> once(impl_->deferred->mutex);
+  return !impl_->deferred->done;
+}
+
+void KernelAccess::setDeferred(Kernel& kernel, DeferredBuild build) {
+  if (!kernel.impl_ || !build) return;
+  kernel.impl_->deferred = std::make_unique<Kernel::Impl::Deferred>();
+  kernel.impl_->deferred->build = std::move(build);
 }
 
 namespace {
@@ -1131,7 +1240,9 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
   cu::Context context = nullptr;
   const DriverApi* driver = driverInContext(&context, &error);
   if (!driver) return Status::error("Kernel::backward: " + error);
-  const Impl::Loaded* loaded = impl_->backwardFunctions(*driver, context, &error);
+  const Impl::Loaded* loaded =
+      args.deterministic ? impl_->deterministicFunctions(*driver, context, &error)
+                         : impl_->backwardFunctions(*driver, context, &error);
   if (!loaded) return Status::error(error);
   // The chosen image's geometry (other architectures may tile differently; the workspace size
   // does not depend on it).

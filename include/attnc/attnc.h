@@ -77,7 +77,8 @@ struct ForwardArgs {
 // respect to it (o's shape); dq, dk, dv (q's, k's, v's shapes) are written entirely; lse is the
 // forward's [batch, heads_q, q_len] float32 contiguous LSE (required). Inputs and dropout seed and
 // offset must be the forward's. deterministic: dQ by a separate kernel instead of fp32 atomics
-// (bit-identical results run to run, somewhat slower).
+// (bit-identical results run to run, somewhat slower; a JIT kernel compiles that mode's kernels on
+// the first such call, or at compileDeferred()).
 // workspace: device memory of at least backwardWorkspaceBytes(batch, q_len, deterministic) bytes,
 // 16-byte aligned, used only while the launches run (stream-ordered). Null: the Kernel uses one it
 // allocates (cuMemAlloc, grow-only, one per CUDA context, kept until the Kernel and its copies are
@@ -286,10 +287,21 @@ public:
   const std::vector<char>& cubin(size_t module) const;
   const std::string& ptx(size_t module) const;
 
+  // A kernel the JIT compiled with backward kernels leaves the deterministic mode's two (kv_nodq
+  // and q: two of its five NVRTC programs, which most callers never launch) for later: the first
+  // backward() with deterministic = true compiles them (through the same disk cache), or this call
+  // does, ahead of time and without a GPU. Once: later calls, and concurrent ones, return the first
+  // one's status; the kernel's modules then include theirs (moduleCount() grows). Success at once
+  // where nothing is deferred (a kernel built ahead of time, or one without backward kernels).
+  Status compileDeferred() const;
+  // Whether compileDeferred() has something left to compile.
+  bool hasDeferred() const;
+
   struct Impl;
 
 private:
   std::shared_ptr<Impl> impl_;
+  friend struct KernelAccess;  // runtime/KernelAccess.h: what the JIT attaches to a kernel
 };
 
 // Device memory through the same dlopen-ed driver, so examples and tests need no CUDA toolkit.

@@ -43,7 +43,8 @@ typedef struct attnc_forward_args {
 /* One backward launch (a kernel compiled with ATTNC_COMPILE_BACKWARD). o is the forward's output,
  * d_o the loss gradient with respect to it; dq, dk, dv are written. lse: the forward's LSE
  * (required). Inputs, dropout seed and offset: the forward's. deterministic != 0: dQ without
- * atomics (bit-identical run to run, slower). workspace: NULL (the kernel allocates and keeps one;
+ * atomics (bit-identical run to run, slower; a JIT kernel compiles that mode's two kernels on the
+ * first such call). workspace: NULL (the kernel allocates and keeps one;
  * shared by all calls on the kernel, so pass your own per stream when launching on several streams
  * concurrently) or at least attnc_kernel_backward_workspace_bytes(...) bytes, 16-byte aligned. */
 typedef struct attnc_backward_args {

@@ -227,9 +227,11 @@ TEST_F(JitCache, BadSpecIsAnError) {
 }
 
 // With backward: the kernel's modules (its entry groups packed into one NVRTC program per CPU, at
-// most four here: no summaries) hold the forward and the five backward entries, each in exactly
-// one module, the forward in the first; the metadata holds their geometry, and the cache keeps the
-// forward-only and the backward kernel apart.
+// most two here: no summaries, and the deterministic mode's two groups deferred) hold the forward
+// and three backward entries, each in exactly one module, the forward in the first; the
+// deterministic mode's two entries come with compileDeferred(), in modules appended after them.
+// The metadata holds their geometry, and the cache keeps the forward-only kernel, the backward one
+// and the deferred modules apart.
 TEST_F(JitCache, BackwardIsCompiledAndCachedSeparately) {
   const attnc::testing::ScratchDir dir("jit-backward", /*create=*/false);
   JitCompiler jit(JitOptions{dir, true});
@@ -253,8 +255,10 @@ TEST_F(JitCache, BackwardIsCompiledAndCachedSeparately) {
   EXPECT_GT(b.kvSmemBytes, 0);
   EXPECT_GT(b.qSmemBytes, 0);
   const size_t cpus = std::max(1u, std::thread::hardware_concurrency());
-  ASSERT_EQ(backward.moduleCount(), std::min<size_t>(4, cpus));
+  ASSERT_EQ(backward.moduleCount(), std::min<size_t>(2, cpus));
   EXPECT_EQ(forward.moduleCount(), 1u);
+  EXPECT_FALSE(forward.hasDeferred());
+  EXPECT_TRUE(backward.hasDeferred());
   // Which modules define `symbol` (as the runtime finds an entry's module).
   auto holders = [&](const std::string& symbol) {
     std::vector<size_t> found;
@@ -265,15 +269,35 @@ TEST_F(JitCache, BackwardIsCompiledAndCachedSeparately) {
   for (const char* suffix : {"_preprocess", "_convert_dq"})  // with the forward
     EXPECT_EQ(holders(b.entryStem + suffix), std::vector<size_t>{0}) << suffix;
   EXPECT_EQ(holders(backward.entry()), std::vector<size_t>{0});
-  for (const char* suffix : {"_kv", "_kv_nodq", "_q"})
-    EXPECT_EQ(holders(b.entryStem + suffix).size(), 1u) << suffix << ": in exactly one module";
+  EXPECT_EQ(holders(b.entryStem + "_kv").size(), 1u) << "_kv: in exactly one module";
+  for (const char* suffix : {"_kv_nodq", "_q"})
+    EXPECT_TRUE(holders(b.entryStem + suffix).empty()) << suffix << ": compiled before first use";
   std::string forwardCubin(forward.cubin().begin(), forward.cubin().end());
   EXPECT_EQ(forwardCubin.find(b.entryStem + "_kv"), std::string::npos);
 
-  // Warm: each comes back from its own entry, metadata included.
+  // The deferred modules: one more NVRTC run (their own programs), appended after the others.
+  const size_t made = backward.moduleCount();
+  const std::vector<char> first = backward.cubin(0);
+  ASSERT_TRUE(backward.compileDeferred()) << "compileDeferred";
+  EXPECT_FALSE(backward.hasDeferred());
+  EXPECT_EQ(JitCompiler::stats().nvrtcRuns - before.nvrtcRuns, 3);
+  ASSERT_EQ(backward.moduleCount(), made + std::min<size_t>(2, cpus));
+  EXPECT_EQ(backward.cubin(0), first);
+  for (const char* suffix : {"_kv", "_kv_nodq", "_q"})
+    EXPECT_EQ(holders(b.entryStem + suffix).size(), 1u) << suffix << ": in exactly one module";
+  for (const char* suffix : {"_kv_nodq", "_q"})
+    EXPECT_GE(holders(b.entryStem + suffix).front(), made) << suffix << ": in an appended module";
+  EXPECT_TRUE(backward.compileDeferred()) << "a second call returns the first one's status";
+  EXPECT_EQ(JitCompiler::stats().nvrtcRuns - before.nvrtcRuns, 3);
+  EXPECT_EQ(kernelFiles(dir).size(), 3u);
+  EXPECT_TRUE(forward.compileDeferred()) << "nothing deferred: success at once";
+
+  // Warm: each comes back from its own entry, metadata included, and so do the deferred modules.
   Kernel warm = jit.compileText(kSpec, target, &status, true);
   ASSERT_TRUE(status) << status.message;
-  EXPECT_EQ(JitCompiler::stats().nvrtcRuns - before.nvrtcRuns, 2);
+  EXPECT_TRUE(warm.hasDeferred());
+  ASSERT_TRUE(warm.compileDeferred());
+  EXPECT_EQ(JitCompiler::stats().nvrtcRuns - before.nvrtcRuns, 3);
   ASSERT_EQ(warm.moduleCount(), backward.moduleCount());
   for (size_t i = 0; i < warm.moduleCount(); ++i) EXPECT_EQ(warm.cubin(i), backward.cubin(i)) << i;
   EXPECT_EQ(warm.metadata().serialize(), backward.metadata().serialize());
@@ -281,6 +305,31 @@ TEST_F(JitCache, BackwardIsCompiledAndCachedSeparately) {
   ASSERT_TRUE(status) << status.message;
   EXPECT_FALSE(warmForward.hasBackward());
   EXPECT_EQ(warmForward.cubin(), forward.cubin());
+}
+
+// Threads that ask for one kernel's deferred modules at once build them once and all see them;
+// without the disk cache too.
+TEST_F(JitCache, DeferredModulesBuildOnceAcrossThreads) {
+  JitCompiler jit(JitOptions{"", false});
+  Status status;
+  Kernel kernel = jit.compileText(kSpec, target, &status, /*withBackward=*/true);
+  ASSERT_TRUE(status) << status.message;
+  ASSERT_TRUE(kernel.hasDeferred());
+  const size_t made = kernel.moduleCount();
+  const long long runs = JitCompiler::stats().nvrtcRuns;
+  std::vector<std::thread> threads;
+  std::vector<int> ok(8, 0);
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      Kernel copy = kernel;  // copies share the modules
+      ok[t] = copy.compileDeferred().ok;
+      (void)copy.moduleCount();
+    });
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(ok, std::vector<int>(8, 1));
+  EXPECT_EQ(JitCompiler::stats().nvrtcRuns - runs, 1);
+  EXPECT_GT(kernel.moduleCount(), made);
+  EXPECT_FALSE(kernel.hasDeferred());
 }
 
 // Entry groups packed into programs: every group in exactly one mask, no more masks than groups or
@@ -341,6 +390,22 @@ TEST_F(JitCache, SpillingTileFallsBack) {
   ASSERT_TRUE(status) << status.message;
   EXPECT_EQ(warm.metadata().blockKV, 112) << "the cache keeps the fallback's kernel";
   EXPECT_EQ(JitCompiler::stats().nvrtcRuns - before.nvrtcRuns, 2);
+
+  // With backward: the deferred modules are the fallback source's. A warm kernel finds that
+  // source again (its deferred modules hit the cold kernel's cache entry: no NVRTC run), rather
+  // than compiling the first, spilling source's.
+  Kernel cold = jit.compileText(spec, hopper, &status, /*withBackward=*/true);
+  ASSERT_TRUE(status) << status.message;
+  EXPECT_EQ(cold.metadata().blockKV, 112);
+  ASSERT_TRUE(cold.compileDeferred());
+  const long long runs = JitCompiler::stats().nvrtcRuns;
+  Kernel again = jit.compileText(spec, hopper, &status, /*withBackward=*/true);
+  ASSERT_TRUE(status) << status.message;
+  ASSERT_TRUE(again.compileDeferred());
+  EXPECT_EQ(JitCompiler::stats().nvrtcRuns, runs) << "the warm kernel's deferred modules were "
+                                                     "compiled again: from another source";
+  ASSERT_EQ(again.moduleCount(), cold.moduleCount());
+  for (size_t i = 0; i < again.moduleCount(); ++i) EXPECT_EQ(again.cubin(i), cold.cubin(i)) << i;
 }
 
 }  // namespace
