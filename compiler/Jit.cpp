@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <system_error>
 #include <thread>
@@ -133,6 +134,38 @@ std::string cacheKey(const std::string& cuda, const Nvrtc& nvrtc, const Target& 
   return llvm::toHex(digest, /*LowerCase=*/true);
 }
 
+// The first program that failed, as the JIT reports it; success when none did.
+Status nvrtcFailure(const std::vector<NvrtcResult>& results, const std::string& name) {
+  for (const NvrtcResult& result : results)
+    if (!result.ok)
+      return Status::error("NVRTC failed to compile the kernel for '" + name +
+                           "' (a bug in attnc):\n" + result.log);
+  return Status::success();
+}
+
+// A cache entry of compiled programs: the first program's module, then the others' (moreModules).
+void fillEntry(CacheEntry* entry, KernelMetadata metadata, std::vector<NvrtcResult>& results) {
+  entry->metadata = std::move(metadata);
+  entry->cubin = std::move(results.front().cubin);
+  entry->ptx = std::move(results.front().ptx);
+  entry->moreModules.clear();
+  for (size_t g = 1; g < results.size(); ++g)
+    entry->moreModules.push_back({std::move(results[g].cubin), std::move(results[g].ptx)});
+}
+
+// The entry under `key` from the disk cache in `cacheDir`, else from `build` (then stored); with
+// `cacheDir` "", from `build` alone. Counts the cache's hits and rebuilds (JitStats).
+Status cachedOrBuilt(const std::string& cacheDir, const std::string& key,
+                     const std::function<Status(CacheEntry*)>& build, CacheEntry* entry) {
+  if (cacheDir.empty()) return build(entry);
+  KernelCache::Outcome outcome;
+  if (Status built = KernelCache(cacheDir).getOrBuild(key, build, entry, &outcome); !built)
+    return built;
+  if (outcome.hit) ++cacheHits;
+  if (outcome.rebuilt) ++cacheRebuilds;
+  return Status::success();
+}
+
 // The build of a kernel's deferred entry groups (Kernel::compileDeferred): its own NVRTC programs,
 // through the disk cache in `cacheDir` ("" for none) under a key of their own. It holds copies of
 // what it needs (the kernel may outlive the JitCompiler); the Nvrtc lives as long as the process.
@@ -146,28 +179,12 @@ DeferredBuild deferredBuild(Nvrtc& nvrtc, std::string cuda, std::vector<int> gro
     auto build = [&](CacheEntry* entry) {
       ++nvrtcRuns;
       std::vector<NvrtcResult> results = compileEntryGroups(nvrtc, cuda, groups, name, arch, extra);
-      for (const NvrtcResult& result : results)
-        if (!result.ok)
-          return Status::error("NVRTC failed to compile the kernel for '" + name +
-                               "' (a bug in attnc):\n" + result.log);
-      entry->metadata = metadata;
-      entry->cubin = std::move(results.front().cubin);
-      entry->ptx = std::move(results.front().ptx);
-      entry->moreModules.clear();
-      for (size_t g = 1; g < results.size(); ++g)
-        entry->moreModules.push_back({std::move(results[g].cubin), std::move(results[g].ptx)});
+      if (Status failed = nvrtcFailure(results, name); !failed) return failed;
+      fillEntry(entry, metadata, results);
       return Status::success();
     };
     CacheEntry entry;
-    if (!cacheDir.empty()) {
-      KernelCache::Outcome outcome;
-      if (Status built = KernelCache(cacheDir).getOrBuild(key, build, &entry, &outcome); !built)
-        return built;
-      if (outcome.hit) ++cacheHits;
-      if (outcome.rebuilt) ++cacheRebuilds;
-    } else if (Status built = build(&entry); !built) {
-      return built;
-    }
+    if (Status built = cachedOrBuilt(cacheDir, key, build, &entry); !built) return built;
     modules->push_back({std::move(entry.cubin), std::move(entry.ptx)});
     for (CacheEntry::Module& module : entry.moreModules)
       modules->push_back({std::move(module.cubin), std::move(module.ptx)});
@@ -225,10 +242,7 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
     ++nvrtcRuns;
     std::vector<NvrtcResult> results =
         compileEntryGroups(*nvrtc, source->cuda, groupsNow(*source), spec.name, target.name, extra);
-    for (const NvrtcResult& result : results)
-      if (!result.ok)
-        return Status::error("NVRTC failed to compile the kernel for '" + spec.name +
-                             "' (a bug in attnc):\n" + result.log);
+    if (Status failed = nvrtcFailure(results, spec.name); !failed) return failed;
     // The spill fallback (Pipeline.h) on the forward entry's report: the kernel cached under this
     // spec's key is the first derived tile that does not spill (or the last one tried).
     while (forwardSpills(results, source->entry)) {
@@ -250,28 +264,16 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
       results = std::move(retried);
       options = *retry;
     }
-    entry->metadata = kernelMetadata(spec, *source, target);
-    entry->cubin = std::move(results.front().cubin);
-    entry->ptx = std::move(results.front().ptx);
-    entry->moreModules.clear();
-    for (size_t g = 1; g < results.size(); ++g)
-      entry->moreModules.push_back({std::move(results[g].cubin), std::move(results[g].ptx)});
+    fillEntry(entry, kernelMetadata(spec, *source, target), results);
     return Status::success();
   };
   CacheEntry entry;
-  if (impl_->options.useCache) {
-    KernelCache cache(cacheDirectory());
-    KernelCache::Outcome outcome;
-    if (Status built = cache.getOrBuild(
-            cacheKey(source->cuda, *nvrtc, target, withBackward, extra, groupsNow(*source)), build,
-            &entry, &outcome);
-        !built)
-      return fail(built.message);
-    if (outcome.hit) ++cacheHits;
-    if (outcome.rebuilt) ++cacheRebuilds;
-  } else if (Status built = build(&entry); !built) {
+  const std::string cacheDir = impl_->options.useCache ? cacheDirectory() : std::string();
+  if (Status built = cachedOrBuilt(
+          cacheDir, cacheKey(source->cuda, *nvrtc, target, withBackward, extra, groupsNow(*source)),
+          build, &entry);
+      !built)
     return fail(built.message);
-  }
   KernelImage image{entry.metadata, entry.cubin.data(), entry.cubin.size(), entry.ptx.c_str()};
   for (const CacheEntry::Module& module : entry.moreModules)
     image.moreModules.push_back({module.cubin.data(), module.cubin.size(), module.ptx.c_str()});
@@ -306,8 +308,7 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
                   ") are none that the compiler derives now (a bug in attnc)");
     KernelAccess::setDeferred(
         kernel, deferredBuild(*nvrtc, source->cuda, groupsDeferred(*source), spec.name, target,
-                              extra, entry.metadata,
-                              impl_->options.useCache ? cacheDirectory() : std::string()));
+                              extra, entry.metadata, cacheDir));
   }
   return kernel;
 }
