@@ -265,6 +265,18 @@ int attnc_kernel_backward(const attnc_kernel* kernel, const attnc_backward_args*
       [&](const attnc::BackwardArgs& a) { return kernel->kernel.backward(a, stream); });
 }
 
+int attnc_kernel_compile_deferred(const attnc_kernel* kernel, int32_t* has_deferred,
+                                  char** error) {
+  if (!kernel) return fail(error, "attnc_kernel_compile_deferred: kernel is null");
+  try {
+    if (has_deferred) *has_deferred = kernel->kernel.hasDeferred() ? 1 : 0;
+    attnc::Status status = kernel->kernel.compileDeferred();
+    return status ? ATTNC_OK : fail(error, status.message);
+  } catch (const std::exception& e) {
+    return fail(error, std::string("attnc: internal error: ") + e.what());
+  }
+}
+
 int64_t attnc_kernel_backward_workspace_bytes(const attnc_kernel* kernel, int64_t batch,
                                               int64_t q_len, int32_t deterministic) {
   if (!kernel) return 0;

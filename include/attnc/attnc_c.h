@@ -121,6 +121,11 @@ int attnc_kernel_backward(const attnc_kernel* kernel, const attnc_backward_args*
 /* Only the argument checks of attnc_kernel_backward (no GPU needed). */
 int attnc_kernel_backward_validate(const attnc_kernel* kernel, const attnc_backward_args* args,
                                    char** error);
+/* attnc::Kernel::compileDeferred: a JIT kernel compiled with ATTNC_COMPILE_BACKWARD compiles the
+ * deterministic mode's kernels on its first deterministic attnc_kernel_backward; this compiles
+ * them now instead (no GPU needed), once. *has_deferred (may be NULL) is set to whether there was
+ * anything to compile. ATTNC_OK at once for a kernel that defers nothing. */
+int attnc_kernel_compile_deferred(const attnc_kernel* kernel, int32_t* has_deferred, char** error);
 /* Bytes attnc_backward_args.workspace needs; 0 for a kernel without backward or bad lengths. */
 int64_t attnc_kernel_backward_workspace_bytes(const attnc_kernel* kernel, int64_t batch,
                                               int64_t q_len, int32_t deterministic);

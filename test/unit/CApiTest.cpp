@@ -109,4 +109,21 @@ TEST(CApi, ForwardAndBackwardArgumentsAreConvertedAndChecked) {
   attnc_prepared_free(nullptr);  // a no-op, as free(NULL)
 }
 
+// The deterministic mode's kernels, compiled ahead of their first launch: once, then nothing left.
+TEST(CApi, DeferredKernelsCompileOnce) {
+  CompiledKernel compiled;
+  ASSERT_TRUE(compiled.error.empty()) << compiled.error;
+  char* message = nullptr;
+  int32_t had = -1;
+  EXPECT_EQ(attnc_kernel_compile_deferred(compiled.kernel, &had, &message), ATTNC_OK)
+      << takeError(message);
+  EXPECT_EQ(had, 1) << "nothing was deferred";
+  EXPECT_EQ(attnc_kernel_compile_deferred(compiled.kernel, &had, &message), ATTNC_OK)
+      << takeError(message);
+  EXPECT_EQ(had, 0);
+  EXPECT_EQ(attnc_kernel_compile_deferred(compiled.kernel, nullptr, &message), ATTNC_OK);
+  EXPECT_NE(attnc_kernel_compile_deferred(nullptr, &had, &message), ATTNC_OK);
+  EXPECT_EQ(takeError(message), "attnc_kernel_compile_deferred: kernel is null");
+}
+
 }  // namespace
