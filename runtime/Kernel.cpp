@@ -26,6 +26,7 @@
 #include "runtime/Summaries.h"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -94,7 +95,7 @@ struct Kernel::Impl {
   struct Deferred {
     DeferredBuild build;
     std::mutex mutex;
-    bool done = false;
+    std::atomic<bool> done{false};  // also read without the mutex (hasDeferred)
     Status status;
   };
   std::unique_ptr<Deferred> deferred;
@@ -733,9 +734,7 @@ Status Kernel::compileDeferred() const {
 }
 
 bool Kernel::hasDeferred() const {
-  if (!impl_ || !impl_->deferred) return false;
-  std::lock_guard<std::mutex> once(impl_->deferred->mutex);
-  return !impl_->deferred->done;
+  return impl_ && impl_->deferred && !impl_->deferred->done.load();
 }
 
 void KernelAccess::setDeferred(Kernel& kernel, DeferredBuild build) {

@@ -294,7 +294,8 @@ public:
   // one's status; the kernel's modules then include theirs (moduleCount() grows). Success at once
   // where nothing is deferred (a kernel built ahead of time, or one without backward kernels).
   Status compileDeferred() const;
-  // Whether compileDeferred() has something left to compile.
+  // Whether compileDeferred() has something left to compile (true while a build runs; it does
+  // not wait for one).
   bool hasDeferred() const;
 
   struct Impl;
