@@ -36,22 +36,14 @@ std::vector<std::string> extraOptions() {
   return {};
 }
 
-// The entry groups the JIT compiles when a kernel is made, and those it defers to first use
-// (Kernel::compileDeferred): the deterministic backward's (kv_nodq, q), two of a backward unit's
-// four or five programs, which most callers never launch.
-bool deferredGroup(int group) {
-  return group == int(EntryGroup::BackwardKVNoDQ) || group == int(EntryGroup::BackwardQ);
-}
-std::vector<int> groupsNow(const CompiledKernel& source) {
+// The unit's entry groups that the JIT compiles when a kernel is made (`deferred` false), or those
+// it defers to first use (Kernel::compileDeferred): the deterministic backward's (kv_nodq, q), two
+// of a backward unit's four or five programs, which most callers never launch.
+std::vector<int> entryGroups(const CompiledKernel& source, bool deferred) {
   std::vector<int> groups;
   for (int g : source.entryGroups)
-    if (!deferredGroup(g)) groups.push_back(g);
-  return groups;
-}
-std::vector<int> groupsDeferred(const CompiledKernel& source) {
-  std::vector<int> groups;
-  for (int g : source.entryGroups)
-    if (deferredGroup(g)) groups.push_back(g);
+    if ((g == int(EntryGroup::BackwardKVNoDQ) || g == int(EntryGroup::BackwardQ)) == deferred)
+      groups.push_back(g);
   return groups;
 }
 
@@ -241,7 +233,7 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
   auto build = [&](CacheEntry* entry) {
     ++nvrtcRuns;
     std::vector<NvrtcResult> results =
-        compileEntryGroups(*nvrtc, source->cuda, groupsNow(*source), spec.name, target.name, extra);
+        compileEntryGroups(*nvrtc, source->cuda, entryGroups(*source, false), spec.name, target.name, extra);
     if (Status failed = nvrtcFailure(results, spec.name); !failed) return failed;
     // The spill fallback (Pipeline.h) on the forward entry's report: the kernel cached under this
     // spec's key is the first derived tile that does not spill (or the last one tried).
@@ -257,7 +249,7 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
       if (!again) break;
       ++nvrtcRuns;
       std::vector<NvrtcResult> retried =
-          compileEntryGroups(*nvrtc, again->cuda, groupsNow(*again), spec.name, target.name, extra);
+          compileEntryGroups(*nvrtc, again->cuda, entryGroups(*again, false), spec.name, target.name, extra);
       if (!std::all_of(retried.begin(), retried.end(), [](const NvrtcResult& r) { return r.ok; }))
         break;
       source = std::move(again);
@@ -270,7 +262,7 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
   CacheEntry entry;
   const std::string cacheDir = impl_->options.useCache ? cacheDirectory() : std::string();
   if (Status built = cachedOrBuilt(
-          cacheDir, cacheKey(source->cuda, *nvrtc, target, withBackward, extra, groupsNow(*source)),
+          cacheDir, cacheKey(source->cuda, *nvrtc, target, withBackward, extra, entryGroups(*source, false)),
           build, &entry);
       !built)
     return fail(built.message);
@@ -280,7 +272,7 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
   Kernel kernel = Kernel::fromImages({image}, status);
   if (!kernel) return kernel;
   ++compiles;
-  if (withBackward && !groupsDeferred(*source).empty()) {
+  if (withBackward && !entryGroups(*source, true).empty()) {
     // The deferred groups come from the source the entry was built from: on a cache hit of a
     // kernel the spill fallback made, not this first one but the fallback's, found again by its
     // tiles (the pipeline alone: milliseconds).
@@ -307,7 +299,7 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
                   std::to_string(entry.metadata.blockKV) +
                   ") are none that the compiler derives now (a bug in attnc)");
     KernelAccess::setDeferred(
-        kernel, deferredBuild(*nvrtc, source->cuda, groupsDeferred(*source), spec.name, target,
+        kernel, deferredBuild(*nvrtc, source->cuda, entryGroups(*source, true), spec.name, target,
                               extra, entry.metadata, cacheDir));
   }
   return kernel;

@@ -204,6 +204,8 @@ struct Kernel::Impl {
   // them to the first image. Not under `mutex`, which launches on other threads take meanwhile.
   Status buildDeferred() {
     if (!deferred) return Status::success();
+    // Every deterministic launch asks: once built, the status (not written again) without the lock.
+    if (deferred->done.load()) return deferred->status;
     std::lock_guard<std::mutex> once(deferred->mutex);
     if (deferred->done) return deferred->status;
     std::vector<ModuleCode> built;
