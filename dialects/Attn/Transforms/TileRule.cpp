@@ -464,7 +464,7 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
     };
     note(overBudget +
          llvm::formatv(": the head-dim split, the consumers sharing 64 kv rows and each keeping {0} "
-                       "of dK's{2} and {1} of dV's{3} columns (S^T and dP^T computed by both)",
+                       "of dK's{2} and {1} of dV's{3} columns (S^T and dP^T halved between them along the q tile)",
                        attnc::sm90::dqColumns(int(d), int(consumers)),
                        attnc::sm90::dqColumns(int(dv), int(consumers)), padded(d), padded(dv))
              .str());
@@ -502,7 +502,7 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
                            "with three)"
                          : ""));
   const char* noTurns =
-      split             ? "the head-dim split's consumers compute the same S^T and dP^T"
+      split             ? "the head-dim split's consumers wait for each other's half of P^T and dS^T"
       : problem.dropout ? "dropout: Philox outweighs the GEMMs, turns would only delay it"
       : problem.maskReadsInputs
           ? "the mask reads declared inputs: its loads outweigh the GEMMs, turns would only delay them"

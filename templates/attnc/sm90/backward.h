@@ -23,8 +23,10 @@
 //
 // With the head-dim split (Config::kSplit, bwd_config.h: hd256, whose dK and dV do not fit a
 // consumer whole) both consumers keep the same 64 kv rows and each its share of dK's and dV's
-// columns; both compute the rows' S^T, dP^T and dS^T, and each adds its dQ columns to dq_accum
-// with vector reductions from registers, in parts of 64 columns.
+// columns; each computes S^T, dP^T and dS^T for half of the q tile (wgmma N = 32), both halves of
+// P^T and dS^T meet in shared memory, from where the dV and dK GEMMs read their A operand (and dQ
+// its dS), and each adds its dQ columns to dq_accum with vector reductions from registers, in
+// parts of 64 columns.
 //
 // The probabilities are recomputed exactly as in sm80/backward.h. Rows past q_len read Q = dO = 0
 // (TMA zero fill) and LSE = +inf, so their P is 0; rows past kv_len are masked and never stored.
@@ -64,7 +66,8 @@ struct BackwardSmem {
   }
   ATTNC_DEVICE u32 dO(int stage) const { return q(stage) + u32(Config::kQBytes); }
   // dS^T buffer `buffer` of consumer `group`: the consumers' tiles of one buffer are adjacent, so
-  // they form dS^T over all the block's keys.
+  // they form dS^T over all the block's keys. (With the head-dim split, whose consumers share the
+  // block's 64 keys: group 0's is the block's dS^T, group 1's its P^T.)
   ATTNC_DEVICE u32 dsT(int buffer, int group) const {
     return q(Config::kStages) + u32((buffer * Config::kConsumers + group) * Config::kDsBytes);
   }
@@ -316,6 +319,9 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   constexpr int kN = Config::kNTiles;
   constexpr int kBlockQ = Config::kBlockQ;
   constexpr int kStages = Config::kStages;
+  // The q tile's columns of S^T and dP^T a consumer computes (n8 tiles): all, or with the
+  // head-dim split its half (the consumers share the kv rows; bwd_config.h).
+  constexpr int kSN = Config::kSplit ? kN / 2 : kN;
   constexpr int kDkN = 8 * Config::kDkTiles;  // wgmma N of this consumer's dK (and dV below)
   constexpr int kDvN = 8 * Config::kDvTiles;
   const BwdParams& p = pt.base;
@@ -386,6 +392,8 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   const int kvRow = groupKv + 16 * warp + (lane >> 2);
   const int tileRow = 16 * warp + (lane >> 2);  // the same row inside the warpgroup's 64
   const int colInQuad = 2 * (lane & 3);
+  // The first of this consumer's q columns of S^T (kSN).
+  const int sCol0 = Config::kSplit ? 8 * kSN * group : 0;
   // (Shuffled from lane 0, which ptxas takes as warp-uniform: the descriptors built from them are
   // then made in uniform registers rather than moved there by R2UR at every wgmma step.)
   const u32 kTile = __shfl_sync(0xffffffffu, smem.k() + u32(64 * rowGroup * kSwizzleRowBytes), 0);
@@ -433,7 +441,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
 #pragma unroll
     for (int kk = 0; kk < Config::kDqSteps; ++kk)
       WgmmaSS<Element, kDqPartN>::template run<1, 1>(
-          flat(dq), mnMajorDescriptor(smem.dsT(buffer, Config::kSplit ? group : 0), 64, kk),
+          flat(dq), mnMajorDescriptor(smem.dsT(buffer, 0), 64, kk),
           mnMajorDescriptor(kBase + u32(part * Config::kBlockKV * kSwizzleRowBytes),
                             Config::kBlockKV, kk),
           kk > 0);
@@ -525,14 +533,19 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
 
     // S^T = K Q^T and dP^T = V dO^T, two groups: this consumer's rows of K (V) against the q
     // tile's rows of Q (dO), both K-major.
-    float s[1][kN][4], dp[1][kN][4];
+    // With the split, this consumer's half of the q tile's rows (sCol0, an atom boundary).
+    float s[1][kSN][4], dp[1][kSN][4];
+    const u32 sRows = u32(sCol0 * kSwizzleRowBytes);
     wgmmaFence();
-    gemmKMajor<Element, kBlockQ, Config::kQKSteps>(flat(s), kTile, Config::kBlockKV, qTile, kBlockQ);
-    gemmKMajor<Element, kBlockQ, Config::kVSteps>(flat(dp), vTile, Config::kBlockKV, doTile, kBlockQ);
+    gemmKMajor<Element, 8 * kSN, Config::kQKSteps>(flat(s), kTile, Config::kBlockKV, qTile + sRows,
+                                                   kBlockQ);
+    gemmKMajor<Element, 8 * kSN, Config::kVSteps>(flat(dp), vTile, Config::kBlockKV,
+                                                  doTile + sRows, kBlockQ);
     passTurn();
     // While they run: the dropout decisions of this lane's elements, bit (ni * 2 + r) * 2 + j.
-    const u32 keepBits = Variant::kHasDropout ? dropoutKeepBits<kN>(p, batchHead, dropThreshold, q0,
-                                                                    kvRow, colInQuad, lane)
+    const u32 keepBits = Variant::kHasDropout ? dropoutKeepBits<kSN>(p, batchHead, dropThreshold,
+                                                                     q0 + sCol0, kvRow, colInQuad,
+                                                                     lane)
                                               : 0u;
 
     // The warpgroup's part of the tile may be empty or full for its 64 rows alone.
@@ -550,7 +563,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     // runs only on tiles it cuts (a warp-uniform choice between two copies of the loop).
     wgmmaWait<1>();
     fenceRegisters(flat(s));
-    float pd[1][kN][4];
+    float pd[1][kSN][4];
     const bool rowKept[2] = {groupClass != Tri::False && kvRow < p.kv_len,
                              groupClass != Tri::False && kvRow + 8 < p.kv_len};
     const auto probabilities = [&](auto masked) {
@@ -570,10 +583,10 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
         }
       }
 #pragma unroll
-      for (int ni = 0; ni < kN; ++ni)
+      for (int ni = 0; ni < kSN; ++ni)
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-          const int qLocal = 8 * ni + colInQuad + j;
+          const int qLocal = sCol0 + 8 * ni + colInQuad + j;
           const int q = q0 + qLocal;
           const float lse2 = loadSharedF32(stats + u32(4 * qLocal));
           typename SplitOf::template Parts<kHasSplit>::Row maskRow;
@@ -587,7 +600,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
             float grad;
             if constexpr (sm80::bwd::BackwardPositions<Variant>::value)
               grad = sm80::bwd::scoreWithGrad<Variant>(p, x, b, h,
-                                                       expr::Pos{q0 + colInQuad, 8 * ni + j},
+                                                       expr::Pos{q0 + sCol0 + colInQuad, 8 * ni + j},
                                                        expr::Pos{kvRow, 8 * r});
             else
               grad = sm80::bwd::scoreWithGrad<Variant>(p, x, b, h, q, kv);
@@ -612,53 +625,101 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
       probabilities(Flag<Variant::kHasMask>());
     else
       probabilities(Flag<false>());
-    u32 pA[1][Config::kPSteps][4];
-    sm80::warp::packP<Element>(pA, pd);
-    wgmmaFence();
-    gemmRegsMNMajor<Element, kDvN>(flat(dv), pA[0], doTile + doColumns, kBlockQ);
-
-    // dS^T = P score' (dP^T dropped and rescaled - delta): the A operand of dK += dS^T Q.
-    wgmmaWait<1>();  // dP^T is done; dV's GEMM may still run
-    fenceRegisters(flat(dp));
+    // dS^T = P score' (dP^T dropped and rescaled - delta), into dp: the A operand of dK += dS^T Q
+    // (and, through shared memory, of dQ = dS K).
+    const auto dsFromDp = [&]() {
 #pragma unroll
-    for (int ni = 0; ni < kN; ++ni)
+      for (int ni = 0; ni < kSN; ++ni)
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int qLocal = 8 * ni + colInQuad + j;
-        const float delta = loadSharedF32(stats + u32(4 * (kBlockQ + qLocal)));
+        for (int j = 0; j < 2; ++j) {
+          const int qLocal = sCol0 + 8 * ni + colInQuad + j;
+          const float delta = loadSharedF32(stats + u32(4 * (kBlockQ + qLocal)));
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float d = dp[0][ni][2 * r + j];
-          if constexpr (Variant::kHasDropout) {
-            const int e = (ni * 2 + r) * 2 + j;
-            d = (keepBits >> e) & 1u ? d * dropScale : 0.0f;
+          for (int r = 0; r < 2; ++r) {
+            float d = dp[0][ni][2 * r + j];
+            if constexpr (Variant::kHasDropout) {
+              const int e = (ni * 2 + r) * 2 + j;
+              d = (keepBits >> e) & 1u ? d * dropScale : 0.0f;
+            }
+            dp[0][ni][2 * r + j] = s[0][ni][2 * r + j] * (d - delta);
           }
-          dp[0][ni][2 * r + j] = s[0][ni][2 * r + j] * (d - delta);
         }
-      }
-    u32 dsA[1][Config::kPSteps][4];
-    sm80::warp::packP<Element>(dsA, dp);
-    if constexpr (WriteDQ) {
-      // dS^T into this consumer's tile of buffer iteration % 2 (128-byte swizzle: 16-byte chunk c
-      // of row r at c ^ (r % 8)), once every consumer's dQ GEMM of two tiles ago is done with it.
-      // Word i of the packed step kk holds n8 tile 2 kk + i / 2, row half i % 2.
+    };
+    if constexpr (Config::kSplit) {
+      // The head-dim split: each consumer has P^T and dS^T of its half of the q tile; both halves
+      // go into the buffer's shared tiles (P^T in the second consumer's dS^T slot, unused with the
+      // split), and dV and dK read them from there once the other consumer's half is in.
+      wgmmaWait<0>();  // dP^T too
+      fenceRegisters(flat(dp));
+      u32 pA[1][kSN / 2][4];
+      sm80::warp::packP<Element>(pA, pd);
+      dsFromDp();
+      u32 dsA[1][kSN / 2][4];
+      sm80::warp::packP<Element>(dsA, dp);
       const int buffer = iteration & 1;
       mbarrierWait(smem.dsEmpty(buffer), (u32(iteration >> 1) & 1u) ^ 1u);
-      const u32 dsTile = smem.dsT(buffer, group);
+      const u32 dsTile = smem.dsT(buffer, 0), pTile = smem.dsT(buffer, 1);
+      // 128-byte swizzle: 16-byte chunk c of row r at c ^ (r % 8); this consumer's chunks from
+      // sCol0 / 8. Word i of the packed step kk holds n8 tile 2 kk + i / 2, row half i % 2.
 #pragma unroll
-      for (int kk = 0; kk < Config::kPSteps; ++kk)
+      for (int kk = 0; kk < kSN / 2; ++kk)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int row = tileRow + 8 * (i & 1), ni = 2 * kk + (i >> 1);
-          sm80::storeShared32(
-              dsTile + u32(row * kSwizzleRowBytes + ((ni ^ (row & 7)) * 16) + 4 * (lane & 3)),
-              dsA[0][kk][i]);
+          const int row = tileRow + 8 * (i & 1), ni = sCol0 / 8 + 2 * kk + (i >> 1);
+          const u32 at = u32(row * kSwizzleRowBytes + ((ni ^ (row & 7)) * 16) + 4 * (lane & 3));
+          sm80::storeShared32(pTile + at, pA[0][kk][i]);
+          sm80::storeShared32(dsTile + at, dsA[0][kk][i]);
         }
       fenceProxyAsync();
       mbarrierArrive(smem.dsFull(buffer));
+      mbarrierWait(smem.dsFull(buffer), u32(iteration >> 1) & 1u);
+      // dV += P^T dO and dK += dS^T Q over the whole q tile: A K-major from the shared tiles, B
+      // this consumer's columns, MN-major.
+      wgmmaFence();
+#pragma unroll
+      for (int kk = 0; kk < Config::kPSteps; ++kk)
+        WgmmaSS<Element, kDvN>::template run<0, 1>(
+            flat(dv), kMajorDescriptor(pTile, 64, kk),
+            mnMajorDescriptor(doTile + doColumns, kBlockQ, kk), 1);
+#pragma unroll
+      for (int kk = 0; kk < Config::kPSteps; ++kk)
+        WgmmaSS<Element, kDkN>::template run<0, 1>(
+            flat(dk), kMajorDescriptor(dsTile, 64, kk),
+            mnMajorDescriptor(qTile + qColumns, kBlockQ, kk), 1);
+      wgmmaCommit();
+    } else {
+      u32 pA[1][Config::kPSteps][4];
+      sm80::warp::packP<Element>(pA, pd);
+      wgmmaFence();
+      gemmRegsMNMajor<Element, kDvN>(flat(dv), pA[0], doTile + doColumns, kBlockQ);
+
+      wgmmaWait<1>();  // dP^T is done; dV's GEMM may still run
+      fenceRegisters(flat(dp));
+      dsFromDp();
+      u32 dsA[1][Config::kPSteps][4];
+      sm80::warp::packP<Element>(dsA, dp);
+      if constexpr (WriteDQ) {
+        // dS^T into this consumer's tile of buffer iteration % 2 (128-byte swizzle: 16-byte chunk c
+        // of row r at c ^ (r % 8)), once every consumer's dQ GEMM of two tiles ago is done with it.
+        // Word i of the packed step kk holds n8 tile 2 kk + i / 2, row half i % 2.
+        const int buffer = iteration & 1;
+        mbarrierWait(smem.dsEmpty(buffer), (u32(iteration >> 1) & 1u) ^ 1u);
+        const u32 dsTile = smem.dsT(buffer, group);
+#pragma unroll
+        for (int kk = 0; kk < Config::kPSteps; ++kk)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int row = tileRow + 8 * (i & 1), ni = 2 * kk + (i >> 1);
+            sm80::storeShared32(
+                dsTile + u32(row * kSwizzleRowBytes + ((ni ^ (row & 7)) * 16) + 4 * (lane & 3)),
+                dsA[0][kk][i]);
+          }
+        fenceProxyAsync();
+        mbarrierArrive(smem.dsFull(buffer));
+      }
+      wgmmaFence();
+      gemmRegsMNMajor<Element, kDkN>(flat(dk), dsA[0], qTile + qColumns, kBlockQ);
     }
-    wgmmaFence();
-    gemmRegsMNMajor<Element, kDkN>(flat(dk), dsA[0], qTile + qColumns, kBlockQ);
 
     if constexpr (WriteDQ) {
       // dQ of the previous q tile (issued a tile late so that the consumers need not wait for each
@@ -672,6 +733,9 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     wgmmaWait<0>();
     fenceRegisters(flat(dk));
     fenceRegisters(flat(dv));
+    // (the deterministic kernel's split: the buffer's tiles are read; with WriteDQ its dQ GEMM
+    // releases it, a tile later)
+    if constexpr (Config::kSplit && !WriteDQ) mbarrierArrive(smem.dsEmpty(iteration & 1));
     if (marks && group == 0 && iteration == 0) timelineMark(p, kBwdTimelineFirstTile);
     const int batch = batchNow();  // read while the stage's slot is still held
     mbarrierArrive(smem.empty(stage));  // Q, dO and the stats of this stage are read

@@ -32,8 +32,12 @@ ATTNC_HD constexpr int dqColumns(int headDim, int consumers) {
 // The head-dim split (Split): where a consumer cannot hold dK and dV of its 64 kv rows over the
 // whole head dims (hd256: 256 registers a thread for them alone; hd160-192: 160-192), the
 // consumers share the same 64 kv rows and each keeps the dK and dV columns of its dqColumns()
-// share, as it does for dQ. Each then computes S^T and dP^T of the 64 rows in full (the same
-// product twice: 7 GEMMs' work for 5), and no consumer waits for another's. A share is whole
+// share, as it does for dQ. Each computes S^T, dP^T and dS^T for half of the q tile's columns
+// (wgmma N = 32), and both halves of P^T and dS^T meet in shared memory, where both consumers'
+// dV, dK and dQ GEMMs read them (each consumer waits for the other's half every q tile). Until
+// 2026-12-03 each consumer computed S^T and dP^T in full (7 GEMMs' work for 5, no waiting);
+// halving them measured hd256 full +9.6%, causal +5.1%, hd192 causal +5.9% on the H200
+// (docs/perf/H200-backward.md). A share is whole
 // 64-column chunks of the tiles: a head dim of an odd number of chunks (129-192) is padded with
 // one more chunk in shared memory, which TMA never writes and the kernel zeroes once
 // (backward.h zeroPaddingChunks), so the last consumer's dK, dV and dQ GEMMs also run over zero
@@ -54,7 +58,8 @@ ATTNC_HD constexpr bool splitFits(int headDim, int headDimV, int consumers) {
 
 // Shared memory: 1024 bytes of alignment slack; the block's K and V (kept for the whole loop); per
 // stage a Q and a dO tile (128-byte-swizzled boxes 64 elements wide) and their LSE and delta rows;
-// two buffers of dS^T, one 64 x 64 tile per consumer each; one fp32 dQ tile (64 x dqColumns) per
+// two buffers of dS^T, one 64 x 64 tile per consumer each (with the split, whose consumers share
+// their rows: the block's dS^T and P^T); one fp32 dQ tile (64 x dqColumns) per
 // consumer, except with the split (its dQ goes to dq_accum by vector reductions from registers:
 // hd256's tiles leave no room for it); per stage two mbarriers and a schedule slot, K/V's mbarrier
 // and two per dS^T buffer.
@@ -83,7 +88,8 @@ ATTNC_HD constexpr int bwdConsumerRegisters(int headDim, int headDimV, bool spli
 // +2-3%, hd64 causal +2.5%; but document -3%, dropout -3%, softcap -2% and ALiBi -0.6% (and 474 ->
 // 458 TFLOP/s across runs), whose elementwise steps (the mask's input reads, Philox, the score
 // hook and its derivative) outweigh the GEMMs, so the turns only delay them. Not with the head-dim
-// split, whose consumers compute the same S^T and dP^T (with turns it spilled 4 bytes at hd256).
+// split, whose consumers wait for each other's half of P^T and dS^T every q tile (and with turns
+// it had spilled 4 bytes at hd256, when both computed the whole S^T and dP^T).
 // `attnc explain --backward` prints the choice.
 ATTNC_HD constexpr bool bwdPingPong(bool split, bool dropout, bool maskReadsInputs, bool scoreHook) {
   return !split && !dropout && !maskReadsInputs && !scoreHook;
