@@ -422,6 +422,10 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   constexpr int kDqParts = Config::kSplit ? Config::kDqN / kChunkElements : 1;
   constexpr int kDqPartN = Config::kDqN / kDqParts;
   float dq[1][kDqPartN / 8][4];
+  // With the split in two parts (hd160-256 with WriteDQ): the second part's accumulators, whose
+  // GEMM is issued beside the first's, so that it runs while the first part's reductions do.
+  constexpr bool kLateDq = WriteDQ && Config::kSplit && kDqParts == 2;
+  float dqLate[1][kDqPartN / 8][4];
   const int dqCol0 = group * Config::kDqN;
   const u32 kColumns = __shfl_sync(
       0xffffffffu,
@@ -432,7 +436,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   // that read declared inputs or a score hook.
   constexpr bool kPingPong = bwdPingPong(Config::kSplit, Variant::kHasDropout,
                                          VariantTileClasses<Variant>::value, Variant::kHasScore);
-  const auto issueDQ = [&](int buffer, int part) {
+  const auto issueDQ = [&](auto& acc, int buffer, int part) {
     // K's descriptors from a laundered base, made again at each call: hoisted out of the loop they
     // stayed live through it and spilled with the ping-pong's barriers.
     u32 kBase = kColumns;
@@ -441,7 +445,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
 #pragma unroll
     for (int kk = 0; kk < Config::kDqSteps; ++kk)
       WgmmaSS<Element, kDqPartN>::template run<1, 1>(
-          flat(dq), mnMajorDescriptor(smem.dsT(buffer, 0), 64, kk),
+          flat(acc), mnMajorDescriptor(smem.dsT(buffer, 0), 64, kk),
           mnMajorDescriptor(kBase + u32(part * Config::kBlockKV * kSwizzleRowBytes),
                             Config::kBlockKV, kk),
           kk > 0);
@@ -476,7 +480,8 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   };
   // With the split: the same columns added to dq_accum straight from the registers, one vector
   // reduction of 4 floats per n8 tile, lane pairs swapping halves (bwd_config.h DqPairReduction).
-  const auto reduceDQFromRegisters = [&](int batch, int head, int tileQ0, int part) {
+  const auto reduceDQFromRegisters = [&](const auto& dq, int batch, int head, int tileQ0,
+                                         int part) {
     using Pair = DqPairReduction;
     const bool odd = Pair::odd(lane);
     const int row = 16 * warp + Pair::row(lane);
@@ -728,9 +733,13 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
       // under a condition: ptxas would serialize them all).
       if (iteration > 0)
         mbarrierWait(smem.dsFull((iteration - 1) & 1), u32((iteration - 1) >> 1) & 1u);
-      issueDQ((iteration - 1) & 1, 0);
+      issueDQ(dq, (iteration - 1) & 1, 0);
+      if constexpr (kLateDq) issueDQ(dqLate, (iteration - 1) & 1, 1);
     }
-    wgmmaWait<0>();
+    if constexpr (kLateDq)
+      wgmmaWait<1>();  // dV, dK and dQ's first part (the second may still run)
+    else
+      wgmmaWait<0>();
     fenceRegisters(flat(dk));
     fenceRegisters(flat(dv));
     // (the deterministic kernel's split: the buffer's tiles are read; with WriteDQ its dQ GEMM
@@ -741,14 +750,22 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     mbarrierArrive(smem.empty(stage));  // Q, dO and the stats of this stage are read
     if constexpr (WriteDQ) {
       fenceRegisters(flat(dq));
-      if constexpr (Config::kSplit) {
-        if (iteration > 0) reduceDQFromRegisters(batch, previousHead, previousQ0, 0);
+      if constexpr (kLateDq) {
+        if (iteration > 0) reduceDQFromRegisters(dq, batch, previousHead, previousQ0, 0);
+        wgmmaWait<0>();
+        fenceRegisters(flat(dqLate));
+        if (iteration > 0) {
+          mbarrierArrive(smem.dsEmpty((iteration - 1) & 1));
+          reduceDQFromRegisters(dqLate, batch, previousHead, previousQ0, 1);
+        }
+      } else if constexpr (Config::kSplit) {
+        if (iteration > 0) reduceDQFromRegisters(dq, batch, previousHead, previousQ0, 0);
 #pragma unroll
         for (int part = 1; part < kDqParts; ++part) {
-          issueDQ((iteration - 1) & 1, part);
+          issueDQ(dq, (iteration - 1) & 1, part);
           wgmmaWait<0>();
           fenceRegisters(flat(dq));
-          if (iteration > 0) reduceDQFromRegisters(batch, previousHead, previousQ0, part);
+          if (iteration > 0) reduceDQFromRegisters(dq, batch, previousHead, previousQ0, part);
         }
         if (iteration > 0) mbarrierArrive(smem.dsEmpty((iteration - 1) & 1));
       } else if (iteration > 0) {
@@ -771,12 +788,12 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
     if (previousHead >= 0) mbarrierWait(smem.dsFull(last & 1), u32(last >> 1) & 1u);
 #pragma unroll
     for (int part = 0; part < kDqParts; ++part) {
-      issueDQ(last & 1, part);
+      issueDQ(dq, last & 1, part);
       wgmmaWait<0>();
       fenceRegisters(flat(dq));
       if (previousHead >= 0) {
         if constexpr (Config::kSplit)
-          reduceDQFromRegisters(batchNow(), previousHead, previousQ0, part);
+          reduceDQFromRegisters(dq, batchNow(), previousHead, previousQ0, part);
         else
           reduceDQ(batchNow(), previousHead, previousQ0);
       }
