@@ -68,6 +68,9 @@ def rows(quick):
     out.append(Row("ALiBi causal hd128 N=4K", 128, 16, 16, 4096, mask="causal", alibi=True))
     out.append(Row("softcap 30 causal hd128 N=4K", 128, 16, 16, 4096, mask="causal", softcap=30.0))
     out.append(Row("dropout 0.1 causal hd128 N=4K", 128, 16, 16, 4096, mask="causal", dropout=0.1))
+    # The sm_90a backward's head-dim split with an epilogue (since 2026-12-03); no target.
+    out.append(Row("softcap 30 causal hd256 N=4K", 256, 8, 8, 4096, mask="causal", softcap=30.0))
+    out.append(Row("dropout 0.1 causal hd256 N=4K", 256, 8, 8, 4096, mask="causal", dropout=0.1))
     return out
 
 

@@ -20,8 +20,11 @@ TARGETS_TEXT = {
 
 def target_of(row, backward=False):
     """(peer, factor) the row must reach, forward or backward, or None for rows without a target
-    (N < 4K; in the backward also hd64, hd256 and GQA)."""
+    (N < 4K; variant and dropout rows other than hd128's; in the backward also hd64, hd256 and
+    GQA)."""
     name = row["row"]
+    if name.startswith(("dropout",) + VARIANTS) and "hd128" not in name:
+        return None  # the variant rows at other head dims (hd256: the backward's split) have none
     if name.startswith("dropout"):
         return "cudnn", 1.5
     if name.startswith(VARIANTS):

@@ -190,11 +190,13 @@ attn.tiled_forward @hopper_hd192 attributes {dropout = 0.0, element_type = bf16,
 
 // -----
 
-// sm_90a at head dim 256 with softcap: its derivative depends on the score, which the split
-// kernel has no registers for (12 bytes spilled): the sm80 kernel serves.
+// sm_90a at head dim 256 with softcap, whose derivative depends on the score: the head-dim split
+// serves it since its consumers compute half of S^T and dP^T each (before, it spilled 12 bytes and
+// the sm80 kernel served).
 // HOPPER-LABEL: attn.tiled_backward @hopper_hd256_softcap_bwd
-// HOPPER-SAME: and no head-dim split
-// HOPPER-SAME: kv_kernel = "sm80"
+// HOPPER-SAME: the head-dim split, the consumers sharing 64 kv rows
+// HOPPER-SAME: hopper_split = 1 : i64
+// HOPPER-SAME: kv_kernel = "sm90"
 attn.tiled_forward @hopper_hd256_softcap attributes {dropout = 0.0, element_type = bf16, head_dim = 256,
     head_dim_v = 256, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.0625,
     kernel = "sm90", block_q = 128, block_kv = 64, warps = 12, stages = 2, smem_bytes = 230528,

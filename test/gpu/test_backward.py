@@ -30,7 +30,9 @@ def plan(subset):
                 # the sm_90a dK/dV kernel's head-dim split (bwd_config.h)
                 ("causal", 256, "bf16", [(129, 300)], 1),
                 # the split over three chunks padded to four (hd192)
-                ("causal", 192, "bf16", [(300, 129)], 1)]
+                ("causal", 192, "bf16", [(300, 129)], 1),
+                # the split with a mask that reads declared inputs
+                ("document_causal", 256, "bf16", [(129, 300)], 1)]
     lens = [(1, 1), (17, 17), (127, 1000), (1000, 127), (1000, 1000)]
     groups = []
     for hd in (32, 64, 72, 96, 128, 136, 160, 192, 256):
@@ -48,6 +50,14 @@ def plan(subset):
     # Head dim 256 with an epilogue: the backward KV kernel's 32-row kept tile (2 x 4 warps).
     groups.append(("document_causal", 256, "bf16", [(129, 1000), (1000, 1000)], 1))
     groups.append(("dropout0.1", 256, "bf16", [(300, 300)], 1))
+    # The head-dim split with the epilogues it takes since 2026-12-03 (TileRule.cpp): a score whose
+    # derivative depends on it, a mask the rule charges 16 registers, per-head input reads,
+    # dropout in fp16 over the padded chunks, a window.
+    groups.append(("softcap", 256, "bf16", [(129, 1000), (1000, 1000)], 1))
+    groups.append(("custom_mask", 192, "bf16", [(1000, 129), (1000, 1000)], 1))
+    groups.append(("head_document", 160, "bf16", [(129, 1000)], 1))
+    groups.append(("dropout0.3", 192, "fp16", [(300, 300)], 1))
+    groups.append(("window64", 256, "bf16", [(1000, 1000)], 1))
     # head_dim_v != head_dim (a (d, d_v) pair): V, O and dO are d_v wide.
     groups.append(("causal", (128, 64), "bf16", [(17, 17), (127, 1000), (1000, 1000)], 2))
     groups.append(("causal", (64, 128), "bf16", [(17, 17), (1000, 127), (1000, 1000)], 2))

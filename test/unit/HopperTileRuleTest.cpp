@@ -223,11 +223,18 @@ TEST(HopperTileRule, BackwardTakesTheWgmmaKernelWhereItsRegistersFit) {
                     attnc::sm90::BwdConfig<attnc::bf16, 256, 256, 2, 2, true>::kDkTiles == 16 &&
                     attnc::sm90::BwdConfig<attnc::bf16, 256, 256, 2, 2, true>::kSmemBytes == 231528,
                 "hd256's split: 64 kv rows, 128 columns of dK and dV a consumer");
-  // Dropout, input reads or a score derivative that depends on the score spilled with the split:
-  // the sm80 kernel serves them.
-  TileProblem heavy = hd256;
-  heavy.backwardHeavyEpilogue = true;
-  EXPECT_EQ(deriveBackwardTiles(heavy, target)->kvKernel, "sm80");
+  // Dropout, masks that read inputs and score hooks take the split too (they spilled while both
+  // consumers computed the whole S^T and dP^T), and so does an epilogue the model charges 16
+  // registers (192 + 32 + 16 = 240); one charged 24 does not fit it.
+  TileProblem dropout = hd256;
+  dropout.dropout = true;
+  EXPECT_EQ(deriveBackwardTiles(dropout, target)->kvKernel, "sm90");
+  EXPECT_TRUE(deriveBackwardTiles(dropout, target)->hopperSplit);
+  TileProblem charged = hd256;
+  charged.hopperBackwardExtra = 16;
+  EXPECT_TRUE(deriveBackwardTiles(charged, target)->hopperSplit);
+  charged.hopperBackwardExtra = 24;
+  EXPECT_EQ(deriveBackwardTiles(charged, target)->kvKernel, "sm80");
   // Three 64-column chunks are padded to four (the fourth zeroed in shared memory): hd192 takes
   // the split with hd256's shared memory, its consumers 128 columns each.
   TileProblem hd192{192, 192, 2, 0, 0, 0, 0};

@@ -56,14 +56,9 @@ struct AttnDeriveBackward final : mlir::attn::impl::AttnDeriveBackwardBase<AttnD
       int64_t maskLoads = 0;
       if (!forward.getMask().empty()) forward.getMask().walk([&](LoadOp) { ++maskLoads; });
       problem.hopperBackwardExtra = maskLoads ? 0 : (maskOps > 8 ? 4 * (maskOps - 8) : 0);
-      problem.backwardHeavyEpilogue = dropout || loads > 0;
       problem.dropout = dropout;
       problem.maskReadsInputs = maskLoads > 0;
       problem.scoreHook = !forward.getScore().empty();
-      if (problem.scoreHook)
-        forEachOpDependingOn(forward.getScore().front(), {0u}, [&](Operation& inner) {
-          if (!isa<arith::AddFOp, arith::SubFOp, YieldOp>(inner)) problem.backwardHeavyEpilogue = true;
-        });
       TileTarget target{forward.getTarget().str(), smemPerBlock, smemPerBlock, regsPerThread};
       FailureOr<BackwardTileChoice> tiles = deriveBackwardTiles(problem, target);
       if (failed(tiles)) {

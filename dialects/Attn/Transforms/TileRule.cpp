@@ -425,15 +425,14 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
   // The head-dim split (bwd_config.h: the consumers share 64 kv rows, each keeping its share of
   // dK's and dV's columns) where the plain kernel does not fit: only where dK and dV are what does
   // not fit (the plain kernel without the epilogue), in whole 64-column chunks per consumer (three
-  // chunks padded to four, bwd_config.h splitChunks), and without a heavy epilogue: the split
-  // kernel's dQ reductions take what the plain kernel leaves an epilogue. Calibrated with ptxas
-  // (CUDA 13.0) at hd256: a causal, window, prefix, ALiBi or additive score compiles without
-  // spills; dropout (4 bytes), softcap (12) and document (32) spilled, and a large mask at hd128
-  // (custom_mask) spilled 8; hd136, 160, 192 and (192, 128) compile without spills too.
+  // chunks padded to four, bwd_config.h splitChunks). Calibrated with ptxas (CUDA 13.0) at
+  // hd136-256 and (192, 128), bf16 and fp16: causal, window, prefix, ALiBi, additive and tanh
+  // scores, dropout and document masks compile without spills (until 2026-12-03, when each
+  // consumer computed the whole S^T and dP^T, dropout, softcap and document spilled and took the
+  // sm80 kernel); a mask whose epilogue the model charges (custom_mask: 16) goes over 240.
   const bool tryingSplit = plainNeeded > available;
   const bool splitAllowed = tryingSplit && attnc::sm90::splitFits(int(d), int(dv), int(consumers)) &&
-                            plainModel + kHopperBwdReserveRegisters > available &&
-                            !problem.backwardHeavyEpilogue;
+                            plainModel + kHopperBwdReserveRegisters > available;
   const int64_t splitModel = attnc::sm90::bwdConsumerRegisters(int(d), int(dv), true);
   const bool split = splitAllowed && splitModel + reserve <= available;
   // Where the plain kernel does not fit: the registers it would need, then what serves instead.
@@ -448,8 +447,7 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
          (splitAllowed
               ? llvm::formatv("and {0} with the head-dim split", splitModel + reserve).str()
               : std::string("and no head-dim split (it serves where dK and dV alone are what does "
-                            "not fit, in whole 64-column chunks per consumer, without dropout, "
-                            "input reads or a score derivative that depends on the score)")) +
+                            "not fit, in whole 64-column chunks per consumer)")) +
          ": the sm80 dK/dV kernel below serves");
     return;
   }

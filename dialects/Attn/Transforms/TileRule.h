@@ -31,11 +31,6 @@ struct TileProblem {
   // Operations in the mask region (without its yield): the sm_90a rule's lighter reserve for three
   // consumers holds only for a causal mask (3) or none.
   int64_t maskOps = 0;
-  // For the backward (attn-derive-backward): whether its recomputed epilogue holds registers
-  // beyond a mask's comparisons: dropout, reads of declared inputs, or a score whose derivative
-  // depends on the score (an operation on it other than an addition or subtraction: softcap). The
-  // head-dim split of the sm_90a dK/dV kernel is taken only without them.
-  bool backwardHeavyEpilogue = false;
   // The sm_90a backward dK/dV kernel: registers its recomputed epilogue needs beyond the
   // accumulators (see attn-derive-backward), or -1 when it cannot run there at all.
   int64_t hopperBackwardExtra = 0;

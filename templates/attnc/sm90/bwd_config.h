@@ -77,9 +77,13 @@ ATTNC_HD constexpr int bwdSmemBytes(int headDim, int headDimV, int consumers, in
 // columns over 128 threads), then the larger of the dS step (S^T and dP^T accumulators, 64 x 64
 // each, and the packed dS^T) and the dQ step (its 64 x dqColumns / 128 accumulators and the packed
 // dS^T that dK's GEMM still reads).
+// With the split, S^T and dP^T are 64 x 32 (half the q tile), P^T and dS^T leave through shared
+// memory, and the dQ step holds both parts of the consumer's columns (backward.h kLateDq).
 ATTNC_HD constexpr int bwdConsumerRegisters(int headDim, int headDimV, bool split = false) {
   return (bwdColumns(headDim, kBwdConsumers, split) + bwdColumns(headDimV, kBwdConsumers, split)) / 2 +
-         maxOf(kBwdBlockQ + kBwdBlockQ / 4, dqColumns(headDim, kBwdConsumers) / 2 + kBwdBlockQ / 4);
+         (split ? maxOf(kBwdBlockQ / 2 + kBwdBlockQ / 4, dqColumns(headDim, kBwdConsumers) / 2)
+                : maxOf(kBwdBlockQ + kBwdBlockQ / 4,
+                        dqColumns(headDim, kBwdConsumers) / 2 + kBwdBlockQ / 4));
 }
 
 // Whether the dK/dV kernel's two consumers take turns issuing their GEMMs (ping-pong, backward.h),
