@@ -230,31 +230,38 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
   if (!nvrtc) return fail("cannot compile '" + spec.name + "' to a cubin: " + error);
   const std::vector<std::string> extra = extraOptions();
 
-  auto build = [&](CacheEntry* entry) {
+  // The spill fallback's next candidate after `from` (Pipeline.h spillRetry: the next smaller
+  // tile), with its options in *retried; none when no tile is left to try.
+  const auto nextCandidate = [&](const CompiledKernel& from, CompileOptions* retried) {
+    std::lock_guard<std::mutex> lock(impl_->pipelineMutex);
+    std::optional<CompiledKernel> again;
+    std::optional<CompileOptions> retry = impl_->pipeline.spillRetry(spec, target, options, from);
+    Diagnostics ignored;
+    if (retry) again = impl_->pipeline.compile(spec, target, Stage::CUDA, *retry, ignored);
+    if (again) *retried = *retry;
+    return again;
+  };
+  // The programs of the entry groups made with the kernel.
+  const auto compileNow = [&](const CompiledKernel& from) {
     ++nvrtcRuns;
-    std::vector<NvrtcResult> results =
-        compileEntryGroups(*nvrtc, source->cuda, entryGroups(*source, false), spec.name, target.name, extra);
+    return compileEntryGroups(*nvrtc, from.cuda, entryGroups(from, false), spec.name, target.name,
+                              extra);
+  };
+
+  auto build = [&](CacheEntry* entry) {
+    std::vector<NvrtcResult> results = compileNow(*source);
     if (Status failed = nvrtcFailure(results, spec.name); !failed) return failed;
     // The spill fallback (Pipeline.h) on the forward entry's report: the kernel cached under this
     // spec's key is the first derived tile that does not spill (or the last one tried).
     while (forwardSpills(results, source->entry)) {
-      std::optional<CompileOptions> retry;
-      std::optional<CompiledKernel> again;
-      {
-        std::lock_guard<std::mutex> lock(impl_->pipelineMutex);
-        retry = impl_->pipeline.spillRetry(spec, target, options, *source);
-        Diagnostics ignored;
-        if (retry) again = impl_->pipeline.compile(spec, target, Stage::CUDA, *retry, ignored);
-      }
+      CompileOptions retried;
+      std::optional<CompiledKernel> again = nextCandidate(*source, &retried);
       if (!again) break;
-      ++nvrtcRuns;
-      std::vector<NvrtcResult> retried =
-          compileEntryGroups(*nvrtc, again->cuda, entryGroups(*again, false), spec.name, target.name, extra);
-      if (!std::all_of(retried.begin(), retried.end(), [](const NvrtcResult& r) { return r.ok; }))
-        break;
+      std::vector<NvrtcResult> retriedResults = compileNow(*again);
+      if (!nvrtcFailure(retriedResults, spec.name)) break;
       source = std::move(again);
-      results = std::move(retried);
-      options = *retry;
+      results = std::move(retriedResults);
+      options = retried;
     }
     fillEntry(entry, kernelMetadata(spec, *source, target), results);
     return Status::success();
@@ -262,7 +269,8 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
   CacheEntry entry;
   const std::string cacheDir = impl_->options.useCache ? cacheDirectory() : std::string();
   if (Status built = cachedOrBuilt(
-          cacheDir, cacheKey(source->cuda, *nvrtc, target, withBackward, extra, entryGroups(*source, false)),
+          cacheDir,
+          cacheKey(source->cuda, *nvrtc, target, withBackward, extra, entryGroups(*source, false)),
           build, &entry);
       !built)
     return fail(built.message);
@@ -280,18 +288,12 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
       return k.blockQ == entry.metadata.blockQ && k.blockKV == entry.metadata.blockKV &&
              k.smemBytes == entry.metadata.smemBytes;
     };
-    {
-      std::lock_guard<std::mutex> lock(impl_->pipelineMutex);
-      while (!sameTiles(*source)) {
-        std::optional<CompileOptions> retry =
-            impl_->pipeline.spillRetry(spec, target, options, *source);
-        Diagnostics ignored;
-        std::optional<CompiledKernel> again;
-        if (retry) again = impl_->pipeline.compile(spec, target, Stage::CUDA, *retry, ignored);
-        if (!again) break;
-        source = std::move(again);
-        options = *retry;
-      }
+    while (!sameTiles(*source)) {
+      CompileOptions retried;
+      std::optional<CompiledKernel> again = nextCandidate(*source, &retried);
+      if (!again) break;
+      source = std::move(again);
+      options = retried;
     }
     if (!sameTiles(*source))
       return fail("'" + spec.name + "': the cached kernel's tiles (" +

@@ -60,10 +60,7 @@ Status growBuffer(DeviceBuffer& buffer, size_t bytes, Wait wait, bool* waitFaile
 }  // namespace
 
 struct Kernel::Impl {
-  struct Module {
-    std::vector<char> cubin;
-    std::string ptx;
-  };
+  using Module = ModuleCode;  // a cubin and its PTX
   struct Image {
     KernelMetadata metadata;
     // [0] holds the forward entry (KernelImage, moreModules); the deferred modules are appended
@@ -212,8 +209,7 @@ struct Kernel::Impl {
     Status status = deferred->build(&built);
     if (status) {
       std::lock_guard<std::mutex> lock(mutex);
-      for (ModuleCode& module : built)
-        images.front().modules.push_back({std::move(module.cubin), std::move(module.ptx)});
+      for (ModuleCode& module : built) images.front().modules.push_back(std::move(module));
     } else {
       status = Status::error("kernel '" + images.front().metadata.name +
                              "': compiling its deferred kernels (the deterministic backward's): " +

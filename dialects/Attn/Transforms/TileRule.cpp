@@ -429,7 +429,8 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
   // hd136-256 and (192, 128), bf16 and fp16: causal, window, prefix, ALiBi, additive and tanh
   // scores, dropout and document masks compile without spills (until 2026-12-03, when each
   // consumer computed the whole S^T and dP^T, dropout, softcap and document spilled and took the
-  // sm80 kernel); a mask whose epilogue the model charges (custom_mask: 16) goes over 240.
+  // sm80 kernel), and so does custom_mask, whose epilogue the model charges 16 (192 + 32 + 16 =
+  // 240); a larger charge takes the sm80 kernel.
   const bool tryingSplit = plainNeeded > available;
   const bool splitAllowed = tryingSplit && attnc::sm90::splitFits(int(d), int(dv), int(consumers)) &&
                             plainModel + kHopperBwdReserveRegisters > available;

@@ -632,6 +632,13 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
       probabilities(Flag<false>());
     // dS^T = P score' (dP^T dropped and rescaled - delta), into dp: the A operand of dK += dS^T Q
     // (and, through shared memory, of dQ = dS K).
+    // Where word i of this lane's packed A fragment (packP) of step kk goes in a shared 64 x 64
+    // tile of this consumer's S^T columns, K-major in the 128-byte swizzle (16-byte chunk c of row
+    // r at c ^ (r % 8)), from chunk sCol0 / 8: the word holds n8 tile 2 kk + i / 2, row half i % 2.
+    const auto fragmentOffset = [&](int kk, int i) {
+      const int row = tileRow + 8 * (i & 1), ni = sCol0 / 8 + 2 * kk + (i >> 1);
+      return u32(row * kSwizzleRowBytes + ((ni ^ (row & 7)) * 16) + 4 * (lane & 3));
+    };
     const auto dsFromDp = [&]() {
 #pragma unroll
       for (int ni = 0; ni < kSN; ++ni)
@@ -664,14 +671,11 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
       const int buffer = iteration & 1;
       mbarrierWait(smem.dsEmpty(buffer), (u32(iteration >> 1) & 1u) ^ 1u);
       const u32 dsTile = smem.dsT(buffer, 0), pTile = smem.dsT(buffer, 1);
-      // 128-byte swizzle: 16-byte chunk c of row r at c ^ (r % 8); this consumer's chunks from
-      // sCol0 / 8. Word i of the packed step kk holds n8 tile 2 kk + i / 2, row half i % 2.
 #pragma unroll
       for (int kk = 0; kk < kSN / 2; ++kk)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int row = tileRow + 8 * (i & 1), ni = sCol0 / 8 + 2 * kk + (i >> 1);
-          const u32 at = u32(row * kSwizzleRowBytes + ((ni ^ (row & 7)) * 16) + 4 * (lane & 3));
+          const u32 at = fragmentOffset(kk, i);
           sm80::storeShared32(pTile + at, pA[0][kk][i]);
           sm80::storeShared32(dsTile + at, dsA[0][kk][i]);
         }
@@ -701,24 +705,19 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
       wgmmaWait<1>();  // dP^T is done; dV's GEMM may still run
       fenceRegisters(flat(dp));
       dsFromDp();
-      u32 dsA[1][Config::kPSteps][4];
+      u32 dsA[1][kSN / 2][4];
       sm80::warp::packP<Element>(dsA, dp);
       if constexpr (WriteDQ) {
-        // dS^T into this consumer's tile of buffer iteration % 2 (128-byte swizzle: 16-byte chunk c
-        // of row r at c ^ (r % 8)), once every consumer's dQ GEMM of two tiles ago is done with it.
-        // Word i of the packed step kk holds n8 tile 2 kk + i / 2, row half i % 2.
+        // dS^T into this consumer's tile of buffer iteration % 2, once every consumer's dQ GEMM of
+        // two tiles ago is done with it.
         const int buffer = iteration & 1;
         mbarrierWait(smem.dsEmpty(buffer), (u32(iteration >> 1) & 1u) ^ 1u);
         const u32 dsTile = smem.dsT(buffer, group);
 #pragma unroll
-        for (int kk = 0; kk < Config::kPSteps; ++kk)
+        for (int kk = 0; kk < kSN / 2; ++kk)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int row = tileRow + 8 * (i & 1), ni = 2 * kk + (i >> 1);
-            sm80::storeShared32(
-                dsTile + u32(row * kSwizzleRowBytes + ((ni ^ (row & 7)) * 16) + 4 * (lane & 3)),
-                dsA[0][kk][i]);
-          }
+          for (int i = 0; i < 4; ++i)
+            sm80::storeShared32(dsTile + fragmentOffset(kk, i), dsA[0][kk][i]);
         fenceProxyAsync();
         mbarrierArrive(smem.dsFull(buffer));
       }
