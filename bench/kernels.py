@@ -2,7 +2,7 @@
 to last kernel's end), from torch.profiler's CUDA trace, for bench rows (bench_forward.py's names),
 forward and backward. The span minus the kernels' sum is the launch gaps between them.
 
-  python3 bench/kernels.py [--lib L] [--calls 20] [--backward] --only ROW [--only ROW ...]
+  python3 bench/kernels.py [--lib L] [--calls 20] [--backward [--deterministic]] --only ROW ...
 """
 import argparse
 import collections
@@ -17,7 +17,7 @@ import bench_backward as bwd  # noqa: E402
 import bench_forward as fwd  # noqa: E402
 
 
-def setup(lib, row, backward):
+def setup(lib, row, backward, deterministic=False):
     dev = torch.device("cuda")
     B, H, N = row.b, row.hq, row.n
     q, k, v, do, doc = bwd.row_tensors(row, dev)  # the backward bench's documents (equal lengths)
@@ -31,8 +31,8 @@ def setup(lib, row, backward):
         return lambda: kern.launch(args, stream)  # (args keeps its tensors alive)
     kern.forward(q, k, v, o, lse, inputs, seed=42, offset=0, layout="bhsd")
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    workspace = torch.empty(kern.backward_workspace_bytes(B, N), device=dev, dtype=torch.uint8)
-    args = kern.make_backward_args(q, k, v, o, do, lse, dq, dk, dv, inputs, 42, 0, "bhsd", False,
+    workspace = torch.empty(kern.backward_workspace_bytes(B, N, deterministic), device=dev, dtype=torch.uint8)
+    args = kern.make_backward_args(q, k, v, o, do, lse, dq, dk, dv, inputs, 42, 0, "bhsd", deterministic,
                                    workspace)
     return lambda: kern.launch_backward(args, stream)
 
@@ -42,13 +42,15 @@ def main():
     ap.add_argument("--lib", default=None)
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--backward", action="store_true")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="the backward's deterministic dQ (dK/dV kernel without dQ, then a dQ kernel)")
     ap.add_argument("--only", action="append", required=True)
     args = ap.parse_args()
     lib = fwd.attnc_ctypes.Library(args.lib)
     for row in fwd.rows(False):
         if not fwd.selected(row, args.only):
             continue
-        fn = setup(lib, row, args.backward)
+        fn = setup(lib, row, args.backward, args.deterministic)
         for _ in range(3):
             fn()
         torch.cuda.synchronize()
@@ -77,7 +79,7 @@ def main():
         spans.sort()
         span = spans[len(spans) // 2]
         total = 0.0
-        print(f"\n{row.name} ({'backward' if args.backward else 'forward'}), {len(calls)} calls, "
+        print(f"\n{row.name} ({'deterministic backward' if args.deterministic else 'backward' if args.backward else 'forward'}), {len(calls)} calls, "
               f"median span {span:.1f} us")
         for name, ts in per_kernel.items():
             ts.sort()

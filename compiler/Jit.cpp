@@ -39,10 +39,14 @@ std::vector<std::string> extraOptions() {
 // The unit's entry groups that the JIT compiles when a kernel is made (`deferred` false), or those
 // it defers to first use (Kernel::compileDeferred): the deterministic backward's (kv_nodq, q), two
 // of a backward unit's four or five programs, which most callers never launch.
+// With a separate dQ (BackwardSource::separateDq) every backward launch takes those two: none
+// is deferred.
 std::vector<int> entryGroups(const CompiledKernel& source, bool deferred) {
+  const bool separateDq = source.backward && source.backward->separateDq;
   std::vector<int> groups;
   for (int g : source.entryGroups)
-    if ((g == int(EntryGroup::BackwardKVNoDQ) || g == int(EntryGroup::BackwardQ)) == deferred)
+    if ((!separateDq &&
+         (g == int(EntryGroup::BackwardKVNoDQ) || g == int(EntryGroup::BackwardQ))) == deferred)
       groups.push_back(g);
   return groups;
 }

@@ -40,7 +40,8 @@ KernelMetadata kernelMetadata(const Spec& spec, const CompiledKernel& kernel, co
     const BackwardSource& b = *kernel.backward;
     m.backward = BackwardMetadata{b.entryStem,      b.kvThreads,   b.qThreads,  b.kvBlockKV,
                                   b.qBlockQ,        b.preprocessRows, b.kvSmemBytes, b.qSmemBytes,
-                                  b.kvKernel,       b.preprocessThreads, b.kvOrderedGrid};
+                                  b.kvKernel,       b.preprocessThreads, b.kvOrderedGrid,
+                                  b.qKernel,        b.qBlockKV,        b.separateDq};
   }
   return m;
 }
@@ -111,7 +112,8 @@ std::string emitLauncherHeader(const std::string& specPath, const std::vector<La
          << b->kvThreads << ", " << b->qThreads << ", " << b->kvBlockKV << ", " << b->qBlockQ
          << ", " << b->preprocessRows << ", " << b->kvSmemBytes << ", " << b->qSmemBytes << ", "
          << quoted(b->kvKernel) << ", " << b->preprocessThreads << ", "
-         << (b->kvOrderedGrid ? "true" : "false") << "};\n";
+         << (b->kvOrderedGrid ? "true" : "false") << ", " << quoted(b->qKernel) << ", "
+         << b->qBlockKV << ", " << (b->separateDq ? "true" : "false") << "};\n";
     os << "  m.attncVersion = " << quoted(m.attncVersion) << ";\n  return m;\n}\n\n";
   }
   os << "}  // namespace " << ns << "\n\n"

@@ -360,8 +360,10 @@ struct Kernel::Impl {
                   ") was compiled without backward kernels: compile with backward enabled");
     const BackwardMetadata& b = *m.backward;
     std::string why;
-    for (int i : {0, 1, 3})
-      if (!resolveBackward(driver, *entry, i, &why)) return fail(why);
+    // With a separate dQ the unit has no _kv (EmitCUDA.cpp); its _kv_nodq and _q are not deferred.
+    static constexpr int kWithAccum[] = {0, 1, 3, -1}, kSeparate[] = {0, 2, 3, 4};
+    for (int i : b.separateDq ? kSeparate : kWithAccum)
+      if (i >= 0 && !resolveBackward(driver, *entry, i, &why)) return fail(why);
     if (!m.tileClassesEntry.empty()) {
       const std::string name = b.entryStem + "_tile_classes";
       if (!getFunction(driver, *entry, name, &entry->backwardTileClasses, &why)) return fail(why);
@@ -1237,9 +1239,12 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
   cu::Context context = nullptr;
   const DriverApi* driver = driverInContext(&context, &error);
   if (!driver) return Status::error("Kernel::backward: " + error);
-  const Impl::Loaded* loaded =
-      args.deterministic ? impl_->deterministicFunctions(*driver, context, &error)
-                         : impl_->backwardFunctions(*driver, context, &error);
+  const Impl::Loaded* loaded = impl_->backwardFunctions(*driver, context, &error);
+  if (!loaded) return Status::error(error);
+  // Without dq_accum (BackwardMetadata::separateDq): the deterministic mode's kernels.
+  const bool separateDq =
+      args.deterministic || loaded->image->metadata.backward->separateDq;
+  if (separateDq) loaded = impl_->deterministicFunctions(*driver, context, &error);
   if (!loaded) return Status::error(error);
   // The chosen image's geometry (other architectures may tile differently; the workspace size
   // does not depend on it).
@@ -1276,7 +1281,7 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
   p.dq = args.dq.data;
   p.dk = args.dk.data;
   p.dv = args.dv.data;
-  p.dq_accum = args.deterministic ? nullptr : reinterpret_cast<float*>(workspace + layout.dqAccum);
+  p.dq_accum = separateDq ? nullptr : reinterpret_cast<float*>(workspace + layout.dqAccum);
   p.delta = reinterpret_cast<float*>(workspace + layout.delta);
   setStrides(args.d_o, p.do_stride_b, p.do_stride_h, p.do_stride_s);
   setStrides(args.dq, p.dq_stride_b, p.dq_stride_h, p.dq_stride_s);
@@ -1310,20 +1315,35 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
     if (!status) return status;
     kvParams[0] = &withMaps;
   }
+  // The sm_90a dQ kernel's maps: boxes of 64 q rows and of its kv tile.
+  BwdParamsTma qMaps;
+  void* qParams[] = {&p};
+  if (separateDq && b.qKernel == "sm90") {
+    qMaps.base = p;
+    Status status = encodeQKVMaps(*driver, "BackwardArgs", args, m, unsigned(b.qBlockKV),
+                                  qMaps.tma_q, qMaps.tma_k, qMaps.tma_v);
+    if (status)
+      status = encodeTensorMap(*driver, qMaps.tma_do, "BackwardArgs.d_o", args.d_o, m,
+                               m.headDimV, args.batch, m.headsQ, args.q_len, 64);
+    if (!status) return status;
+    qParams[0] = &qMaps;
+  }
   auto blocks = [](int64_t n, int per) { return unsigned((n + per - 1) / per); };
   auto launch = [&](int which, OrderedGrid grid, int threads, long long smem) {
     std::string what = "cuLaunchKernel(" + b.entryStem + Impl::kBackwardSuffixes[which] + ")";
     return driver->check(driver->cuLaunchKernel(loaded->backward[which], grid.x, grid.y, grid.z,
                                                 unsigned(threads), 1, 1,
                                                 unsigned(smem), static_cast<cu::Stream>(stream),
-                                                which == 1 || which == 2 ? kvParams : params,
+                                                which == 1 || which == 2 ? kvParams
+                                                : which == 4             ? qParams
+                                                                         : params,
                                                 nullptr),
                          what.c_str(), &error);
   };
   const OrderedGrid rowGrid{blocks(args.q_len, b.preprocessRows), unsigned(m.headsQ),
                             unsigned(args.batch)};
   bool ok = launch(0, rowGrid, b.preprocessThreads, 0);
-  if (ok && !args.deterministic)
+  if (ok && !separateDq)
     ok = launch(1, kvGrid, b.kvThreads, b.kvSmemBytes) &&
          launch(3, rowGrid, b.preprocessThreads, 0);
   else if (ok)

@@ -27,6 +27,9 @@ std::string KernelMetadata::serialize() const {
        << "\nbwd_q_smem_bytes " << backward->qSmemBytes << "\nbwd_kv_kernel " << backward->kvKernel
        << "\nbwd_preprocess_threads " << backward->preprocessThreads << "\n"
        << (backward->kvOrderedGrid ? "bwd_kv_grid ordered\n" : "");
+  if (backward && backward->qKernel != "sm80")  // optional: absent means the sm80 _q
+    os << "bwd_q_kernel " << backward->qKernel << "\nbwd_q_block_kv " << backward->qBlockKV << "\n";
+  if (backward && backward->separateDq) os << "bwd_dq separate\n";
   if (!summaryEntry.empty()) os << "summary_entry " << summaryEntry << "\n";
   if (!tileClassesEntry.empty()) os << "tile_classes_entry " << tileClassesEntry << "\n";
   if (orderedGrid) os << "fwd_grid ordered\n";
@@ -79,6 +82,20 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
     if (key == "bwd_kv_grid") {  // optional: absent means (kv tiles, heads_kv, batch)
       if (value != "ordered") return fail("bad value in '" + line + "'");
       b.kvOrderedGrid = true;
+      continue;
+    }
+    if (key == "bwd_dq") {  // optional: absent means dq_accum in the default backward
+      if (value != "separate") return fail("bad value in '" + line + "'");
+      b.separateDq = true;
+      continue;
+    }
+    if (key == "bwd_q_kernel") {  // optional, with bwd_q_block_kv
+      if (value != "sm90") return fail("bad value in '" + line + "'");
+      b.qKernel = value;
+      continue;
+    }
+    if (key == "bwd_q_block_kv") {
+      if (!integer(b.qBlockKV) || b.qBlockKV <= 0) return fail("bad value in '" + line + "'");
       continue;
     }
     if (key.rfind("bwd_", 0) == 0) {
@@ -149,6 +166,12 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
       m.headDimV <= 0 || m.headsQ <= 0 || m.headsKV <= 0 || !(m.scale > 0))
     return fail("missing or non-positive fields");
   if (b.kvOrderedGrid && seenBackward == 0) return fail("a bwd_kv_grid line needs the backward fields");
+  if ((b.qKernel != "sm80") != (b.qBlockKV > 0))
+    return fail("a bwd_q_kernel line needs a bwd_q_block_kv line, and the other way round");
+  if ((b.qKernel != "sm80" || b.separateDq) && seenBackward == 0)
+    return fail("bwd_q_kernel and bwd_dq lines need the backward fields");
+  if (b.separateDq && b.qKernel == "sm80")
+    return fail("a bwd_dq line needs the sm90 dQ kernel (bwd_q_kernel)");
   if (seenBackward != 0) {
     if (seenBackward != 10)
       return fail("expected 10 backward fields, got " + std::to_string(seenBackward));

@@ -114,6 +114,13 @@ struct BackwardMetadata {
   // pairs, the tile rank in blockIdx.y, so that in each group of pairs the kv tiles start longest
   // first (the sm_90a dK/dV kernel of a masked spec); otherwise (kv tiles, heads_kv, batch).
   bool kvOrderedGrid = false;
+  // _q's template and launch ABI: "sm80" (BwdParams, qThreads, qBlockQ rows a block) or "sm90"
+  // (the sm_90a dQ kernel: BwdParamsTma, whose K and V tensor maps have boxes of qBlockKV rows).
+  std::string qKernel = "sm80";
+  int qBlockKV = 0;
+  // The default (not deterministic) backward also runs _preprocess, _kv_nodq and _q, without
+  // dq_accum, as the deterministic one does (the sm_90a head-dim split, bwd_config.h).
+  bool separateDq = false;
 };
 
 // A declared input as the kernel sees it.

@@ -32,7 +32,10 @@ def plan(subset):
                 # the split over three chunks padded to four (hd192)
                 ("causal", 192, "bf16", [(300, 129)], 1),
                 # the split with a mask that reads declared inputs
-                ("document_causal", 256, "bf16", [(129, 300)], 1)]
+                ("document_causal", 256, "bf16", [(129, 300)], 1),
+                # the sm_90a dQ kernel (bwd_q.h) with a score hook and with dropout
+                ("softcap", 256, "bf16", [(300, 129)], 1),
+                ("dropout0.1", 128, "bf16", [(129, 300)], 1)]
     lens = [(1, 1), (17, 17), (127, 1000), (1000, 127), (1000, 1000)]
     groups = []
     for hd in (32, 64, 72, 96, 128, 136, 160, 192, 256):

@@ -352,6 +352,37 @@ TEST(KernelMetadata, RoundTripsTheBackwardOrderedGrid) {
   EXPECT_FALSE(KernelMetadata::parse(backwardMetadata().serialize() + "bwd_kv_grid tiles\n", &error));
 }
 
+// The sm_90a dQ kernel (its kv tile) and the default backward's separate dQ survive the cache; each
+// line needs the others it goes with.
+TEST(KernelMetadata, RoundTripsTheHopperDqKernel) {
+  KernelMetadata m = backwardMetadata();
+  m.backward->qKernel = "sm90";
+  m.backward->qBlockKV = 32;
+  m.backward->separateDq = true;
+  std::string error;
+  std::optional<KernelMetadata> back = KernelMetadata::parse(m.serialize(), &error);
+  ASSERT_TRUE(back) << error;
+  EXPECT_EQ(back->backward->qKernel, "sm90");
+  EXPECT_EQ(back->backward->qBlockKV, 32);
+  EXPECT_TRUE(back->backward->separateDq);
+  EXPECT_EQ(back->serialize(), m.serialize());
+  back = KernelMetadata::parse(backwardMetadata().serialize(), &error);
+  ASSERT_TRUE(back) << error;
+  EXPECT_EQ(back->backward->qKernel, "sm80");
+  EXPECT_FALSE(back->backward->separateDq);
+  const std::string plain = backwardMetadata().serialize();
+  EXPECT_FALSE(KernelMetadata::parse(plain + "bwd_q_kernel sm90\n", &error));
+  EXPECT_NE(error.find("bwd_q_block_kv"), std::string::npos) << error;
+  EXPECT_FALSE(KernelMetadata::parse(plain + "bwd_dq separate\n", &error));
+  EXPECT_NE(error.find("bwd_q_kernel"), std::string::npos) << error;
+  EXPECT_FALSE(KernelMetadata::parse(plain + "bwd_q_kernel sm80\nbwd_q_block_kv 32\n", &error));
+  EXPECT_FALSE(KernelMetadata::parse(plain + "bwd_q_kernel sm90\nbwd_q_block_kv 0\n", &error));
+  EXPECT_FALSE(KernelMetadata::parse(plain + "bwd_dq atomics\n", &error));
+  EXPECT_FALSE(KernelMetadata::parse(documentMetadata().serialize() +
+                                         "bwd_q_kernel sm90\nbwd_q_block_kv 32\n",
+                                     &error));
+}
+
 // The forward's ordered grid (block_order.h) survives the cache; only "ordered" is understood.
 TEST(KernelMetadata, RoundTripsTheOrderedGrid) {
   KernelMetadata m = documentMetadata();

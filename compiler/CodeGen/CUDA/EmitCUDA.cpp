@@ -374,7 +374,7 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
   StringAttr kvKernel = backward ? backward.getTilesAttr().getAs<StringAttr>("kv_kernel") : nullptr;
   const bool hopperBackward = kvKernel && kvKernel.getValue() == "sm90";
   if (backward)
-    os << (hopperBackward ? "#include \"attnc/sm90/backward.h\"\n" : "#include \"attnc/sm80/backward.h\"\n");
+    os << (hopperBackward ? "#include \"attnc/sm90/bwd_q.h\"\n" : "#include \"attnc/sm80/backward.h\"\n");
   const std::vector<std::pair<int, bool>> summarized = summarizedInputs(op);
   if (!summarized.empty())
     os << "#include \"attnc/common/summary.h\"\n#include \"attnc/common/tile_classes.h\"\n";
@@ -500,6 +500,21 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
       info.kvThreads = 128 * (attnc::sm90::kBwdConsumers + 1);
       info.kvBlockKV = attnc::sm90::bwdKvRows(attnc::sm90::kBwdConsumers, split);
       info.kvSmemBytes = tile("hopper_smem_bytes");
+      // hopper_q_smem_bytes: absent in tiled IR written before the sm_90a dQ kernel.
+      auto qSmem = tiles.getAs<IntegerAttr>("hopper_q_smem_bytes");
+      if (qSmem && qSmem.getInt() > 0) {
+        os << llvm::formatv("using DqHopperConfig = attnc::sm90::DqConfig<{0}, {1}, {2}, {3}, {4}>;\n",
+                            element, op.getHeadDim(), op.getHeadDimV(), tile("hopper_q_block_kv"),
+                            tile("hopper_q_stages"));
+        os << "static_assert(DqHopperConfig::kSmemBytes == " << qSmem.getInt()
+           << ", \"attn-derive-backward and the sm_90a dQ template disagree on shared memory\");\n";
+        info.qKernel = "sm90";
+        info.qThreads = 128 * 3;
+        info.qBlockQ = 128;
+        info.qBlockKV = int(tile("hopper_q_block_kv"));
+        info.qSmemBytes = qSmem.getInt();
+        info.separateDq = tile("hopper_separate_dq") != 0;
+      }
     }
     result.backward = info;
   }
@@ -544,6 +559,8 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
     entry("_convert_dq", "BwdKVConfig",
           (llvm::Twine("backwardConvertDQ<BwdKVConfig, Variant") + layout + ">").str(), false);
     for (auto [suffix, writeDQ] : {std::pair{"_kv", true}, std::pair{"_kv_nodq", false}}) {
+      // With a separate dQ (BackwardSource::separateDq) no launch takes the dK/dV kernel's own dQ.
+      if (writeDQ && result.backward->separateDq) continue;
       group(writeDQ ? EntryGroup::BackwardKV : EntryGroup::BackwardKVNoDQ);
       if (hopperBackward)
         os << "\nextern \"C\" __global__ void __launch_bounds__(BwdHopperConfig::kThreads, 1) "
@@ -558,7 +575,13 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
               true);
     }
     group(EntryGroup::BackwardQ);
-    entry("_q", "BwdQConfig", "backwardQ<BwdQConfig, Variant>", true);
+    if (result.backward->qKernel == "sm90")
+      os << "\nextern \"C\" __global__ void __launch_bounds__(DqHopperConfig::kThreads, 1) " << stem
+         << "_q(const __grid_constant__ attnc::BwdParamsTma p) {\n"
+         << "  extern __shared__ __align__(1024) unsigned char smem[];\n"
+         << "  attnc::sm90::backwardQ<DqHopperConfig, Variant>(p, smem);\n}\n";
+    else
+      entry("_q", "BwdQConfig", "backwardQ<BwdQConfig, Variant>", true);
   }
   if (!summarized.empty()) {
     group(EntryGroup::TileClasses);

@@ -22,6 +22,9 @@ struct BackwardSource {
   std::string kvKernel = "sm80";  // "sm90": the dK/dV entries take attnc::BwdParamsTma
   int preprocessThreads = 0;
   bool kvOrderedGrid = false;  // BackwardMetadata::kvOrderedGrid; the Variant's kKvOrderedGrid
+  std::string qKernel = "sm80";  // "sm90": _q is the sm_90a dQ kernel (BwdParamsTma)
+  int qBlockKV = 0;              // its kv tile (the K and V tensor maps' box rows)
+  bool separateDq = false;       // BackwardMetadata::separateDq
 };
 
 struct KernelSource {

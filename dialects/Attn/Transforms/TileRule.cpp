@@ -510,6 +510,44 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
            ? std::string("sm_90a dK/dV kernel: the consumers take turns issuing their GEMMs "
                          "(ping-pong), so that one's elementwise steps run under the other's GEMMs")
            : llvm::formatv("sm_90a dK/dV kernel: no ping-pong ({0})", noTurns).str());
+
+  // The sm_90a dQ kernel (bwd_q.h): with the wgmma dK/dV kernel, for its `_kv_nodq` partner.
+  // Not for a mask that reads declared inputs: its producer warp would walk the kv tiles over the
+  // inputs' summaries itself (the backward has no precomputed classes along the keys), which
+  // spilled within its 24 registers (document, CUDA 13.0).
+  if (problem.maskReadsInputs) {
+    note("sm_90a dQ kernel: the mask reads declared inputs, whose kv-tile walk its producer warp "
+         "cannot make within 24 registers: the sm80 dQ kernel serves the deterministic backward, "
+         "and the default one keeps the dK/dV kernel's dQ");
+    return;
+  }
+  const int64_t dqBlockKV = attnc::sm90::dqKernelBlockKV(int(d));
+  auto dqSmem = [&](int64_t stages) {
+    return int64_t(attnc::sm90::dqKernelSmemBytes(int(d), int(dv), int(dqBlockKV), int(stages)));
+  };
+  if (dqSmem(2) > target.smemPerBlock) {
+    note(llvm::formatv("sm_90a dQ kernel: shared memory with 2 stages {0} B > {1} B: the sm80 dQ "
+                       "kernel serves the deterministic backward",
+                       dqSmem(2), target.smemPerBlock));
+    return;
+  }
+  int64_t dqStages = 2;
+  while (dqStages < kHopperBwdMaxStages && dqSmem(dqStages + 1) <= target.smemPerBlock) ++dqStages;
+  choice.hopperQBlockKV = dqBlockKV;
+  choice.hopperQStages = dqStages;
+  choice.hopperQSmemBytes = dqSmem(dqStages);
+  choice.hopperSeparateDq = attnc::sm90::separateDqKernel(split);
+  note(llvm::formatv("sm_90a dQ kernel: 2 consumer warpgroups x 64 q rows, kv tiles of {0} keys "
+                     "(registers {1}: dQ, S, dP, dS <= {2}), {3} K/V stages, {4} B <= {5} B shared; "
+                     "{6}",
+                     dqBlockKV, attnc::sm90::dqKernelRegisters(int(d), int(dqBlockKV)),
+                     attnc::sm90::kDqKernelLive, dqStages, choice.hopperQSmemBytes,
+                     target.smemPerBlock,
+                     choice.hopperSeparateDq
+                         ? "the default backward too: dK/dV without dQ, then this kernel (the "
+                           "split's dQ reductions into dq_accum are what held it back)"
+                         : "the deterministic backward; the default one keeps the dK/dV kernel's "
+                           "dQ reductions"));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Compile-time shape of the sm_90a backward dK/dV kernel (backward.h): one producer warpgroup that
 // issues the TMA copies and `Consumers` warpgroups of 64 kv rows each that run the five wgmma
-// GEMMs. The other backward kernels (delta, dQ conversion, deterministic dQ) are the sm80 ones.
+// GEMMs, and of the dQ kernel (bwd_q.h, DqConfig below). The delta and dQ-conversion kernels are
+// the sm80 ones.
 // attn-derive-backward derives the same numbers (TileRule.cpp calls bwdSmemBytes()) and the
 // generated code static_asserts that they agree.
 #pragma once
@@ -179,6 +180,78 @@ struct BwdConfig {
   static_assert(Stages >= 2, "one Q/dO tile loading while another is read");
   static_assert(!Split || splitFits(HeadDim, HeadDimV, Consumers),
                 "a consumer's share of the head dims is whole 64-column chunks");
+};
+
+// The sm_90a dQ kernel (bwd_q.h): two consumer warpgroups of 64 query rows each stream K/V tiles
+// of dqKernelBlockKV() keys and keep dQ in registers. A consumer thread's registers, as modelled:
+// dQ (64 x head_dim fp32 over 128 threads), S and dP (64 x B_c each) and the packed dS (B_c / 4);
+// the kv tile is the largest of 128, 64 and 32 keys whose model stays within kDqKernelLive, which
+// leaves the 240 a consumer gets room for addresses, the LSE and delta rows and the elementwise
+// step: hd256 takes 32 keys (168), hd64-192 take 64 (hd64 with 128 would model 192).
+constexpr int kDqKernelLive = 176;
+ATTNC_HD constexpr int dqKernelRegisters(int headDim, int blockKV) {
+  return roundUp(headDim, 8) / 2 + blockKV + blockKV / 4;
+}
+ATTNC_HD constexpr int dqKernelBlockKV(int headDim) {
+  return dqKernelRegisters(headDim, 128) <= kDqKernelLive  ? 128
+         : dqKernelRegisters(headDim, 64) <= kDqKernelLive ? 64
+                                                            : 32;
+}
+// Shared memory: 1024 bytes of alignment slack, Q and dO of the block's 128 rows (kept for the
+// whole loop), per stage a K and a V tile (128-byte-swizzled boxes 64 elements wide), and per
+// stage two mbarriers and a schedule slot, plus Q/dO's mbarrier.
+ATTNC_HD constexpr int dqKernelSmemBytes(int headDim, int headDimV, int blockKV, int stages) {
+  return 1024 + 2 * 64 * (ceilDiv(headDim, 64) + ceilDiv(headDimV, 64)) * 128 +
+         stages * blockKV * (ceilDiv(headDim, 64) + ceilDiv(headDimV, 64)) * 128 +
+         8 * (1 + 2 * stages) + 8 * stages;
+}
+// Whether the default backward takes the dK/dV kernel without dQ and the dQ kernel (bwd_q.h)
+// instead of the dK/dV kernel's own dQ: with the head-dim split, whose dQ reductions (64 x
+// head_dim floats into dq_accum per 64 kv rows and q tile) hold the kernel back (the tensor pipe
+// at 30% of cycles, hd256 full N=4K, ncu). Measured on the H200, 2026-12-03: docs/perf/H200-backward.md.
+ATTNC_HD constexpr bool separateDqKernel(bool split) { return split; }
+
+// Element: attnc::bf16 or attnc::half. HeadDim, HeadDimV: multiples of 8 in [8, 256]. BlockKV:
+// keys per kv tile (dqKernelBlockKV). Stages: K/V tile pairs in flight (>= 2).
+template <class Element_, int HeadDim, int HeadDimV, int BlockKV, int Stages>
+struct DqConfig {
+  using Element = Element_;
+  static constexpr int kHeadDim = HeadDim;
+  static constexpr int kHeadDimV = HeadDimV;
+  static constexpr int kConsumers = 2;
+  static constexpr int kBlockQ = 64 * kConsumers;
+  static constexpr int kBlockKV = BlockKV;
+  static constexpr int kStages = Stages;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+
+  static constexpr int kQKSteps = roundUp(HeadDim, 16) / 16;   // k16 steps of S = Q K^T
+  static constexpr int kVSteps = roundUp(HeadDimV, 16) / 16;   // k16 steps of dP = dO V^T
+  static constexpr int kDsSteps = BlockKV / 16;                // k16 steps of dQ += dS K
+  static constexpr int kNTiles = BlockKV / 8;                  // n8 column groups of S and dP
+  static constexpr int kDqTiles = HeadDim / 8;                 // n8 column groups of dQ
+
+  static constexpr int kKChunks = ceilDiv(HeadDim, 64);
+  static constexpr int kVChunks = ceilDiv(HeadDimV, 64);
+  static constexpr int kQGroupBytes = 64 * kKChunks * 128;    // one consumer's 64 rows of Q
+  static constexpr int kDoGroupBytes = 64 * kVChunks * 128;   // and of dO
+  static constexpr int kQBytes = kConsumers * kQGroupBytes;
+  static constexpr int kDoBytes = kConsumers * kDoGroupBytes;
+  static constexpr int kKBytes = BlockKV * kKChunks * 128;
+  static constexpr int kVBytes = BlockKV * kVChunks * 128;
+  static constexpr int kStageBytes = kKBytes + kVBytes;
+  static constexpr int kBarrierBytes = 8 * (1 + 2 * Stages) + 8 * Stages;
+  static constexpr int kSmemBytes = 1024 + kQBytes + kDoBytes + Stages * kStageBytes + kBarrierBytes;
+  static_assert(kSmemBytes == dqKernelSmemBytes(HeadDim, HeadDimV, BlockKV, Stages),
+                "the layout above and dqKernelSmemBytes() disagree");
+
+  static constexpr int kProducerRegisters = producerRegisters();
+  static constexpr int kConsumerRegisters = consumerRegisters(kConsumers);
+
+  static_assert(HeadDim % 8 == 0 && HeadDim >= 8 && HeadDim <= 256, "head_dim: multiple of 8 in 8..256");
+  static_assert(HeadDimV % 8 == 0 && HeadDimV >= 8 && HeadDimV <= 256,
+                "head_dim_v: multiple of 8 in 8..256");
+  static_assert(BlockKV == 32 || BlockKV == 64 || BlockKV == 128, "B_c: 32, 64 or 128 keys");
+  static_assert(Stages >= 2, "one K/V tile loading while another is read");
 };
 
 // The layout in which backward.h's storeRowsStaged puts 64 rows of a consumer's dK or dV (Chunks

@@ -1,0 +1,286 @@
+// The sm_90a dQ kernel: dQ of one block of 128 query rows (one (batch, head)) without atomics, the
+// kv tiles streamed as in the forward (forward.h), with 1 + 2 warpgroups:
+//
+//  - the producer warpgroup gives its registers back; its first thread copies the block's Q and
+//    dO (two 64-row boxes each) before the block's barrier sync, then its first warp walks the
+//    live kv tiles (KvTiles, as the sm80 backwardQ) and publishes each in a stage's schedule slot,
+//    and lane 0 copies the tile's K and V into the stage with TMA;
+//  - each consumer warpgroup owns 64 query rows and, per kv tile j:
+//      S  = Q K^T          wgmma, both from shared memory
+//      dP = dO V^T         wgmma, both from shared memory
+//      P, dS               recomputed on the accumulators exactly as the sm80 backwardQ does
+//                          (score hook and its derivative, mask, dropout on dP)
+//      dQ += dS K          wgmma, dS from registers, K MN-major from shared memory
+//    dQ_j is issued together with S_{j+1} and dP_{j+1}, and the two consumers take turns issuing
+//    (forward.h Turns), so that one's elementwise step runs under the other's GEMMs.
+//
+// With the dK/dV kernel's `_kv_nodq` entry (backward.h with WriteDQ false) this makes the
+// backward without dq_accum: chosen where the dK/dV kernel's own dQ (fp32 reductions into
+// dq_accum, then a conversion) is what limits it, the head-dim split (bwd_config.h
+// separateDqKernel), and always for the deterministic backward, whose dQ is the same in every run.
+//
+// Shared memory (dqKernelSmemBytes): [Q: 2 x 64 rows][dO: 2 x 64 rows][K_0 V_0][K_1 V_1]...
+// [mbarriers, slots].
+#pragma once
+
+#include "attnc/sm90/backward.h"
+
+namespace attnc {
+namespace sm90 {
+
+template <class Config>
+struct DqSmem {
+  u32 base;  // 1024-byte aligned
+
+  ATTNC_DEVICE explicit DqSmem(unsigned char* raw) : base(swizzleAlignedBase(raw)) {}
+
+  ATTNC_DEVICE u32 q(int group) const { return base + u32(group * Config::kQGroupBytes); }
+  ATTNC_DEVICE u32 dO(int group) const {
+    return base + u32(Config::kQBytes + group * Config::kDoGroupBytes);
+  }
+  ATTNC_DEVICE u32 k(int stage) const {
+    return base + u32(Config::kQBytes + Config::kDoBytes + stage * Config::kStageBytes);
+  }
+  ATTNC_DEVICE u32 v(int stage) const { return k(stage) + u32(Config::kKBytes); }
+  ATTNC_DEVICE u32 barrier(int i) const { return k(Config::kStages) + u32(8 * i); }
+  ATTNC_DEVICE u32 qFull() const { return barrier(0); }
+  ATTNC_DEVICE u32 full(int stage) const { return barrier(1 + stage); }
+  ATTNC_DEVICE u32 empty(int stage) const { return barrier(1 + Config::kStages + stage); }
+  // Each stage's schedule slot: the kv tile it holds (-1: the stream has ended) and its class.
+  ATTNC_DEVICE u32 slot(int stage) const {
+    return barrier(1 + 2 * Config::kStages) + u32(8 * stage);
+  }
+  ATTNC_DEVICE void publish(int stage, int tile, expr::Tri cls) const {
+    sm80::storeShared32(slot(stage), u32(tile));
+    sm80::storeShared32(slot(stage) + 4, u32(cls));
+  }
+  ATTNC_DEVICE int scheduledTile(int stage) const { return int(loadShared32(slot(stage))); }
+  ATTNC_DEVICE expr::Tri scheduledClass(int stage) const {
+    return expr::Tri(loadShared32(slot(stage) + 4));
+  }
+};
+
+// dQ of 128 query rows. Grid (ceil(q_len / 128), heads_q, batch), the q tiles in reverse order
+// (under a causal mask the last ones have the most kv tiles: they start first); block kThreads;
+// dynamic shared memory kSmemBytes.
+template <class Config, class Variant>
+ATTNC_DEVICE void backwardQ(const BwdParamsTma& pt, unsigned char* smemRaw) {
+  using Element = typename Config::Element;
+  using Tri = expr::Tri;
+  constexpr int kN = Config::kNTiles;
+  constexpr int kStages = Config::kStages;
+  constexpr int kBlockKV = Config::kBlockKV;
+  const BwdParams& p = pt.base;
+
+  const int b = blockIdx.z, h = blockIdx.y;
+  const int q0 = int(gridDim.x - 1 - blockIdx.x) * Config::kBlockQ;
+  if (q0 >= p.q_len) return;
+  const int qLast = minOf(q0 + Config::kBlockQ, p.q_len) - 1;
+  const int hKv = h / (p.heads_q / p.heads_kv);
+  const int warpGroup = threadIdx.x / 128;
+  const int groupThread = threadIdx.x % 128;
+  const DqSmem<Config> smem(smemRaw);
+  const KvTiles<Variant, kBlockKV, BwdParams> tiles(p, b, h, q0, qLast);
+
+  if (threadIdx.x == 0) {
+    mbarrierInit(smem.qFull(), 1);
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      mbarrierInit(smem.full(s), 1);
+      mbarrierInit(smem.empty(s), 128 * Config::kConsumers);
+    }
+    fenceBarrierInit();
+    prefetchTensorMap(&pt.tma_q);
+    prefetchTensorMap(&pt.tma_do);
+    prefetchTensorMap(&pt.tma_k);
+    prefetchTensorMap(&pt.tma_v);
+    // Q and dO of both consumers: rows past q_len are TMA's zero fill (their P is 0: LSE = +inf).
+    mbarrierArriveExpectTx(smem.qFull(), Config::kQBytes + Config::kDoBytes);
+#pragma unroll
+    for (int g = 0; g < Config::kConsumers; ++g) {
+#pragma unroll
+      for (int c = 0; c < Config::kKChunks; ++c)
+        tmaLoad4d(smem.q(g) + u32(c * 64 * kSwizzleRowBytes), &pt.tma_q, smem.qFull(),
+                  c * kChunkElements, q0 + 64 * g, h, b);
+#pragma unroll
+      for (int c = 0; c < Config::kVChunks; ++c)
+        tmaLoad4d(smem.dO(g) + u32(c * 64 * kSwizzleRowBytes), &pt.tma_do, smem.qFull(),
+                  c * kChunkElements, q0 + 64 * g, h, b);
+    }
+  }
+  sm80::blockSync();
+
+  if (warpGroup == 0) {
+    setMaxRegistersDec<Config::kProducerRegisters>();
+    if (groupThread >= 32) return;
+    // The producer warp: every live kv tile through the stages, then a -1 slot.
+    const bool leader = groupThread == 0;
+    const int lastTile = tiles.last();
+    Tri tileClass;
+    int tile = tiles.nextLive(tiles.first(), lastTile, tileClass);
+    for (int iteration = 0;; ++iteration) {
+      const int stage = iteration % kStages;
+      const bool live = tile <= lastTile;
+      mbarrierWait(smem.empty(stage), (u32(iteration / kStages) & 1u) ^ 1u);
+      if (leader) {
+        smem.publish(stage, live ? tile : -1, tileClass);
+        if (live) {
+          mbarrierArriveExpectTx(smem.full(stage), Config::kKBytes + Config::kVBytes);
+#pragma unroll
+          for (int c = 0; c < Config::kKChunks; ++c)
+            tmaLoad4d(smem.k(stage) + u32(c * kBlockKV * kSwizzleRowBytes), &pt.tma_k,
+                      smem.full(stage), c * kChunkElements, tile * kBlockKV, hKv, b);
+#pragma unroll
+          for (int c = 0; c < Config::kVChunks; ++c)
+            tmaLoad4d(smem.v(stage) + u32(c * kBlockKV * kSwizzleRowBytes), &pt.tma_v,
+                      smem.full(stage), c * kChunkElements, tile * kBlockKV, hKv, b);
+        } else {
+          mbarrierArrive(smem.full(stage));
+        }
+      }
+      if (!live) return;
+      tile = tiles.nextLive(tile + 1, lastTile, tileClass);
+    }
+  }
+  setMaxRegistersInc<Config::kConsumerRegisters>();
+
+  // This warpgroup's rows, and this lane's first accumulator row (wgmma.h).
+  const int group = warpGroup - 1;
+  const int lane = groupThread & 31, warp = groupThread >> 5;
+  const int groupRow = q0 + 64 * group;
+  const bool groupHasRows = groupRow < p.q_len;
+  const int groupLast = minOf(groupRow + 63, p.q_len - 1);
+  const int qRow = groupRow + 16 * warp + (lane >> 2);
+  const int colInQuad = 2 * (lane & 3);
+
+  // Per-row LSE (log2 domain) and delta of this lane's two rows; rows past q_len get P = 0.
+  float lse2[2], delta[2];
+  const i64 rowBase = (i64(b) * p.heads_q + h) * p.q_len;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int q = qRow + 8 * r;
+    lse2[r] = q < p.q_len ? sm80::bwd::lseLog2(p.lse[rowBase + q]) : kInfinity;
+    delta[r] = q < p.q_len ? p.delta[rowBase + q] : 0.0f;
+  }
+  const float log2Scale = Variant::kHasScore ? kLog2e : p.scale * kLog2e;
+  const u32 batchHead = u32(b * p.heads_q + h);
+  const u32 dropThreshold = Variant::kHasDropout ? dropoutThreshold(p.dropout_p) : 0u;
+  const float dropScale = Variant::kHasDropout ? dropoutScale(p.dropout_p) : 1.0f;
+  constexpr int kBitWords = ceilDiv(kN * 4, 32);
+
+  float dq[1][Config::kDqTiles][4];
+  sm80::warp::zero(dq);
+  float s[1][kN][4], dp[1][kN][4];
+  u32 dsA[1][Config::kDsSteps][4];  // dS of the tile, the A operand of its dQ GEMM
+  const u32 qTile = __shfl_sync(0xffffffffu, smem.q(group), 0);    // (warp-uniform to ptxas)
+  const u32 doTile = __shfl_sync(0xffffffffu, smem.dO(group), 0);
+  const Turns<Config> turns{group};
+
+  const auto issueSdP = [&](int stage) {
+    gemmKMajor<Element, kBlockKV, Config::kQKSteps>(flat(s), qTile, 64, smem.k(stage), kBlockKV);
+    gemmKMajor<Element, kBlockKV, Config::kVSteps>(flat(dp), doTile, 64, smem.v(stage), kBlockKV);
+  };
+  const auto issueDq = [&](int stage) {
+    gemmRegsMNMajor<Element, Config::kHeadDim>(flat(dq), dsA[0], smem.k(stage), kBlockKV);
+  };
+  // P and dS of tile `tile` (stage `stage`) on the accumulators, exactly as sm80 backwardQ: dS
+  // packed into dsA.
+  const auto gradStep = [&](int tile, int stage) {
+    const int kv0 = tile * kBlockKV;
+    const int kCol = kv0 + colInQuad;
+    Tri groupClass = smem.scheduledClass(stage);
+    if constexpr (Variant::kHasMask) {
+      if (groupClass == Tri::Unknown && groupHasRows)
+        groupClass = tiles.classify(groupRow, groupLast, kv0, tiles.tileEnd(tile));
+    }
+    const bool none = !groupHasRows || groupClass == Tri::False;
+    const bool checkBounds = tiles.isTail(tile) || groupRow + 64 > p.q_len;
+    u32 keepBits[kBitWords];
+#pragma unroll
+    for (int i = 0; i < kBitWords; ++i) keepBits[i] = 0u;
+    if constexpr (Variant::kHasDropout)
+      sm80::forEachDropoutDecision<1, kN>(p, batchHead, dropThreshold, qRow, kCol,
+                                          [&](int, int ni, int c, bool kept) {
+                                            const int e = ((c / 2) * kN + ni) * 2 + c % 2;
+                                            keepBits[e / 32] |= u32(kept) << (e % 32);
+                                          });
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int ni = 0; ni < kN; ++ni) {
+        const int q = qRow + 8 * r;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          float& x = s[0][ni][2 * r + j];
+          const int k = kCol + 8 * ni + j;
+          const float grad = sm80::bwd::scoreWithGrad<Variant>(p, x, b, h, q, k);
+          bool keep = !none;
+          if (checkBounds) keep = keep && q < p.q_len && k < p.kv_len;
+          if constexpr (Variant::kHasMask) {
+            if (groupClass == Tri::Unknown && keep) keep = Variant::mask(p, b, h, q, k);
+          }
+          const float prob = keep ? exp2Approx(x * log2Scale - lse2[r]) : 0.0f;
+          float d = dp[0][ni][2 * r + j];
+          if constexpr (Variant::kHasDropout) {
+            const int e = (r * kN + ni) * 2 + j;
+            d = (keepBits[e / 32] >> (e % 32)) & 1u ? d * dropScale : 0.0f;
+          }
+          dp[0][ni][2 * r + j] = prob * grad * (d - delta[r]);
+        }
+      }
+    sm80::warp::packP<Element>(dsA, dp);
+  };
+
+  int stage = 0;
+  mbarrierWait(smem.full(0), 0);
+  int tile = smem.scheduledTile(0);
+  mbarrierWait(smem.qFull(), 0);  // (also when no tile is live: the copy lands before the exit)
+  if (tile >= 0) {
+    // The last consumer passes the first turn to warpgroup 0; each tile takes one turn a consumer
+    // (its S and dP with the previous tile's dQ), and one more ends the stream.
+    if (group == Config::kConsumers - 1) turns.pass();
+    turns.take();
+    wgmmaFence();
+    issueSdP(0);
+    turns.pass();
+    wgmmaWait<0>();
+    fenceRegisters(flat(s));
+    fenceRegisters(flat(dp));
+    gradStep(tile, 0);
+    for (int iteration = 1;; ++iteration) {
+      const int nextStage = iteration % kStages;
+      mbarrierWait(smem.full(nextStage), u32(iteration / kStages) & 1u);
+      const int next = smem.scheduledTile(nextStage);
+      if (next < 0) break;
+      turns.take();
+      wgmmaFence();
+      issueDq(stage);
+      issueSdP(nextStage);
+      turns.pass();
+      wgmmaWait<0>();
+      fenceRegisters(flat(dq));
+      fenceRegisters(flat(s));
+      fenceRegisters(flat(dp));
+      mbarrierArrive(smem.empty(stage));
+      stage = nextStage;
+      tile = next;
+      gradStep(tile, stage);
+    }
+    turns.take();
+    wgmmaFence();
+    issueDq(stage);
+    turns.pass();
+    if (group == 0) turns.take();
+    wgmmaWait<0>();
+    fenceRegisters(flat(dq));
+    mbarrierArrive(smem.empty(stage));
+  }
+
+  if (!groupHasRows) return;
+  Element* dqG = static_cast<Element*>(p.dq) + b * p.dq_stride_b + h * p.dq_stride_h;
+  storeAccumulatorRows(dqG, p.dq_stride_s, dq, p.scale, qRow, p.q_len, colInQuad,
+                       Config::kHeadDim);
+}
+
+}  // namespace sm90
+}  // namespace attnc
