@@ -170,7 +170,8 @@ def write_md(path, results, argv):
             f.write("- bf16, BHSD; the rows of docs/perf/H200.md; TFLOP/s = 2.5 x 4 B Hq N^2 D x unmasked "
                     f"fraction / median time (CUDA events, after {fwd.WARM_MS:.0f} ms of untimed calls); "
                     "attnc in its default dQ mode (fp32 sums: TMA "
-                    "bulk reductions in the sm_90a dK/dV kernel, atomics in the sm80 one), peers through "
+                    "bulk reductions in the sm_90a dK/dV kernel, atomics in the sm80 one; at hd136-256 "
+                    "on sm_90a the dQ kernel of bwd_q.h instead, without sums), peers through "
                     "torch.autograd.grad on SDPA (cuDNN, FA2) and torch.compile(flex_attention).\n\n")
             f.write("\n".join(lines) + "\n")
             notes = [f"- {r['row']}: {n}: {msg}" for r in results for n, msg in r["note"].items()]
