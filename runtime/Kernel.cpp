@@ -1300,32 +1300,27 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
       !status)
     return status;
 
-  // The sm_90a dK/dV kernel reads Q, K, V and dO through tensor maps (boxes of 64 q rows and of
-  // the block's kv rows).
-  BwdParamsTma withMaps;
+  // The sm_90a dK/dV and dQ kernels read Q, K, V and dO through tensor maps: boxes of 64 q rows
+  // and of the kernel's kv rows (the dK/dV block's, or the dQ kernel's kv tile).
+  const auto withMaps = [&](BwdParamsTma& maps, int kvRows) {
+    maps.base = p;
+    Status status = encodeQKVMaps(*driver, "BackwardArgs", args, m, unsigned(kvRows), maps.tma_q,
+                                  maps.tma_k, maps.tma_v);
+    if (status)
+      status = encodeTensorMap(*driver, maps.tma_do, "BackwardArgs.d_o", args.d_o, m, m.headDimV,
+                               args.batch, m.headsQ, args.q_len, 64);
+    return status;
+  };
+  BwdParamsTma kvMaps, qMaps;
   void* params[] = {&p};
   void* kvParams[] = {&p};
-  if (b.kvKernel == "sm90") {
-    withMaps.base = p;
-    Status status = encodeQKVMaps(*driver, "BackwardArgs", args, m, unsigned(b.kvBlockKV),
-                                  withMaps.tma_q, withMaps.tma_k, withMaps.tma_v);
-    if (status)
-      status = encodeTensorMap(*driver, withMaps.tma_do, "BackwardArgs.d_o", args.d_o, m,
-                               m.headDimV, args.batch, m.headsQ, args.q_len, 64);
-    if (!status) return status;
-    kvParams[0] = &withMaps;
-  }
-  // The sm_90a dQ kernel's maps: boxes of 64 q rows and of its kv tile.
-  BwdParamsTma qMaps;
   void* qParams[] = {&p};
+  if (b.kvKernel == "sm90") {
+    if (Status status = withMaps(kvMaps, b.kvBlockKV); !status) return status;
+    kvParams[0] = &kvMaps;
+  }
   if (separateDq && b.qKernel == "sm90") {
-    qMaps.base = p;
-    Status status = encodeQKVMaps(*driver, "BackwardArgs", args, m, unsigned(b.qBlockKV),
-                                  qMaps.tma_q, qMaps.tma_k, qMaps.tma_v);
-    if (status)
-      status = encodeTensorMap(*driver, qMaps.tma_do, "BackwardArgs.d_o", args.d_o, m,
-                               m.headDimV, args.batch, m.headsQ, args.q_len, 64);
-    if (!status) return status;
+    if (Status status = withMaps(qMaps, b.qBlockKV); !status) return status;
     qParams[0] = &qMaps;
   }
   auto blocks = [](int64_t n, int per) { return unsigned((n + per - 1) / per); };

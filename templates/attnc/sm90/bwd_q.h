@@ -46,18 +46,8 @@ struct DqSmem {
   ATTNC_DEVICE u32 qFull() const { return barrier(0); }
   ATTNC_DEVICE u32 full(int stage) const { return barrier(1 + stage); }
   ATTNC_DEVICE u32 empty(int stage) const { return barrier(1 + Config::kStages + stage); }
-  // Each stage's schedule slot: the kv tile it holds (-1: the stream has ended) and its class.
-  ATTNC_DEVICE u32 slot(int stage) const {
-    return barrier(1 + 2 * Config::kStages) + u32(8 * stage);
-  }
-  ATTNC_DEVICE void publish(int stage, int tile, expr::Tri cls) const {
-    sm80::storeShared32(slot(stage), u32(tile));
-    sm80::storeShared32(slot(stage) + 4, u32(cls));
-  }
-  ATTNC_DEVICE int scheduledTile(int stage) const { return int(loadShared32(slot(stage))); }
-  ATTNC_DEVICE expr::Tri scheduledClass(int stage) const {
-    return expr::Tri(loadShared32(slot(stage) + 4));
-  }
+  // Each stage's schedule slot (forward.h KvTileSlots).
+  ATTNC_DEVICE KvTileSlots slots() const { return {barrier(1 + 2 * Config::kStages)}; }
 };
 
 // dQ of 128 query rows. Grid (ceil(q_len / 128), heads_q, batch), the q tiles in reverse order
@@ -123,7 +113,7 @@ ATTNC_DEVICE void backwardQ(const BwdParamsTma& pt, unsigned char* smemRaw) {
       const bool live = tile <= lastTile;
       mbarrierWait(smem.empty(stage), (u32(iteration / kStages) & 1u) ^ 1u);
       if (leader) {
-        smem.publish(stage, live ? tile : -1, tileClass);
+        smem.slots().publish(stage, live ? tile : -1, tileClass);
         if (live) {
           mbarrierArriveExpectTx(smem.full(stage), Config::kKBytes + Config::kVBytes);
 #pragma unroll
@@ -188,7 +178,7 @@ ATTNC_DEVICE void backwardQ(const BwdParamsTma& pt, unsigned char* smemRaw) {
   const auto gradStep = [&](int tile, int stage) {
     const int kv0 = tile * kBlockKV;
     const int kCol = kv0 + colInQuad;
-    Tri groupClass = smem.scheduledClass(stage);
+    Tri groupClass = smem.slots().scheduledClass(stage);
     if constexpr (Variant::kHasMask) {
       if (groupClass == Tri::Unknown && groupHasRows)
         groupClass = tiles.classify(groupRow, groupLast, kv0, tiles.tileEnd(tile));
@@ -233,7 +223,7 @@ ATTNC_DEVICE void backwardQ(const BwdParamsTma& pt, unsigned char* smemRaw) {
 
   int stage = 0;
   mbarrierWait(smem.full(0), 0);
-  int tile = smem.scheduledTile(0);
+  int tile = smem.slots().scheduledTile(0);
   mbarrierWait(smem.qFull(), 0);  // (also when no tile is live: the copy lands before the exit)
   if (tile >= 0) {
     // The last consumer passes the first turn to warpgroup 0; each tile takes one turn a consumer
@@ -250,7 +240,7 @@ ATTNC_DEVICE void backwardQ(const BwdParamsTma& pt, unsigned char* smemRaw) {
     for (int iteration = 1;; ++iteration) {
       const int nextStage = iteration % kStages;
       mbarrierWait(smem.full(nextStage), u32(iteration / kStages) & 1u);
-      const int next = smem.scheduledTile(nextStage);
+      const int next = smem.slots().scheduledTile(nextStage);
       if (next < 0) break;
       turns.take();
       wgmmaFence();

@@ -53,6 +53,22 @@ ATTNC_DEVICE u32 swizzleAlignedBase(unsigned char* raw) {
   return (sm80::smemAddress(raw) + u32(kSwizzleAtomBytes - 1)) & ~u32(kSwizzleAtomBytes - 1);
 }
 
+// A ring of schedule slots, one a stage from `base`: the kv tile the stage holds (-1: the stream
+// has ended) and its class. The forward's and the dQ kernel's producers publish, their consumers
+// read while they hold the stage.
+struct KvTileSlots {
+  u32 base;
+  ATTNC_DEVICE u32 slot(int stage) const { return base + u32(8 * stage); }
+  ATTNC_DEVICE void publish(int stage, int tile, expr::Tri cls) const {
+    sm80::storeShared32(slot(stage), u32(tile));
+    sm80::storeShared32(slot(stage) + 4, u32(cls));
+  }
+  ATTNC_DEVICE int scheduledTile(int stage) const { return int(loadShared32(slot(stage))); }
+  ATTNC_DEVICE expr::Tri scheduledClass(int stage) const {
+    return expr::Tri(loadShared32(slot(stage) + 4));
+  }
+};
+
 template <class Config>
 struct ForwardSmem {
   u32 base;  // 1024-byte aligned
@@ -73,16 +89,13 @@ struct ForwardSmem {
   ATTNC_DEVICE u32 kEmpty(int stage) const { return barrier(1 + 2 * Config::kStages + stage); }
   ATTNC_DEVICE u32 vEmpty(int stage) const { return barrier(1 + 3 * Config::kStages + stage); }
 
-  // Each stage's schedule slot: the kv tile it holds (-1: the stream has ended) and its class.
-  ATTNC_DEVICE u32 slot(int stage) const { return barrier(1 + 4 * Config::kStages) + u32(8 * stage); }
+  // Each stage's schedule slot (KvTileSlots).
+  ATTNC_DEVICE KvTileSlots slots() const { return {barrier(1 + 4 * Config::kStages)}; }
   ATTNC_DEVICE void publish(int stage, int tile, expr::Tri cls) const {
-    sm80::storeShared32(slot(stage), u32(tile));
-    sm80::storeShared32(slot(stage) + 4, u32(cls));
+    slots().publish(stage, tile, cls);
   }
-  ATTNC_DEVICE int scheduledTile(int stage) const { return int(loadShared32(slot(stage))); }
-  ATTNC_DEVICE expr::Tri scheduledClass(int stage) const {
-    return expr::Tri(loadShared32(slot(stage) + 4));
-  }
+  ATTNC_DEVICE int scheduledTile(int stage) const { return slots().scheduledTile(stage); }
+  ATTNC_DEVICE expr::Tri scheduledClass(int stage) const { return slots().scheduledClass(stage); }
 };
 
 // One K or V tile: its 64-column chunks, each a TMA box of BlockKV rows from key kv0, announced to
