@@ -155,6 +155,56 @@ static_assert(attnc::sm90::FwdConfig<attnc::bf16, 256, 256, 2, 64, 2>::kSmemByte
 
 }  // namespace
 
+// The sm_90a dQ kernel (bwd_q.h) comes with the wgmma dK/dV kernel: its kv tile the largest of 128,
+// 64 and 32 keys within the register model, as many stages as fit (up to 4), and it replaces the
+// dK/dV kernel's dQ in the default backward exactly where the head-dim split serves; a mask that
+// reads declared inputs keeps the sm80 dQ kernel and the dK/dV kernel's dQ.
+TEST(HopperTileRule, TheDqKernelServesWhereTheSplitDoes) {
+  const TileTarget target = tileTarget("sm_90a");
+  for (int64_t d = 16; d <= 256; d += 8) {
+    SCOPED_TRACE(testing::Message() << "d " << d);
+    TileProblem problem{d, d, 2, 0, 0, 0, 0};
+    mlir::FailureOr<BackwardTileChoice> c = deriveBackwardTiles(problem, target);
+    ASSERT_TRUE(mlir::succeeded(c));
+    if (c->kvKernel != "sm90") {
+      EXPECT_EQ(c->hopperQSmemBytes, 0);
+      continue;
+    }
+    const int blockKV = attnc::sm90::dqKernelBlockKV(int(d));
+    EXPECT_EQ(c->hopperQBlockKV, blockKV);
+    EXPECT_LE(attnc::sm90::dqKernelRegisters(int(d), blockKV), attnc::sm90::kDqKernelLive);
+    if (blockKV < 128)
+      EXPECT_GT(attnc::sm90::dqKernelRegisters(int(d), 2 * blockKV), attnc::sm90::kDqKernelLive);
+    EXPECT_GE(c->hopperQStages, 2);
+    EXPECT_LE(c->hopperQStages, 4);
+    EXPECT_EQ(c->hopperQSmemBytes, attnc::sm90::dqKernelSmemBytes(int(d), int(d), blockKV,
+                                                                  int(c->hopperQStages)));
+    EXPECT_LE(c->hopperQSmemBytes, target.smemPerBlock);
+    if (c->hopperQStages < 4)
+      EXPECT_GT(attnc::sm90::dqKernelSmemBytes(int(d), int(d), blockKV, int(c->hopperQStages) + 1),
+                target.smemPerBlock);
+    EXPECT_EQ(c->hopperSeparateDq, c->hopperSplit);
+  }
+  TileProblem hd256{256, 256, 2, 0, 0, 0, 0};
+  mlir::FailureOr<BackwardTileChoice> wide = deriveBackwardTiles(hd256, target);
+  EXPECT_EQ(wide->hopperQBlockKV, 32);
+  EXPECT_EQ(wide->hopperQStages, 3);
+  EXPECT_EQ(wide->hopperQSmemBytes, 230480);
+  EXPECT_TRUE(wide->hopperSeparateDq);
+  TileProblem hd128{128, 128, 2, 0, 0, 0, 0};
+  EXPECT_EQ(deriveBackwardTiles(hd128, target)->hopperQBlockKV, 64);
+  EXPECT_FALSE(deriveBackwardTiles(hd128, target)->hopperSeparateDq);
+  TileProblem document = hd256;
+  document.maskReadsInputs = true;
+  mlir::FailureOr<BackwardTileChoice> doc = deriveBackwardTiles(document, target);
+  EXPECT_EQ(doc->kvKernel, "sm90");
+  EXPECT_EQ(doc->hopperQSmemBytes, 0);
+  EXPECT_FALSE(doc->hopperSeparateDq);
+  static_assert(attnc::sm90::DqConfig<attnc::bf16, 256, 256, 32, 3>::kSmemBytes == 230480 &&
+                    attnc::sm90::DqConfig<attnc::bf16, 128, 128, 64, 4>::kSmemBytes == 197736,
+                "DqConfig's layout and dqKernelSmemBytes agree");
+}
+
 // The backward on sm_90a: the wgmma dK/dV kernel exactly where its register model fits the 240
 // registers a consumer gets, with 2-4 stages inside the 227 KiB; its dq_accum layout is a
 // permutation of each tile's floats and inside dqAccumElements.
