@@ -11,8 +11,9 @@
 //      P, dS               recomputed on the accumulators exactly as the sm80 backwardQ does
 //                          (score hook and its derivative, mask, dropout on dP)
 //      dQ += dS K          wgmma, dS from registers, K MN-major from shared memory
-//    dQ_j is issued together with S_{j+1} and dP_{j+1}, and the two consumers take turns issuing
-//    (forward.h Turns), so that one's elementwise step runs under the other's GEMMs.
+//    dQ_j is issued together with S_{j+1} and dP_{j+1}, the probabilities of tile j + 1 are
+//    computed while its dP GEMM still runs, and the two consumers take turns issuing (forward.h
+//    Turns), so that one's elementwise step runs under the other's GEMMs.
 //
 // With the dK/dV kernel's `_kv_nodq` entry (backward.h with WriteDQ false) this makes the
 // backward without dq_accum: chosen where the dK/dV kernel's own dQ (fp32 reductions into
@@ -175,7 +176,7 @@ ATTNC_DEVICE void backwardQ(const BwdParamsTma& pt, unsigned char* smemRaw) {
   };
   // P and dS of tile `tile` (stage `stage`) on the accumulators, exactly as sm80 backwardQ: dS
   // packed into dsA.
-  const auto gradStep = [&](int tile, int stage) {
+  const auto gradStep = [&](int tile, int stage, auto waitForDp) {
     const int kv0 = tile * kBlockKV;
     const int kCol = kv0 + colInQuad;
     Tri groupClass = smem.slots().scheduledClass(stage);
@@ -209,16 +210,38 @@ ATTNC_DEVICE void backwardQ(const BwdParamsTma& pt, unsigned char* smemRaw) {
           if constexpr (Variant::kHasMask) {
             if (groupClass == Tri::Unknown && keep) keep = Variant::mask(p, b, h, q, k);
           }
-          const float prob = keep ? exp2Approx(x * log2Scale - lse2[r]) : 0.0f;
+          x = keep ? exp2Approx(x * log2Scale - lse2[r]) * grad : 0.0f;
+        }
+      }
+    waitForDp();
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int ni = 0; ni < kN; ++ni)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
           float d = dp[0][ni][2 * r + j];
           if constexpr (Variant::kHasDropout) {
             const int e = (r * kN + ni) * 2 + j;
             d = (keepBits[e / 32] >> (e % 32)) & 1u ? d * dropScale : 0.0f;
           }
-          dp[0][ni][2 * r + j] = prob * grad * (d - delta[r]);
+          dp[0][ni][2 * r + j] = s[0][ni][2 * r + j] * (d - delta[r]);
         }
-      }
     sm80::warp::packP<Element>(dsA, dp);
+  };
+
+  // S and dP are two commit groups (issueSdP): the probabilities are computed while dP's GEMM
+  // still runs, its wait held below them (wgmmaWaitAfter; ptxas would hoist a plain one). With
+  // the consumers' turns this measured 1-2% faster on the H200 than waiting for both first
+  // (hd256 full and causal, hd192 causal, softcap hd256; dropout hd256 0.5% slower, within noise)
+  // and than the same without turns (which lost 7% with dropout; docs/perf/H200-backward.md).
+  const auto waitForS = [&]() {
+    wgmmaWait<1>();
+    fenceRegisters(flat(s));
+  };
+  const auto waitForDp = [&]() {
+    wgmmaWaitAfter<0>(s[0][kN - 1][1], s[0][kN - 1][3], qTile, p.batch < 0);
+    fenceRegisters(flat(dp));
   };
 
   int stage = 0;
@@ -227,16 +250,15 @@ ATTNC_DEVICE void backwardQ(const BwdParamsTma& pt, unsigned char* smemRaw) {
   mbarrierWait(smem.qFull(), 0);  // (also when no tile is live: the copy lands before the exit)
   if (tile >= 0) {
     // The last consumer passes the first turn to warpgroup 0; each tile takes one turn a consumer
-    // (its S and dP with the previous tile's dQ), and one more ends the stream.
+    // (its S and dP with the previous tile's dQ), and one more ends the stream. A stage is released
+    // once its tile's dQ GEMM is done (with the next tile's S).
     if (group == Config::kConsumers - 1) turns.pass();
     turns.take();
     wgmmaFence();
     issueSdP(0);
     turns.pass();
-    wgmmaWait<0>();
-    fenceRegisters(flat(s));
-    fenceRegisters(flat(dp));
-    gradStep(tile, 0);
+    waitForS();
+    gradStep(tile, 0, waitForDp);
     for (int iteration = 1;; ++iteration) {
       const int nextStage = iteration % kStages;
       mbarrierWait(smem.full(nextStage), u32(iteration / kStages) & 1u);
@@ -247,14 +269,12 @@ ATTNC_DEVICE void backwardQ(const BwdParamsTma& pt, unsigned char* smemRaw) {
       issueDq(stage);
       issueSdP(nextStage);
       turns.pass();
-      wgmmaWait<0>();
+      waitForS();
       fenceRegisters(flat(dq));
-      fenceRegisters(flat(s));
-      fenceRegisters(flat(dp));
       mbarrierArrive(smem.empty(stage));
       stage = nextStage;
       tile = next;
-      gradStep(tile, stage);
+      gradStep(tile, stage, waitForDp);
     }
     turns.take();
     wgmmaFence();
