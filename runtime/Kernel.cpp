@@ -1181,8 +1181,17 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
   return Status::success();
 }
 
+// Whether every compiled form's backward runs without dq_accum (BackwardMetadata::separateDq), so
+// that the default mode's workspace needs none either (a form the device may load otherwise does).
+bool everyFormSeparatesDq(const std::vector<Kernel::Impl::Image>& images) {
+  for (const auto& image : images)
+    if (!image.metadata.backward || !image.metadata.backward->separateDq) return false;
+  return !images.empty();
+}
+
 size_t Kernel::backwardWorkspaceBytes(int64_t batch, int64_t q_len, bool deterministic) const {
-  return workspaceLayout(metadata(), batch, q_len, deterministic).total;
+  const bool noAccum = deterministic || (impl_ && everyFormSeparatesDq(impl_->images));
+  return workspaceLayout(metadata(), batch, q_len, noAccum).total;
 }
 
 Status Kernel::validateBackward(const BackwardArgs& args) const {
@@ -1253,7 +1262,9 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
   OrderedGrid kvGrid;
   if (Status status = backwardKvGrid(m.name, b, m.headsKV, args.batch, args.kv_len, kvGrid); !status)
     return status;
-  WorkspaceLayout layout = workspaceLayout(m, args.batch, args.q_len, args.deterministic);
+  // (no dq_accum where no form needs one: backwardWorkspaceBytes)
+  WorkspaceLayout layout =
+      workspaceLayout(m, args.batch, args.q_len, args.deterministic || everyFormSeparatesDq(impl_->images));
 
   // The caller's workspace, or this kernel's (held for the launches: they are enqueued in order).
   std::unique_lock<std::mutex> workspaceLock;

@@ -465,6 +465,31 @@ TEST(Kernel, BackwardWorkspaceBytes) {
   EXPECT_FALSE(documentKernel().hasBackward());
 }
 
+// With a separate dQ (BackwardMetadata::separateDq) the default backward needs no dq_accum, but
+// only where every compiled form says so: a device may load any of them.
+TEST(Kernel, BackwardWorkspaceWithoutDqAccumWhereEveryFormSeparatesDq) {
+  KernelMetadata separate = backwardMetadata();
+  separate.backward->qKernel = "sm90";
+  separate.backward->qBlockKV = 32;
+  separate.backward->separateDq = true;
+  const size_t delta = (size_t(2) * 16 * 100 * 4 + 255) / 256 * 256;
+  Status status;
+  Kernel one = Kernel::fromImages({{separate, kFakeCubin, sizeof kFakeCubin, nullptr}}, &status);
+  ASSERT_TRUE(status) << status.message;
+  EXPECT_EQ(one.backwardWorkspaceBytes(2, 100, false), delta);
+  EXPECT_EQ(one.backwardWorkspaceBytes(2, 100, true), delta);
+  KernelMetadata other = backwardMetadata();
+  other.target = "sm_80";
+  other.computeMajor = 8;
+  Kernel both = Kernel::fromImages({{separate, kFakeCubin, sizeof kFakeCubin, nullptr},
+                                    {other, kFakeCubin, sizeof kFakeCubin, nullptr}},
+                                   &status);
+  ASSERT_TRUE(status) << status.message;
+  EXPECT_EQ(both.backwardWorkspaceBytes(2, 100, false),
+            backwardKernel().backwardWorkspaceBytes(2, 100, false));
+  EXPECT_EQ(both.backwardWorkspaceBytes(2, 100, true), delta);
+}
+
 TEST(Kernel, ValidBackwardArgumentsPass) {
   Status status = backwardKernel().validateBackward(validBackwardArgs());
   EXPECT_TRUE(status) << status.message;
