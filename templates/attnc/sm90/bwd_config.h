@@ -187,7 +187,8 @@ struct BwdConfig {
 // dQ (64 x head_dim fp32 over 128 threads), S and dP (64 x B_c each) and the packed dS (B_c / 4);
 // the kv tile is the largest of 128, 64 and 32 keys whose model stays within kDqKernelLive, which
 // leaves the 240 a consumer gets room for addresses, the LSE and delta rows and the elementwise
-// step: hd256 takes 32 keys (168), hd64-192 take 64 (hd64 with 128 would model 192).
+// step: head dims up to 32 take 128 keys, 40-192 take 64 (hd64 with 128 would model 192), 200-256
+// take 32 (hd256: 168).
 constexpr int kDqKernelLive = 176;
 ATTNC_HD constexpr int dqKernelRegisters(int headDim, int blockKV) {
   return roundUp(headDim, 8) / 2 + blockKV + blockKV / 4;
