@@ -6,6 +6,7 @@ a peer's (relerr < 2e-2) before it is timed. TFLOP/s = 2.5 x the forward's FLOPs
   python3 bench/bench_backward.py [--quick] [--md docs/perf/H200-backward.md] [--no-flex]
 """
 import argparse
+import contextlib
 import datetime
 import math
 import os
@@ -132,18 +133,20 @@ def run_row(lib, row, flex, create_block_mask, use_flex):
                                   lambda new, plain: fwd.relerr(new, plain) < 2e-3)  # (fp32 sums in no fixed order)
         if entry:
             timed.insert(1, entry)
+    power = {}
     for name, fn in timed:
         try:
-            if name in ("cudnn", "fa2"):
-                backend = SDPBackend.CUDNN_ATTENTION if name == "cudnn" else SDPBackend.FLASH_ATTENTION
-                with sdpa_kernel(backend):
+            backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "fa2": SDPBackend.FLASH_ATTENTION}.get(name)
+            with sdpa_kernel(backend) if backend else contextlib.nullcontext():
+                with fwd.Sampler() if fwd.POWER else contextlib.nullcontext() as sampler:
                     med = fwd.time_ms(fn)[0]
-            else:
-                med = fwd.time_ms(fn)[0]
+            if fwd.POWER:
+                power[name] = f" ({sampler.mhz:.0f} MHz {sampler.watts:.0f} W)"
             res["tflops"][name] = flops / (med * 1e-3) / 1e12
         except Exception as e:  # noqa: BLE001
             res["note"][name] = f"failed: {str(e).splitlines()[0][:100]}"
-    print(f"{row.name:34s} " + " ".join(f"{n} {res['tflops'].get(n, float('nan')):6.1f}" for n in ["attnc"] + PEERS)
+    print(f"{row.name:34s} " + " ".join(f"{n} {res['tflops'].get(n, float('nan')):6.1f}{power.get(n, '')}"
+                                        for n in ["attnc"] + PEERS)
           + f"  [{res['check']}]", flush=True)
     fwd.note_prepared(res)
     del q, k, v, o, do, dq, dk, dv, workspace
@@ -191,8 +194,11 @@ def main():
     ap.add_argument("--lib", default=None)
     ap.add_argument("--only", action="append", default=None,
                     help="rows whose name contains this text (repeatable), e.g. --only 'N=16K'")
+    ap.add_argument("--power", action="store_true",
+                    help="sample nvidia-smi's SM clock and power while each implementation is timed (the log)")
     args = ap.parse_args()
     fwd.WARM_MS = args.warm_ms
+    fwd.POWER = args.power
     lib = fwd.attnc_ctypes.Library(args.lib)
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     # The timed backward runs many times on one graph (retain_graph=True); compiled graphs donate

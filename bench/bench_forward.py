@@ -7,6 +7,7 @@ the exact unmasked fraction.
   python3 bench/bench_forward.py [--quick] [--md docs/perf/H200.md] [--png docs/perf/H200-forward.png]
 """
 import argparse
+import contextlib
 import datetime
 import json
 import math
@@ -30,6 +31,7 @@ IMPLS = ["attnc", "cudnn", "fa2", "flex"]
 HEADS_FOR_HD = {64: 32, 128: 16, 256: 8}  # heads x head_dim = 2048 in every row of the grid
 TOKENS = 16384  # B = TOKENS / N
 NO_FLEX = False
+POWER = False  # --power: nvidia-smi's SM clock and power while each implementation is timed
 
 
 class Row:
@@ -132,6 +134,26 @@ def alibi_slopes(n):
 # compile, a correctness check): measured without this, the implementation timed first in a row (attnc)
 # ran 4-10% faster than it does at steady state (bench/interleave.py, docs/perf/H200.md).
 WARM_MS = 500.0
+
+
+class Sampler:
+    """nvidia-smi sampling SM clock and power every 20 ms while a block of work runs. The power is
+    power.draw.instant: power.draw is an average over the last second, which after an idle moment
+    (a compile) read half of the instant draw through the first implementation's whole timing."""
+    def __enter__(self):
+        self.proc = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw.instant",
+                                      "--format=csv,noheader,nounits", "-lms", "20"],
+                                     stdout=subprocess.PIPE, text=True)
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        out, _ = self.proc.communicate()
+        vals = [tuple(float(x) for x in line.split(","))
+                for line in out.splitlines() if line.count(",") == 1]
+        vals = vals[len(vals) // 4:] or vals  # the last three quarters
+        self.mhz = statistics.mean(v[0] for v in vals) if vals else float("nan")
+        self.watts = statistics.mean(v[1] for v in vals) if vals else float("nan")
 
 
 def batch_size(fn, min_batch_ms=3.0):
@@ -345,7 +367,10 @@ def run_row(lib, row, flex, create_block_mask, log):
         res["note"]["attnc"] = "WRONG RESULT, not timed: " + res["check"]
     for name, fn in impls:
         try:
-            med, lo, hi = time_ms(fn)
+            with Sampler() if POWER else contextlib.nullcontext() as sampler:
+                med, lo, hi = time_ms(fn)
+            if POWER:
+                res.setdefault("power", {})[name] = {"mhz": sampler.mhz, "watts": sampler.watts}
             res["ms"][name] = med
             res["tflops"][name] = flops / (med * 1e-3) / 1e12
         except Exception as e:  # noqa: BLE001
@@ -437,7 +462,7 @@ def write_outputs(results, facts, argv, md_path, png_path, json_path):
 
 
 def main():
-    global NO_FLEX, WARM_MS
+    global NO_FLEX, POWER, WARM_MS
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="N in {1K, 4K} only")
     ap.add_argument("--md", default=None)
@@ -449,8 +474,12 @@ def main():
                     help="ms of untimed back-to-back calls before each implementation's timed batches")
     ap.add_argument("--only", action="append", default=None,
                     help="rows whose name contains this text (repeatable), e.g. --only hd64")
+    ap.add_argument("--power", action="store_true",
+                    help="sample nvidia-smi's SM clock and power while each implementation is timed "
+                         "(the log's lines and the JSON; TFLOP/s per watt compares work per energy)")
     args = ap.parse_args()
     NO_FLEX = args.no_flex
+    POWER = args.power
     WARM_MS = args.warm_ms
     torch.zeros(1, device="cuda")
     import torch._dynamo as dynamo  # each row's shapes recompile flex: lift the recompile limits
@@ -488,7 +517,11 @@ def main():
         results.append(r)
         write_outputs(results, facts, sys.argv[1:], args.md, args.png, args.json)  # partial results survive a timeout
         t = r["tflops"]
-        print(f"{row.name:34s} " + " ".join(f"{k} {v:6.1f}" for k, v in t.items())
+        power = r.get("power", {})
+        print(f"{row.name:34s} " + " ".join(
+            f"{k} {v:6.1f}" + (f" ({power[k]['mhz']:.0f} MHz {power[k]['watts']:.0f} W "
+                               f"{v / power[k]['watts']:.3f}/W)" if k in power else "")
+            for k, v in t.items())
               + f"  [{r['check']}] {time.time() - t1:.1f}s" + (f" notes {r['note']}" if r["note"] else ""),
               flush=True)
     lines = write_outputs(results, facts, sys.argv[1:], args.md, args.png, args.json)

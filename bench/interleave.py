@@ -19,24 +19,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import bench_forward as bf
 
 
-class Sampler:
-    """nvidia-smi sampling SM clock and power every 20 ms while a block of work runs."""
-    def __enter__(self):
-        self.proc = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw",
-                                      "--format=csv,noheader,nounits", "-lms", "20"],
-                                     stdout=subprocess.PIPE, text=True)
-        return self
-
-    def __exit__(self, *exc):
-        self.proc.terminate()
-        out, _ = self.proc.communicate()
-        vals = [tuple(float(x) for x in line.split(","))
-                for line in out.splitlines() if line.count(",") == 1]
-        vals = vals[len(vals) // 4:] or vals  # the last three quarters
-        self.mhz = statistics.mean(v[0] for v in vals) if vals else float("nan")
-        self.watts = statistics.mean(v[1] for v in vals) if vals else float("nan")
-
-
 def smi():
     q = "clocks.sm,power.draw,temperature.gpu"
     try:
@@ -97,7 +79,7 @@ def main():
         for order in (("attnc", "cudnn"), ("cudnn", "attnc")):
             med, pw = {}, {}
             for n in order:
-                with Sampler() as smp:
+                with bf.Sampler() as smp:
                     med[n] = bf.time_ms(fns[n], reps=args.batches, warm_ms=args.warm_ms)[0]
                 pw[n] = f"{n} {smp.mhz:.0f} MHz {smp.watts:.0f} W"
             print(f"{row.name:32} {'steady ' + order[0][:2]:12} {tf(med['attnc']):7.0f} {tf(med['cudnn']):7.0f} "
