@@ -184,8 +184,9 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
     diags.push_back(failure);
     return std::nullopt;
   }
-  NvrtcResult result = nvrtc->compile(kernel.cuda, spec.name + ".cu", embeddedTemplates(),
-                                      target.name, {});
+  NvrtcResult result = nvrtc->compile(
+      kernel.cuda, spec.name + ".cu", embeddedTemplates(), target.name,
+      options.ptxasNotesInLog ? std::vector<std::string>{kPtxasOneThread} : std::vector<std::string>{});
   kernel.nvrtcLog = result.log;
   kernel.nvrtcSeconds = result.compileSeconds;
   if (!result.ok) {

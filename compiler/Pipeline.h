@@ -30,6 +30,10 @@ struct CompileOptions {
   long long summaryQLen = 0;          // count tile classes for these lengths (explain)
   long long summaryKVLen = 0;
   bool backward = false;              // also derive and compile the backward kernels
+  // ptxas in one thread (NVRTC 13's --split-compile off): slower with several entries, but ptxas
+  // then writes its notes into NVRTC's log, among them the one that it serialized an entry's wgmma
+  // instructions (ResourceUsage::wgmmaSerialized), which its threads print to stderr instead.
+  bool ptxasNotesInLog = false;
 };
 
 struct TileSummary {

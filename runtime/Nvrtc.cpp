@@ -2,6 +2,7 @@
 
 #include "runtime/DynamicLibrary.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -118,9 +119,14 @@ std::string quoted(const std::string& line, size_t from) {
 //   ptxas info    : Used 40 registers, used 1 barriers, 1152 bytes cumulative stack size,
 //                   4096 bytes smem, 364 bytes cmem[0]          (one line; items may be absent)
 // and "Function properties for" blocks for non-inlined device functions, which are not entries.
+// Where ptxas serializes an entry's wgmma instructions it says so, before the entry's own lines:
+//   ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized
+//                   due to insufficient register resources for the wgmma pipeline in the function
+//                   'fwd'                                        (one line)
 std::map<std::string, ResourceUsage> parsePtxasInfo(const std::string& log) {
   std::map<std::string, ResourceUsage> entries;
   std::map<std::string, ResourceUsage> frames;  // stack/spill lines, per function of any kind
+  std::map<std::string, std::string> serialized;  // the wgmma notes, per function
   std::string currentEntry;
   std::string propertiesOf;
 
@@ -134,6 +140,14 @@ std::map<std::string, ResourceUsage> parsePtxasInfo(const std::string& log) {
     if (!startsWith(line, 0, "ptxas"))
       continue;
 
+    if (size_t at = line.find("wgmma.mma_async instructions are serialized");
+        at != std::string::npos) {
+      const size_t in = line.find("in the function", at);
+      const size_t code = line.rfind("(C", at);
+      serialized[in == std::string::npos ? currentEntry : quoted(line, in)] =
+          trim(line.substr(code == std::string::npos ? at : code));
+      continue;
+    }
     if (size_t at = line.find("Compiling entry function"); at != std::string::npos) {
       currentEntry = quoted(line, at);
       entries[currentEntry];
@@ -183,6 +197,8 @@ std::map<std::string, ResourceUsage> parsePtxasInfo(const std::string& log) {
   }
 
   for (auto& [name, usage] : entries) {
+    if (auto note = serialized.find(name); note != serialized.end())
+      usage.wgmmaSerialized = note->second;
     auto frame = frames.find(name);
     if (frame == frames.end())
       continue;
@@ -270,7 +286,11 @@ NvrtcResult Nvrtc::compile(const std::string& source, const std::string& name,
   // one after another unless told to use threads; with them it emits the same SASS (checked with
   // cuobjdump on every example, CUDA 13.0) and the same report, per entry and in order. NVRTC's own
   // --split-compile (the NVVM optimizer) is left off: it changed register allocation.
-  if (versionMajor >= 13)
+  // (kPtxasOneThread among the extra options replaces it: ptxas's threads print its notes to
+  // stderr, where the log's reader cannot see them)
+  const bool oneThread =
+      std::find(extraOptions.begin(), extraOptions.end(), kPtxasOneThread) != extraOptions.end();
+  if (versionMajor >= 13 && !oneThread)
     options.push_back("--ptxas-options=--split-compile=0");
   options.insert(options.end(), extraOptions.begin(), extraOptions.end());
   std::vector<const char*> optionPointers;

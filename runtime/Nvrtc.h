@@ -23,10 +23,19 @@ struct ResourceUsage {
   int spillLoadBytes = 0;
   int stackBytes = 0;     // the entry's own stack frame (local arrays, spills)
   int constantBytes = 0;  // sum over the constant banks ptxas lists (cmem[0] holds the params)
+  // ptxas's note when it serialized the entry's wgmma instructions (each one waited for before the
+  // next issues, so no GEMM overlaps anything), e.g. "(C7511) Potential Performance Loss: ...
+  // due to insufficient register resources for the wgmma pipeline"; empty when they are pipelined.
+  std::string wgmmaSerialized;
 };
 
 // Whether the entry spills to local memory.
 inline bool spills(const ResourceUsage& r) { return r.spillStoreBytes > 0 || r.spillLoadBytes > 0; }
+
+// An extra option for Nvrtc::compile: ptxas in one thread, which replaces the threads NVRTC 13
+// is given otherwise (compile() below). Only then does NVRTC's log hold ptxas's notes (a wgmma
+// pipeline ptxas serialized, for one); its threads print them to the process's stderr.
+inline constexpr const char* kPtxasOneThread = "--ptxas-options=--split-compile=1";
 
 struct NvrtcResult {
   bool ok = false;

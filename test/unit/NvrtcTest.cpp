@@ -198,6 +198,30 @@ TEST(PtxasInfo, ParsesEntriesAndIgnoresDeviceFunctions) {
   EXPECT_EQ(bwd.staticSharedBytes, 0);
 }
 
+TEST(PtxasInfo, KeepsTheNoteOfAnEntryWhoseWgmmaPtxasSerialized) {
+  // (the note comes before the entry's own lines, as NVRTC 13.0 prints it)
+  const char* log =
+      "ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are "
+      "serialized due to insufficient register resources for the wgmma pipeline in the function "
+      "'slow_fwd'\n"
+      "ptxas info    : 217 bytes gmem\n"
+      "ptxas info    : Compiling entry function 'slow_fwd' for 'sm_90a'\n"
+      "ptxas info    : Function properties for slow_fwd\n"
+      "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Used 168 registers, used 16 barriers\n"
+      "ptxas info    : Compiling entry function 'fast_fwd' for 'sm_90a'\n"
+      "ptxas info    : Function properties for fast_fwd\n"
+      "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Used 168 registers, used 16 barriers\n";
+  std::map<std::string, ResourceUsage> resources = parsePtxasInfo(log);
+  ASSERT_EQ(resources.size(), 2u);
+  EXPECT_EQ(resources.at("slow_fwd").wgmmaSerialized,
+            "(C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+            "insufficient register resources for the wgmma pipeline in the function 'slow_fwd'");
+  EXPECT_EQ(resources.at("slow_fwd").registers, 168);
+  EXPECT_TRUE(resources.at("fast_fwd").wgmmaSerialized.empty());
+}
+
 std::string readFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream contents;

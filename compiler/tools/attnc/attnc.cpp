@@ -11,6 +11,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
+#include <optional>
 #include <map>
 
 using namespace attnc;
@@ -122,7 +123,14 @@ int runEmitHeader(const Common& common, const std::string& outputDir) {
 struct ReportOptions {
   bool report = false;            // print the resource report to stderr
   bool requireNoSpills = false;   // fail when the kernel spills to local memory
+  bool requirePipelinedWgmma = false;  // fail when ptxas serializes a kernel's wgmma instructions
 };
+
+// The failure for an entry whose wgmma instructions ptxas serialized, if it did.
+std::optional<std::string> wgmmaFailure(const std::string& entry, const ResourceUsage& usage) {
+  if (usage.wgmmaSerialized.empty()) return std::nullopt;
+  return entry + ": ptxas serialized its wgmma instructions: " + usage.wgmmaSerialized;
+}
 
 int runCompile(const Common& common, const std::string& emit, const std::string& output,
                const ReportOptions& reportOptions) {
@@ -144,6 +152,7 @@ int runCompile(const Common& common, const std::string& emit, const std::string&
   options.blockQ = common.blockQ;
   options.blockKV = common.blockKV;
   options.backward = common.backward;
+  options.ptxasNotesInLog = reportOptions.requirePipelinedWgmma;
   std::optional<CompiledKernel> kernel =
       compiler.compile(spec, target, stages.at(emit), options, diags);
   if (!kernel) return fail(diags);
@@ -164,6 +173,10 @@ int runCompile(const Common& common, const std::string& emit, const std::string&
   if (binary && reportOptions.requireNoSpills && (spills(r) || r.registers < 0))
     return failWith(r.registers < 0 ? "NVRTC gave no resource report for " + kernel->entry
                                     : kernel->entry + " spills to local memory");
+  if (binary && reportOptions.report && !r.wgmmaSerialized.empty())
+    llvm::errs() << *wgmmaFailure(kernel->entry, r) << "\n";
+  if (binary && reportOptions.requirePipelinedWgmma)
+    if (auto failure = wgmmaFailure(kernel->entry, r)) return failWith(*failure);
   for (const auto& [entry, usage] : kernel->backwardResources) {
     if (binary && reportOptions.report)
       llvm::errs() << llvm::formatv("{0} {1}: {2} registers, spill stores {3} B, spill loads {4} B, "
@@ -171,6 +184,10 @@ int runCompile(const Common& common, const std::string& emit, const std::string&
                                     usage.spillStoreBytes, usage.spillLoadBytes, usage.stackBytes);
     if (binary && reportOptions.requireNoSpills && spills(usage))
       return failWith(entry + " spills to local memory");
+    if (binary && reportOptions.report && !usage.wgmmaSerialized.empty())
+      llvm::errs() << *wgmmaFailure(entry, usage) << "\n";
+    if (binary && reportOptions.requirePipelinedWgmma)
+      if (auto failure = wgmmaFailure(entry, usage)) return failWith(*failure);
   }
   if (!writeOutput(output, data, error)) return failWith(error);
   return 0;
@@ -356,6 +373,9 @@ int main(int argc, char** argv) {
                     "Print registers, shared memory, spills and NVRTC time to stderr (ptx, cubin)");
   compile->add_flag("--require-no-spills", reportOptions.requireNoSpills,
                     "Fail if the kernel spills registers to local memory (ptx, cubin)");
+  compile->add_flag("--require-pipelined-wgmma", reportOptions.requirePipelinedWgmma,
+                    "Fail if ptxas serializes a kernel's wgmma instructions, which it reports as a "
+                    "'Potential Performance Loss' (sm_90a; ptx, cubin)");
 
   Common explainArgs;
   long long seqLen = 4096, kvSeqLen = 0, batch = 1;
