@@ -133,7 +133,6 @@ def run_row(lib, row, flex, create_block_mask, use_flex):
                                   lambda new, plain: fwd.relerr(new, plain) < 2e-3)  # (fp32 sums in no fixed order)
         if entry:
             timed.insert(1, entry)
-    power = {}
     for name, fn in timed:
         try:
             backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "fa2": SDPBackend.FLASH_ATTENTION}.get(name)
@@ -141,11 +140,13 @@ def run_row(lib, row, flex, create_block_mask, use_flex):
                 with fwd.Sampler() if fwd.POWER else contextlib.nullcontext() as sampler:
                     med = fwd.time_ms(fn)[0]
             if fwd.POWER:
-                power[name] = f" ({sampler.mhz:.0f} MHz {sampler.watts:.0f} W)"
+                res.setdefault("power", {})[name] = {"mhz": sampler.mhz, "watts": sampler.watts}
             res["tflops"][name] = flops / (med * 1e-3) / 1e12
         except Exception as e:  # noqa: BLE001
             res["note"][name] = f"failed: {str(e).splitlines()[0][:100]}"
-    print(f"{row.name:34s} " + " ".join(f"{n} {res['tflops'].get(n, float('nan')):6.1f}{power.get(n, '')}"
+    power = res.get("power", {})
+    print(f"{row.name:34s} " + " ".join(f"{n} {res['tflops'].get(n, float('nan')):6.1f}"
+                                        f"{fwd.power_text(power.get(n), res['tflops'].get(n, float('nan')))}"
                                         for n in ["attnc"] + PEERS)
           + f"  [{res['check']}]", flush=True)
     fwd.note_prepared(res)

@@ -156,6 +156,14 @@ class Sampler:
         self.watts = statistics.mean(v[1] for v in vals) if vals else float("nan")
 
 
+def power_text(power, tflops):
+    """A row's log text for one implementation's Sampler readings (--power): clock, power and
+    TFLOP/s per watt; empty without readings."""
+    if not power:
+        return ""
+    return f" ({power['mhz']:.0f} MHz {power['watts']:.0f} W {tflops / power['watts']:.3f}/W)"
+
+
 def batch_size(fn, min_batch_ms=3.0):
     """How many back-to-back calls of fn make a batch of at least min_batch_ms (after one warm call)."""
     fn()
@@ -518,10 +526,7 @@ def main():
         write_outputs(results, facts, sys.argv[1:], args.md, args.png, args.json)  # partial results survive a timeout
         t = r["tflops"]
         power = r.get("power", {})
-        print(f"{row.name:34s} " + " ".join(
-            f"{k} {v:6.1f}" + (f" ({power[k]['mhz']:.0f} MHz {power[k]['watts']:.0f} W "
-                               f"{v / power[k]['watts']:.3f}/W)" if k in power else "")
-            for k, v in t.items())
+        print(f"{row.name:34s} " + " ".join(f"{k} {v:6.1f}{power_text(power.get(k), v)}" for k, v in t.items())
               + f"  [{r['check']}] {time.time() - t1:.1f}s" + (f" notes {r['note']}" if r["note"] else ""),
               flush=True)
     lines = write_outputs(results, facts, sys.argv[1:], args.md, args.png, args.json)

@@ -126,10 +126,16 @@ struct ReportOptions {
   bool requirePipelinedWgmma = false;  // fail when ptxas serializes a kernel's wgmma instructions
 };
 
-// The failure for an entry whose wgmma instructions ptxas serialized, if it did.
-std::optional<std::string> wgmmaFailure(const std::string& entry, const ResourceUsage& usage) {
+// An entry whose wgmma instructions ptxas serialized: printed with --report, and with
+// --require-pipelined-wgmma the command's exit status.
+std::optional<int> checkWgmma(const ReportOptions& options, const std::string& entry,
+                              const ResourceUsage& usage) {
   if (usage.wgmmaSerialized.empty()) return std::nullopt;
-  return entry + ": ptxas serialized its wgmma instructions: " + usage.wgmmaSerialized;
+  const std::string message =
+      entry + ": ptxas serialized its wgmma instructions: " + usage.wgmmaSerialized;
+  if (options.report) llvm::errs() << message << "\n";
+  if (options.requirePipelinedWgmma) return failWith(message);
+  return std::nullopt;
 }
 
 int runCompile(const Common& common, const std::string& emit, const std::string& output,
@@ -173,10 +179,8 @@ int runCompile(const Common& common, const std::string& emit, const std::string&
   if (binary && reportOptions.requireNoSpills && (spills(r) || r.registers < 0))
     return failWith(r.registers < 0 ? "NVRTC gave no resource report for " + kernel->entry
                                     : kernel->entry + " spills to local memory");
-  if (binary && reportOptions.report && !r.wgmmaSerialized.empty())
-    llvm::errs() << *wgmmaFailure(kernel->entry, r) << "\n";
-  if (binary && reportOptions.requirePipelinedWgmma)
-    if (auto failure = wgmmaFailure(kernel->entry, r)) return failWith(*failure);
+  if (binary)
+    if (std::optional<int> status = checkWgmma(reportOptions, kernel->entry, r)) return *status;
   for (const auto& [entry, usage] : kernel->backwardResources) {
     if (binary && reportOptions.report)
       llvm::errs() << llvm::formatv("{0} {1}: {2} registers, spill stores {3} B, spill loads {4} B, "
@@ -184,10 +188,8 @@ int runCompile(const Common& common, const std::string& emit, const std::string&
                                     usage.spillStoreBytes, usage.spillLoadBytes, usage.stackBytes);
     if (binary && reportOptions.requireNoSpills && spills(usage))
       return failWith(entry + " spills to local memory");
-    if (binary && reportOptions.report && !usage.wgmmaSerialized.empty())
-      llvm::errs() << *wgmmaFailure(entry, usage) << "\n";
-    if (binary && reportOptions.requirePipelinedWgmma)
-      if (auto failure = wgmmaFailure(entry, usage)) return failWith(*failure);
+    if (binary)
+      if (std::optional<int> status = checkWgmma(reportOptions, entry, usage)) return *status;
   }
   if (!writeOutput(output, data, error)) return failWith(error);
   return 0;
