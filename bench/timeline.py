@@ -25,7 +25,7 @@ import bench_forward as bf  # noqa: E402
 
 # The record's words (timeline.h TimelineWord).
 SM, START, Q_ISSUED, K_ISSUED, FIRST_K, Q, FIRST_TILE, LOOP_END, END = range(9)
-FIRST_K1, FIRST_TILE1, LOOP_END1, END1, TILES = range(9, 14)
+FIRST_K1, FIRST_TILE1, LOOP_END1, END1, TILES, PARTIALS = range(9, 15)
 MAGIC, MAGIC_VALUE = 15, 0xABCD
 # The dK/dV kernel's record (timeline.h BwdTimelineWord); SM, START and MAGIC as above.
 B_KV_ISSUED, B_STAGE_ISSUED, B_KV, B_FIRST_TILE, B_LOOP_END, B_DQ, B_END = 2, 3, 5, 6, 7, 8, 9
@@ -111,6 +111,30 @@ def report(name, w, backward=False):
     occupancy(name, w, ends, tiles, "q tiles" if backward else "kv tiles")
     phases = (backward_phases if backward else forward_phases)(lw, per_tile)
     print_phases(phases + [("block", lend)], fixed, lend)
+    if not backward:
+        partial_costs(lw, tiles)
+
+
+def partial_costs(lw, tiles):
+    """The forward's cost of a kv tile masked per element against one that is not: a least-squares
+    fit of consumer 0's loop span (its tiles after the first, and the last P V) to the counts of
+    both kinds, and of the first tile's time (block start to its softmax) to whether it was masked."""
+    later_partial = (lw[:, PARTIALS] & 0xFFFF).astype(np.int64)
+    first_partial = (lw[:, PARTIALS] >> 16) & 1
+    later_full = tiles - 1 - later_partial
+    span = since(lw, FIRST_TILE, LOOP_END).astype(np.float64)
+    a = np.stack([later_full, later_partial, np.ones_like(later_full)], axis=1).astype(np.float64)
+    if np.linalg.matrix_rank(a) < 3:
+        print(f"- tiles masked per element: {later_partial.sum()} of {(tiles - 1).sum()} later "
+              f"tiles; too little variety for a fit")
+        return
+    (full_ns, partial_ns, const_ns), *_ = np.linalg.lstsq(a, span, rcond=None)
+    first = since(lw, START, FIRST_TILE)
+    firsts = [f"{'masked' if m else 'unmasked'} {np.median(first[first_partial == m]):.0f} ns "
+              f"({int((first_partial == m).sum())} blocks)" for m in (0, 1) if (first_partial == m).any()]
+    print(f"- tiles masked per element: {later_partial.sum()} of {(tiles - 1).sum()} later tiles;"
+          f" fit of the loop span: {full_ns:.0f} ns a whole tile, {partial_ns:.0f} ns a masked one,"
+          f" {const_ns:.0f} ns besides; first tile done (median): {', '.join(firsts)}", flush=True)
 
 
 def run_backward(lib, row, dev, warm):

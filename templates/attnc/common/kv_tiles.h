@@ -108,10 +108,16 @@ struct TileWalk {
   // forward gets FwdParams::kv_group_classes), else the mask over rows [rowLo, rowHi].
   ATTNC_HD Tri groupClass(int t, int group, int rowLo, int rowHi) const {
     if constexpr (kReadsClasses && AlongKeys) {
-      return Tri((groupRow[tileGroupWord(t)] >> (tileGroupShift(t) + 2 * group)) & 3u);
+      return groupClassOf(groupClassWord(t), t, group);
     } else {
       return classify(rowLo, rowHi, t * Block, tileEnd(t));
     }
+  }
+  // The read and the decoding of groupClass where it reads the launch's classes, apart, so that a
+  // kernel can issue the read well before it needs the class (the sm_90a forward's loop).
+  ATTNC_HD u32 groupClassWord(int t) const { return groupRow[tileGroupWord(t)]; }
+  ATTNC_HD static Tri groupClassOf(u32 word, int t, int group) {
+    return Tri((word >> (tileGroupShift(t) + 2 * group)) & 3u);
   }
 
   // The walked axis's length: kv_len or q_len.

@@ -118,19 +118,24 @@ struct MaskSplitOf<V, decltype(void(V::kMaskSplit))> {
   using Parts = typename SelectType<Take, Split, NoMaskParts>::type;
 };
 
-// forEachKeep's split path (below) with the key parts from colOf(ni, j), the part of key kCol + 8 ni
-// + j: the row parts are computed once per row of the lane (2 MTiles), then the key parts once per
-// key (2 NTiles), then joined per element.
-template <class Variant, int MTiles, int NTiles, class Params, class ColOf, class Visit>
-ATTNC_DEVICE void forEachKeepSplit(const Params& p, int b, int h, int qRow, int kCol, ColOf&& colOf,
-                                   Visit&& visit) {
+// The row parts of a lane's 2 MTiles rows (a split mask's mask_row, rows clamped to q_len - 1).
+template <class Variant, int MTiles, class Params>
+ATTNC_DEVICE void maskRowParts(typename Variant::MaskRow (&rows)[MTiles][2], const Params& p, int b,
+                               int h, int qRow) {
   const int qMax = p.q_len - 1;
-  typename Variant::MaskRow rows[MTiles][2];
-  typename Variant::MaskCol cols[NTiles][2];
 #pragma unroll
   for (int mi = 0; mi < MTiles; ++mi)
 #pragma unroll
     for (int r = 0; r < 2; ++r) rows[mi][r] = Variant::mask_row(p, b, h, minOf(qRow + 16 * mi + 8 * r, qMax));
+}
+
+// forEachKeepSplit (below) with the row parts already made (maskRowParts).
+template <class Variant, int MTiles, int NTiles, class Params, class ColOf, class Visit>
+ATTNC_DEVICE void forEachKeepJoined(const Params& p, int b, int h, int qRow, int kCol,
+                                    const typename Variant::MaskRow (&rows)[MTiles][2],
+                                    ColOf&& colOf, Visit&& visit) {
+  const int qMax = p.q_len - 1;
+  typename Variant::MaskCol cols[NTiles][2];
 #pragma unroll
   for (int ni = 0; ni < NTiles; ++ni)
 #pragma unroll
@@ -140,6 +145,17 @@ ATTNC_DEVICE void forEachKeepSplit(const Params& p, int b, int h, int qRow, int 
     visit(mi, ni, c,
           (k < p.kv_len) & Variant::mask_join(p, b, h, q, k, rows[mi][c >> 1], cols[ni][c & 1]));
   });
+}
+
+// forEachKeep's split path (below) with the key parts from colOf(ni, j), the part of key kCol + 8 ni
+// + j: the row parts are computed once per row of the lane (2 MTiles), then the key parts once per
+// key (2 NTiles), then joined per element.
+template <class Variant, int MTiles, int NTiles, class Params, class ColOf, class Visit>
+ATTNC_DEVICE void forEachKeepSplit(const Params& p, int b, int h, int qRow, int kCol, ColOf&& colOf,
+                                   Visit&& visit) {
+  typename Variant::MaskRow rows[MTiles][2];
+  maskRowParts<Variant, MTiles>(rows, p, b, h, qRow);
+  forEachKeepJoined<Variant, MTiles, NTiles>(p, b, h, qRow, kCol, rows, colOf, visit);
 }
 
 // Calls visit(mi, ni, c, keep) for each of a lane's elements of a score tile, keep as keepElement
@@ -252,26 +268,56 @@ ATTNC_DEVICE T shuffleWords(const T& value, int src) {
 // reads were most of a document tile's mask (docs/perf/H200.md, 2026-12-02). Key 8 ni + 2 c + j
 // (c = lane & 3) is made by lane (8 ni + 2 c + j) mod 32 as its value ni / 4. Otherwise
 // maskKeepBits. The warp must be converged (the tile's class is the same for all its lanes).
+//
+// maskKeepBitsWarp's split path is two steps, which a kernel may also take apart: readMaskParts
+// makes the lane's share of the key parts (for a document mask, its loads of the ids),
+// keepBitsFromParts makes the row parts (the same every tile of a block: after the first, the
+// loads hit in L1) and shuffles and joins. Issued ahead of the GEMMs and joined after
+// them, the loads' round trips overlap the waits for the turn and for S instead of delaying the
+// warpgroup's GEMMs (the sm_90a forward's loop).
+template <class Variant, int MTiles, int NTiles>
+struct MaskPartReads {
+  using Parts = typename MaskSplitOf<Variant>::template Parts<MaskSplitOf<Variant>::value>;
+  typename Parts::Col made[ceilDiv(8 * NTiles, 32)];  // keys kTile0 + lane + 32 i
+};
+
+template <class Variant, int MTiles, int NTiles, class Params>
+ATTNC_DEVICE MaskPartReads<Variant, MTiles, NTiles> readMaskParts(const Params& p, int b, int h,
+                                                                   int qRow, int kTile0, int lane) {
+  MaskPartReads<Variant, MTiles, NTiles> reads;
+  if constexpr (Variant::kHasMask && MaskSplitOf<Variant>::value) {
+#pragma unroll
+    for (int i = 0; i < ceilDiv(8 * NTiles, 32); ++i)
+      reads.made[i] = Variant::mask_col(p, b, h, kTile0 + lane + 32 * i);
+  }
+  return reads;
+}
+
+// The per-element decisions of a tile from readMaskParts' values (a split mask only).
+template <class Variant, int MTiles, int NTiles, class Params>
+ATTNC_DEVICE KeepBits<MTiles, NTiles> keepBitsFromParts(
+    const Params& p, int b, int h, int qRow, int kTile0, int lane,
+    const MaskPartReads<Variant, MTiles, NTiles>& reads) {
+  const int kCol = kTile0 + 2 * (lane & 3);
+  typename Variant::MaskRow rows[MTiles][2];
+  maskRowParts<Variant, MTiles>(rows, p, b, h, qRow);
+  return collectKeepBits<MTiles, NTiles>([&](auto&& visit) {
+    forEachKeepJoined<Variant, MTiles, NTiles>(
+        p, b, h, qRow, kCol, rows,
+        [&](int ni, int j) { return shuffleWords(reads.made[ni / 4], (kCol - kTile0 + 8 * ni + j) & 31); },
+        visit);
+  });
+}
+
 template <class Variant, int MTiles, int NTiles, class Params>
 ATTNC_DEVICE KeepBits<MTiles, NTiles> maskKeepBitsWarp(const Params& p, int b, int h, int qRow,
                                                         int kTile0, int lane, bool perElement) {
-  const int kCol = kTile0 + 2 * (lane & 3);
   if constexpr (Variant::kHasMask && MaskSplitOf<Variant>::value) {
-    if (perElement) {
-      constexpr int kMadePerLane = ceilDiv(8 * NTiles, 32);
-      typename Variant::MaskCol made[kMadePerLane];
-#pragma unroll
-      for (int i = 0; i < kMadePerLane; ++i)
-        made[i] = Variant::mask_col(p, b, h, kTile0 + lane + 32 * i);
-      return collectKeepBits<MTiles, NTiles>([&](auto&& visit) {
-        forEachKeepSplit<Variant, MTiles, NTiles>(
-            p, b, h, qRow, kCol,
-            [&](int ni, int j) { return shuffleWords(made[ni / 4], (kCol - kTile0 + 8 * ni + j) & 31); },
-            visit);
-      });
-    }
+    if (perElement)
+      return keepBitsFromParts<Variant, MTiles, NTiles>(
+          p, b, h, qRow, kTile0, lane, readMaskParts<Variant, MTiles, NTiles>(p, b, h, qRow, kTile0, lane));
   }
-  return maskKeepBits<Variant, MTiles, NTiles>(p, b, h, qRow, kCol, perElement);
+  return maskKeepBits<Variant, MTiles, NTiles>(p, b, h, qRow, kTile0 + 2 * (lane & 3), perElement);
 }
 #endif
 

@@ -484,6 +484,46 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     }
     return mask;
   };
+  // A tile's mask in two steps where the mask is split (kReadsAhead): maskReads reads the tile's
+  // class and, for a partial tile, issues together the loads of this warpgroup's class word and of
+  // the mask's key parts (for a document mask, the ids of the tile's keys); maskFromReads decodes
+  // and joins them. Made in one step (maskAhead), a partial tile waited for two round trips in a
+  // row, the class word's and then the ids'.
+  constexpr bool kReadsAhead = kMaskAhead && sm80::MaskSplitOf<Variant>::value;
+  struct MaskReads {
+    Tri tileClass;
+    u32 groupWord;
+    sm80::MaskPartReads<Variant, 1, kN> parts;
+  };
+  const auto maskReads = [&](int tile, int tileStage) {
+    MaskReads reads{};
+    if constexpr (kReadsAhead) {
+      reads.tileClass = smem.scheduledClass(tileStage);
+      if (reads.tileClass == Tri::Unknown) {
+        if (groupHasRows) reads.groupWord = tiles.groupClassWord(tile);
+        reads.parts = sm80::readMaskParts<Variant, 1, kN>(p, b, h, qRow, tile * Config::kBlockKV, lane);
+      }
+    }
+    return reads;
+  };
+  const auto maskFromReads = [&](int tile, const MaskReads& reads) {
+    TileMask mask{};
+    if constexpr (kReadsAhead) {
+      // A partial tile can still be empty or full for this warpgroup's rows alone (tileMask).
+      Tri groupClass = reads.tileClass;
+      if (reads.tileClass == Tri::Unknown && groupHasRows)
+        groupClass = tiles.groupClassOf(reads.groupWord, tile, group);
+      mask.perElement = groupClass != Tri::True;
+      mask.masked = mask.perElement || tiles.isTail(tile);
+      if (mask.perElement)
+        mask.keep = sm80::keepBitsFromParts<Variant, 1, kN>(p, b, h, qRow, tile * Config::kBlockKV,
+                                                            lane, reads.parts);
+      else if (mask.masked)
+        mask.keep = sm80::maskKeepBits<Variant, 1, kN>(
+            p, b, h, qRow, tile * Config::kBlockKV + 2 * (lane & 3), /*perElement=*/false);
+    }
+    return mask;
+  };
   // From head_dim_v 128 the row maxima are lazy (OnlineSoftmax::advanceLazy, config.h
   // lazyRowMaxima): after the first tiles O is mostly not rescaled.
   constexpr bool kLazyRescale = Config::kLazyRowMaxima;
@@ -512,9 +552,10 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   };
 
   // Waits for S = Q K^T (with pvPending, P V of the previous tile may still run) and returns the
-  // tile's mask: for kMaskAhead the one made before the tile's GEMMs were issued (`ahead`), so that
-  // its reads of the mask's inputs run during the waits for the stage and the turn, else made
-  // after the wait.
+  // tile's mask: for kMaskAhead the one made before the tile's S = Q K^T was waited for (`ahead`),
+  // so that its reads of the mask's inputs run during the waits for the stage, the turn and S, else
+  // made after the wait. (A position mask's first tile made ahead, as bits while K and Q are in
+  // flight, ran window and prefix-LM 1% slower: docs/perf/H200.md, 2026-12-04.)
   const auto waitForS = [&](int tile, auto pvPending, const TileMask& ahead) {
     TileMask mask;
     if constexpr (kMaskAhead) mask = ahead;
@@ -548,7 +589,12 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   // This consumer's timeline marks (timeline.h): the first two consumers' first threads.
   const bool marks = kTimeline && groupThread == 0 && group < 2;
   if (tile >= 0) {
-    const TileMask firstMask = maskAhead(tile, stage);
+    // The first tile's mask: where it is split, its loads are issued now, while K and Q are in
+    // flight, and joined once S = Q K^T is issued, so that neither the loads nor the join delay
+    // the block's first GEMM (they held it up to about 1 us: docs/perf/H200.md, 2026-12-04).
+    const MaskReads firstReads = maskReads(tile, stage);
+    TileMask firstMask{};
+    if constexpr (!kReadsAhead) firstMask = maskAhead(tile, stage);
     if constexpr (kMaskAhead) mbarrierWait(smem.kFull(stage), phase);
     if (marks) timelineMark(p, group == 0 ? kTimelineFirstK : kTimelineFirstK1);
     if (group == Config::kConsumers - 1) passTurn();
@@ -558,9 +604,16 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     takeTurn();
     issueQK();
     passTurn();
+    if constexpr (kReadsAhead) firstMask = maskFromReads(tile, firstReads);
     float factors[1][2];
+    // The timeline's count of the tiles masked per element (compiled only with ATTNC_TIMELINE).
+    u32 partials = 0;
     // O is still zero: nothing to rescale.
-    softmaxStep(tile, waitForS(tile, /*pvPending=*/Flag<false>(), firstMask), factors);
+    {
+      const TileMask mask = waitForS(tile, /*pvPending=*/Flag<false>(), firstMask);
+      if constexpr (kTimeline) partials = mask.perElement ? 1u << 16 : 0u;
+      softmaxStep(tile, mask, factors);
+    }
     if (marks) timelineMark(p, group == 0 ? kTimelineFirstTile : kTimelineFirstTile1);
     sm80::warp::packP<Element>(pA, s);
     for (iteration = 1;; ++iteration) {
@@ -573,15 +626,20 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
       if (tile < 0 || (kGroupTail && tile > groupLastTile)) break;
       stage = nextStage;
       phase = nextPhase;
-      const TileMask mask = maskAhead(tile, stage);
+      // The mask's reads and decisions before the turn (joined after the GEMMs instead, as the
+      // first tile's are below, the values the loads bring stayed live across the GEMMs and the
+      // kernel spilled).
+      const TileMask mask = kReadsAhead ? maskFromReads(tile, maskReads(tile, stage))
+                                        : maskAhead(tile, stage);
       mbarrierWait(smem.vFull(prevStage), prevPhase);
       takeTurn();
       issueQK();
       issuePV(prevStage);
       passTurn();
       // S_j is done; P_{j-1} V_{j-1} may still run
-      const bool rescales =
-          softmaxStep(tile, waitForS(tile, /*pvPending=*/Flag<true>(), mask), factors);
+      const TileMask held = waitForS(tile, /*pvPending=*/Flag<true>(), mask);
+      if constexpr (kTimeline) partials += held.perElement ? 1u : 0u;
+      const bool rescales = softmaxStep(tile, held, factors);
       // P_{j-1} V_{j-1} is done; the softmax above ran while it did (config.h softmaxOverlapsPV)
       if constexpr (softmaxOverlapsPV(Variant::kHasDropout))
         wgmmaWaitAfter<0>(softmax.rowSum[0][0], softmax.rowSum[0][1], qTile, p.batch < 0);
@@ -604,7 +662,10 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     fenceRegisters(flat(o));
     if (marks) {
       timelineMark(p, group == 0 ? kTimelineLoopEnd : kTimelineLoopEnd1);
-      if (group == 0) timelineWrite(p, kTimelineTiles, u32(iteration));
+      if (group == 0) {
+        timelineWrite(p, kTimelineTiles, u32(iteration));
+        timelineWrite(p, kTimelinePartials, partials);
+      }
     }
     mbarrierArrive(smem.vEmpty(stage));
     if constexpr (kGroupTail) {

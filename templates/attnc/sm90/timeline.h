@@ -32,6 +32,8 @@ enum TimelineWord : int {
   kTimelineLoopEnd1 = 11,
   kTimelineEnd1 = 12,
   kTimelineTiles = 13,        // kv tiles consumer 0 computed
+  kTimelinePartials = 14,     // of them, those it masked per element: the first tile's flag in
+                              // bit 16, the later tiles' count in bits 0-15
   kTimelineMagic = 15,        // kTimelineMagicValue: the block wrote its record
 };
 constexpr u32 kTimelineMagicValue = 0xABCDu;
