@@ -187,6 +187,13 @@ for v in [
     Variant("alibi_slopes", "causal", "{alibi: slopes}", ref_mask=m_causal,
             ref_score=s_alibi(lambda c: c.inputs["slopes"]),
             inputs={"slopes": ("f32", "h", lambda B, H, n, d: torch.rand(H, device=d) * 0.5)}),
+    # A join as key ranges (EmitCUDA.cpp emitJoinRanges): unsorted groups (several ballot rounds a
+    # warp), a per-row key limit and a position bound.
+    Variant("key_ranges", '"grp[b, q] == grp[b, k] && k <= lim[b, q] && k > q - 300"',
+            ref_mask=lambda c: ((c.inputs["grp"][c.b, c.pos(c.q)] == c.inputs["grp"][c.b, c.pos(c.k)])
+                                & (c.k <= c.inputs["lim"][c.b, c.pos(c.q)]) & (c.k > c.q - 300)),
+            inputs={"grp": ("i32", "b, pos", lambda B, H, n, d: torch.randint(0, 3, (B, n), device=d, dtype=torch.int32)),
+                    "lim": ("i32", "b, pos", lambda B, H, n, d: torch.randint(0, n, (B, n), device=d, dtype=torch.int32))}),
     Variant("custom_mask", '"(q + k) % 3 != 0 && allow[b, k] == 1"', ref_mask=m_custom,
             broken_mask='"(q + k) % 3 != 1 && allow[b, k] == 1"',
             inputs={"allow": ("i32", "b, pos",
@@ -234,9 +241,9 @@ def plan(subset):
     groups.append(("document_many", 128, "bf16", summary_lens, 2))
     groups.append(("weight_mask", 64, "bf16", summary_lens, 2))
     for name in ("causal_top_left", "window64", "prefix50", "document", "document_causal",
-                 "head_document", "softcap",
+                 "head_document", "key_ranges", "softcap",
                  "alibi", "alibi_slopes", "custom_mask", "custom_score", "log_score"):
-        groups.append((name, 128 if name in ("softcap", "document", "log_score") else 64, "bf16",
+        groups.append((name, 128 if name in ("softcap", "document", "log_score", "key_ranges") else 64, "bf16",
                        mask_lens, 2))
     groups.append(("causal_top_left", 128, "fp16", mask_lens, 2))
     groups.append(("window64", 128, "fp16", mask_lens, 2))

@@ -227,6 +227,120 @@ std::string cppType(Type type) {
   return "";
 }
 
+// The join of a split mask (emitMaskSplit) as per-row key ranges, where it has that form: a
+// conjunction (arith.andi) of at most one equality of a row value and a key value, comparisons of
+// the key k itself with values of the row (its position, lengths, constants), and booleans of the
+// row alone. Then for each row the kept keys are those of [lo, hi] whose key value equals the
+// row's, and a kernel can decide a whole tile of keys a row with bit operations instead of a join
+// per element (sm80/epilogue.h keepBitsRanges). Emits kJoinRanges = true, join_eq_row/join_eq_col
+// (kJoinEq) and join_k_lo/join_k_hi (64-bit, so that k > INT_MAX - 0 and the like cannot
+// overflow); nothing where the join has another form (the kernels then join per element).
+template <class Closure>
+void emitJoinRanges(llvm::raw_ostream& out, Value result, Value key,
+                    const llvm::DenseMap<Value, Operation*>& producer,
+                    const llvm::DenseMap<Value, unsigned>& deps,
+                    const llvm::DenseSet<Operation*>& joinOps, const llvm::SetVector<Value>& rowOut,
+                    const llvm::SetVector<Value>& colOut, const llvm::DenseSet<Value>& given,
+                    const llvm::DenseMap<Value, std::string>& names, Closure&& closure,
+                    DictionaryAttr inputs) {
+  enum : unsigned { Col = 2 };
+  SmallVector<Value> terms;
+  std::function<void(Value)> flatten = [&](Value v) {
+    Operation* op = producer.lookup(v);
+    if (op && isa<arith::AndIOp>(op) && joinOps.contains(op)) {
+      flatten(op->getOperand(0));
+      flatten(op->getOperand(1));
+    } else {
+      terms.push_back(v);
+    }
+  };
+  flatten(result);
+  Value eqRow, eqCol;
+  struct Bound {
+    Value value;
+    const char* kind;  // "lo" (k >= value + offset) or "hi" (k <= value + offset)
+    int offset;
+  };
+  SmallVector<Bound> bounds;
+  SmallVector<Value> enables;  // booleans of the row alone
+  for (Value term : terms) {
+    if (!(deps.lookup(term) & Col)) {  // a boolean of the row (or of nothing): enables the row
+      if (!term.getType().isInteger(1)) return;
+      enables.push_back(term);
+      continue;
+    }
+    auto cmp = dyn_cast_or_null<arith::CmpIOp>(producer.lookup(term));
+    if (!cmp || !joinOps.contains(cmp)) return;
+    Value lhs = cmp.getLhs(), rhs = cmp.getRhs();
+    arith::CmpIPredicate pred = cmp.getPredicate();
+    if (pred == arith::CmpIPredicate::eq) {
+      if (eqRow) return;  // one equality at most
+      if (rowOut.contains(rhs) && colOut.contains(lhs)) std::swap(lhs, rhs);
+      if (!rowOut.contains(lhs) || !colOut.contains(rhs)) return;
+      if (!lhs.getType().isInteger(32) || !rhs.getType().isInteger(32)) return;
+      eqRow = lhs;
+      eqCol = rhs;
+      continue;
+    }
+    // k on the left: k < x, k <= x, k > x, k >= x; the value compared with k reads no key.
+    bool keyLeft = lhs == key;
+    if (!keyLeft && rhs != key) return;
+    Value other = keyLeft ? rhs : lhs;
+    if (other == key || (deps.lookup(other) & Col) || cppType(other.getType()) != "int") return;
+    if (!keyLeft) {  // x op k  ->  k op' x
+      switch (pred) {
+        case arith::CmpIPredicate::slt: pred = arith::CmpIPredicate::sgt; break;
+        case arith::CmpIPredicate::sle: pred = arith::CmpIPredicate::sge; break;
+        case arith::CmpIPredicate::sgt: pred = arith::CmpIPredicate::slt; break;
+        case arith::CmpIPredicate::sge: pred = arith::CmpIPredicate::sle; break;
+        default: return;
+      }
+    }
+    switch (pred) {
+      case arith::CmpIPredicate::slt: bounds.push_back({other, "hi", -1}); break;
+      case arith::CmpIPredicate::sle: bounds.push_back({other, "hi", 0}); break;
+      case arith::CmpIPredicate::sgt: bounds.push_back({other, "lo", 1}); break;
+      case arith::CmpIPredicate::sge: bounds.push_back({other, "lo", 0}); break;
+      default: return;  // ne, unsigned comparisons
+    }
+  }
+  if (!eqRow && bounds.empty()) return;
+  // The ops the bounds and enables need beyond the row's values (lengths, constants).
+  SmallVector<Value> wanted;
+  for (const Bound& bound : bounds) wanted.push_back(bound.value);
+  wanted.append(enables.begin(), enables.end());
+  std::string body;
+  llvm::raw_string_ostream os(body);
+  RegionEmitter emitter(os, inputs);
+  if (failed(emitter.emitOps(closure(wanted, given), names, true))) return;
+  auto name = [&](Value v) { return names.lookup(v); };
+  out << "  // The join as key ranges a row (EmitCUDA.cpp emitJoinRanges; sm80/epilogue.h\n"
+         "  // keepBitsRanges): keys k of [join_k_lo, join_k_hi]"
+      << (eqRow ? " whose join_eq_col equals the row's join_eq_row" : "") << ".\n";
+  out << "  static constexpr bool kJoinRanges = true;\n";
+  out << "  static constexpr bool kJoinEq = " << (eqRow ? "true" : "false") << ";\n";
+  if (eqRow) {
+    out << "  ATTNC_HD static int join_eq_row(const MaskRow& r) { return r." << name(eqRow).substr(2)
+        << "; }\n";
+    out << "  ATTNC_HD static int join_eq_col(const MaskCol& c) { return c." << name(eqCol).substr(2)
+        << "; }\n";
+  }
+  for (const char* kind : {"lo", "hi"}) {
+    const bool lo = StringRef(kind) == "lo";
+    out << "  template <class P>\n  ATTNC_HD static long long join_k_" << kind
+        << "(const P& p, int b, int h, int q, const MaskRow& r) {\n" << body;
+    out << "    long long v = " << (lo ? "-2147483648LL" : "2147483647LL") << ";\n";
+    for (const Bound& bound : bounds)
+      if (StringRef(bound.kind) == kind)
+        out << "    { const long long x = (long long)" << name(bound.value) << " + " << bound.offset
+            << "; v = v " << (lo ? ">" : "<") << " x ? v : x; }\n";
+    for (Value enable : enables)
+      out << "    if (!" << name(enable) << ") v = " << (lo ? "2147483647LL" : "-2147483648LL")
+          << ";\n";
+    out << "    return v;\n  }\n";
+  }
+}
+
 // The per-element mask split by what its values depend on, for the tiles a kernel masks element
 // by element (sm80/epilogue.h forEachKeep): mask_row(p, b, h, q) computes the values that
 // depend on the row (and b, h, the lengths and declared inputs) alone, once per row of a lane's
@@ -350,6 +464,8 @@ LogicalResult emitMaskSplit(llvm::raw_ostream& out, Region& mask, DictionaryAttr
   emitStruct("MaskRow", rowOut);
   emitStruct("MaskCol", colOut);
   out << body;
+  emitJoinRanges(out, yield->getOperand(0), block.getArgument(3), producer, deps, joinOps, rowOut,
+                 colOut, given, joinNames, closure, inputs);
   return success();
 }
 
