@@ -272,9 +272,9 @@ ATTNC_DEVICE T shuffleWords(const T& value, int src) {
 // maskKeepBitsWarp's split path is two steps, which a kernel may also take apart: readMaskParts
 // makes the lane's share of the key parts (for a document mask, its loads of the ids),
 // keepBitsFromParts makes the row parts (the same every tile of a block: after the first, the
-// loads hit in L1) and shuffles and joins. Issued ahead of the GEMMs and joined after
-// them, the loads' round trips overlap the waits for the turn and for S instead of delaying the
-// warpgroup's GEMMs (the sm_90a forward's loop).
+// loads hit in L1) and shuffles and joins, or decides the tile as key ranges (keepBitsRanges). The
+// sm_90a forward issues a tile's reads together with the load of its class word, and its first
+// tile's before the waits for K and Q, joining them once that tile's S = Q K^T is issued.
 template <class Variant, int MTiles, int NTiles>
 struct MaskPartReads {
   using Parts = typename MaskSplitOf<Variant>::template Parts<MaskSplitOf<Variant>::value>;

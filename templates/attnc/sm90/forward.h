@@ -627,7 +627,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
       stage = nextStage;
       phase = nextPhase;
       // The mask's reads and decisions before the turn (joined after the GEMMs instead, as the
-      // first tile's are below, the values the loads bring stayed live across the GEMMs and the
+      // first tile's are above, the values the loads bring stayed live across the GEMMs and the
       // kernel spilled).
       const TileMask mask = kReadsAhead ? maskFromReads(tile, maskReads(tile, stage))
                                         : maskAhead(tile, stage);
