@@ -258,7 +258,7 @@ void emitJoinRanges(llvm::raw_ostream& out, Value result, Value key,
   Value eqRow, eqCol;
   struct Bound {
     Value value;
-    const char* kind;  // "lo" (k >= value + offset) or "hi" (k <= value + offset)
+    bool lower;  // k >= value + offset, else k <= value + offset
     int offset;
   };
   SmallVector<Bound> bounds;
@@ -297,10 +297,10 @@ void emitJoinRanges(llvm::raw_ostream& out, Value result, Value key,
       }
     }
     switch (pred) {
-      case arith::CmpIPredicate::slt: bounds.push_back({other, "hi", -1}); break;
-      case arith::CmpIPredicate::sle: bounds.push_back({other, "hi", 0}); break;
-      case arith::CmpIPredicate::sgt: bounds.push_back({other, "lo", 1}); break;
-      case arith::CmpIPredicate::sge: bounds.push_back({other, "lo", 0}); break;
+      case arith::CmpIPredicate::slt: bounds.push_back({other, false, -1}); break;
+      case arith::CmpIPredicate::sle: bounds.push_back({other, false, 0}); break;
+      case arith::CmpIPredicate::sgt: bounds.push_back({other, true, 1}); break;
+      case arith::CmpIPredicate::sge: bounds.push_back({other, true, 0}); break;
       default: return;  // ne, unsigned comparisons
     }
   }
@@ -320,18 +320,16 @@ void emitJoinRanges(llvm::raw_ostream& out, Value result, Value key,
   out << "  static constexpr bool kJoinRanges = true;\n";
   out << "  static constexpr bool kJoinEq = " << (eqRow ? "true" : "false") << ";\n";
   if (eqRow) {
-    out << "  ATTNC_HD static int join_eq_row(const MaskRow& r) { return r." << name(eqRow).substr(2)
-        << "; }\n";
-    out << "  ATTNC_HD static int join_eq_col(const MaskCol& c) { return c." << name(eqCol).substr(2)
-        << "; }\n";
+    // (`names` call the row's values r.vN and the key's c.vN, the parameters' names here)
+    out << "  ATTNC_HD static int join_eq_row(const MaskRow& r) { return " << name(eqRow) << "; }\n";
+    out << "  ATTNC_HD static int join_eq_col(const MaskCol& c) { return " << name(eqCol) << "; }\n";
   }
-  for (const char* kind : {"lo", "hi"}) {
-    const bool lo = StringRef(kind) == "lo";
-    out << "  template <class P>\n  ATTNC_HD static long long join_k_" << kind
+  for (const bool lo : {true, false}) {
+    out << "  template <class P>\n  ATTNC_HD static long long join_k_" << (lo ? "lo" : "hi")
         << "(const P& p, int b, int h, int q, const MaskRow& r) {\n" << body;
     out << "    long long v = " << (lo ? "-2147483648LL" : "2147483647LL") << ";\n";
     for (const Bound& bound : bounds)
-      if (StringRef(bound.kind) == kind)
+      if (bound.lower == lo)
         out << "    { const long long x = (long long)" << name(bound.value) << " + " << bound.offset
             << "; v = v " << (lo ? ">" : "<") << " x ? v : x; }\n";
     for (Value enable : enables)

@@ -466,8 +466,14 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     bool perElement;  // the mask decides per element (else only the kv_len tail is masked)
     sm80::KeepBits<1, kN> keep;  // kMaskAhead: the decisions
   };
+  // What a tile of this warpgroup's class needs masked (the decisions themselves come after).
+  const auto maskOfClass = [&](int tile, Tri groupClass) {
+    TileMask mask{};
+    mask.perElement = groupClass != Tri::True;
+    mask.masked = mask.perElement || tiles.isTail(tile);
+    return mask;
+  };
   const auto tileMask = [&](int tile, Tri tileClass) {
-    TileMask mask;
     // A partial tile can still be empty or full for this warpgroup's rows alone.
     Tri groupClass = tileClass;
     if constexpr (Variant::kHasMask) {
@@ -475,8 +481,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
       if (tileClass == Tri::Unknown && groupHasRows)
         groupClass = tiles.groupClass(tile, group, groupRow, groupLast);
     }
-    mask.perElement = groupClass != Tri::True;
-    mask.masked = mask.perElement || tiles.isTail(tile);
+    TileMask mask = maskOfClass(tile, groupClass);
     if constexpr (kMaskAhead) {
       if (mask.masked)
         mask.keep = sm80::maskKeepBitsWarp<Variant, 1, kN>(p, b, h, qRow, tile * Config::kBlockKV,
@@ -513,8 +518,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
       Tri groupClass = reads.tileClass;
       if (reads.tileClass == Tri::Unknown && groupHasRows)
         groupClass = tiles.groupClassOf(reads.groupWord, tile, group);
-      mask.perElement = groupClass != Tri::True;
-      mask.masked = mask.perElement || tiles.isTail(tile);
+      mask = maskOfClass(tile, groupClass);
       if (mask.perElement)
         mask.keep = sm80::keepBitsFromParts<Variant, 1, kN>(p, b, h, qRow, tile * Config::kBlockKV,
                                                             lane, reads.parts);
