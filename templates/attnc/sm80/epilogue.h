@@ -373,9 +373,7 @@ ATTNC_DEVICE KeepBits<1, NTiles> keepBitsRanges(const Params& p, int b, int h, i
   // 32 w + 8 m + 2 t + j of a row sits at bit 8 m + j of word w; those pairs, packed, are bits
   // 2 ni + j of `pairs` (ni = 4 w + m); KeepBits wants bit 4 ni + 2 r + j.
   const int shift = 2 * (lane & 3);
-  KeepBits<1, NTiles> bits;
-#pragma unroll
-  for (int i = 0; i < KeepBits<1, NTiles>::kBits / 32; ++i) bits.words[i] = 0u;
+  KeepBits<1, NTiles> bits{};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     u32 pairs[ceilDiv(kWords, 4)] = {};
