@@ -36,6 +36,7 @@ source scripts/gpu-steps.sh  # step(), summary
 echo "== gpu-final: $(cat .device/bundle/COMMIT 2>/dev/null || echo "code ?") $(date -u +%F' '%H:%M) UTC"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())"
+step "tanh error" 60 "$out/tanh.log" python3 test/gpu/tanh_error.py
 step "forward suite" 120 "$out/forward.log" \
   python3 test/gpu/test_forward.py --results-md "$out/RESULTS.md"
 # The C++ API's prepared inputs (docs/runtime.md) from a host program: the bundle's jit-host times

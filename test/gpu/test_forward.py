@@ -181,6 +181,8 @@ for v in [
     Variant("weight_mask", '"w[b, k] > 0.0 && q + kv_len - q_len >= k"', ref_mask=m_weight,
             inputs={"w": ("f32", "b, pos", lambda B, H, n, d: gen_weight(B, n, d))}),
     Variant("softcap", "causal", "{softcap: 2.5}", ref_mask=m_causal, ref_score=s_softcap(2.5)),
+    # Gemma's cap: tanh's absolute error times 30 (its "growing" case saturates it at +-30).
+    Variant("softcap30", "causal", "{softcap: 30}", ref_mask=m_causal, ref_score=s_softcap(30.0)),
     Variant("alibi", "none", "alibi", ref_score=s_alibi(
         lambda c: torch.tensor(alibi_slopes_paper(c.h.numel()), dtype=torch.float64, device=c.h.device)),
         hq=6),
@@ -241,9 +243,9 @@ def plan(subset):
     groups.append(("document_many", 128, "bf16", summary_lens, 2))
     groups.append(("weight_mask", 64, "bf16", summary_lens, 2))
     for name in ("causal_top_left", "window64", "prefix50", "document", "document_causal",
-                 "head_document", "key_ranges", "softcap",
+                 "head_document", "key_ranges", "softcap", "softcap30",
                  "alibi", "alibi_slopes", "custom_mask", "custom_score", "log_score"):
-        groups.append((name, 128 if name in ("softcap", "document", "log_score", "key_ranges") else 64, "bf16",
+        groups.append((name, 128 if name in ("softcap", "softcap30", "document", "log_score", "key_ranges") else 64, "bf16",
                        mask_lens, 2))
     groups.append(("causal_top_left", 128, "fp16", mask_lens, 2))
     groups.append(("window64", 128, "fp16", mask_lens, 2))

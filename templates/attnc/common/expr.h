@@ -54,7 +54,8 @@ ATTNC_HD float min(float a, float b) { return fminf(a, b); }
 ATTNC_HD float max(float a, float b) { return fmaxf(a, b); }
 ATTNC_HD float abs(float a) { return fabsf(a); }
 // tanh on the device as 1 - 2 / (2^(2 a log2 e) + 1) with ex2.approx and rcp.approx: branch-free,
-// five instructions and two registers, absolute error below 2e-7 (a score's error is absolute:
+// five instructions and two registers, absolute error at most 2.4e-7 (measured on the H200 over
+// every float in [-16, 16], test/gpu/tanh_error.py; a score's error is absolute:
 // softcap multiplies it by the cap). tanhf's two range branches made the sm_90a backward spill
 // at hd128. The host calls tanhf.
 ATTNC_HD float tanh(float a) {
@@ -66,6 +67,37 @@ ATTNC_HD float tanh(float a) {
 #else
   return tanhf(a);
 #endif
+}
+// The hardware's tanh.approx.f32: one MUFU instruction where tanh above takes two (ex2 and rcp).
+// Its absolute error is at most 8.0e-6 on the H200 (every float in [-16, 16],
+// test/gpu/tanh_error.py). The host calls tanhf.
+ATTNC_HD float fast_tanh(float a) {
+#if defined(__CUDA_ARCH__)
+  float t;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(a));
+  return t;
+#else
+  return tanhf(a);
+#endif
+}
+// tanh in score hooks (EmitCUDA.cpp; masks take tanh above), by the launch's parameters: the
+// forward's (FwdParams) is fast_tanh. With tanh the softmax of a softcapped score spent three MUFU
+// instructions an element (16 lanes a clock an SM), more time than its two GEMMs: fast_tanh ran
+// softcap 30 causal hd128 N = 4K 1.34x and hd256 1.16x faster on the H200 (docs/perf/H200.md,
+// 2026-12-04), and its error, times the cap, is 2.4e-4 in a score at C = 30, against bf16's 2^-9
+// relative rounding of P. The backward's hooks (and their derivatives) keep tanh: with fast_tanh
+// the hd128 dK/dV kernel, which has no register to spare, spilled 16 bytes (ptxas, CUDA 13.0).
+// The backward recomputes P from the forward's LSE, so its scores differ from the forward's by
+// at most the two errors times the cap (2.5e-4 relative in P at C = 30). Three Newton steps for
+// tanh's reciprocal instead of rcp (one MUFU instruction, 12 in all) ran the forward slower
+// (issue slots became the bound).
+template <class P>
+ATTNC_HD float score_tanh(float a) {
+  return tanh(a);
+}
+template <>
+ATTNC_HD float score_tanh<FwdParams>(float a) {
+  return fast_tanh(a);
 }
 ATTNC_HD float exp(float a) { return expf(a); }
 ATTNC_HD float exp2(float a) { return exp2f(a); }
