@@ -549,9 +549,10 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
     if (splits) os << split;
     os << "\n";
   }
-  os << "  // The score after `scale * q.k`. Q: int, or expr::Pos (sm80/epilogue.h).\n";
-  os << "  template <class P, class Q = int>\n  ATTNC_DEVICE static float score(const P& p, float "
-        "score, int b, int h, Q q, Q k) {\n";
+  os << "  // The score after `scale * q.k`. Q: int, or expr::Pos; S: float, or expr::Scaled "
+        "(sm80/epilogue.h).\n";
+  os << "  template <class P, class Q = int, class S = float>\n  ATTNC_DEVICE static float "
+        "score(const P& p, S score, int b, int h, Q q, Q k) {\n";
   if (op.getScore().empty()) {
     os << "    return score;\n";
   } else if (failed(emitter.emit(op.getScore(),

@@ -33,7 +33,7 @@ ATTNC_DEVICE void applyScore(float (&s)[MTiles][NTiles][4], const Params& p, int
         if constexpr (Positions) {
           const expr::Pos q{qRow, 16 * mi + 8 * (c >> 1)};
           const expr::Pos k{kCol, 8 * ni + (c & 1)};
-          s[mi][ni][c] = Variant::score(p, s[mi][ni][c] * p.scale, b, h, q, k);
+          s[mi][ni][c] = Variant::score(p, expr::Scaled{s[mi][ni][c], p.scale}, b, h, q, k);
         } else {
           const int q = minOf(qRow + 16 * mi + 8 * (c >> 1), qMax);
           const int k = minOf(kCol + 8 * ni + (c & 1), kMax);
