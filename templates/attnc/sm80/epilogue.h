@@ -19,7 +19,9 @@ namespace sm80 {
 // hook whatever it returned for them, and declared inputs clamp their own indices (expr.h). Without
 // it the indices are clamped ints, as the backward recomputes them (there a padding element's
 // derivative is multiplied by P = 0, which a non-finite value would turn into NaN); the sm_80
-// forward keeps them too, since ALiBi's sm_80 forward spills with positions.
+// forward keeps them too, since ALiBi's sm_80 forward spills with positions. With positions the
+// score goes as expr::Scaled too, the raw score and the scale unmultiplied, so that the hook's
+// first add or multiply folds the scale into an FFMA (expr.h).
 template <class Variant, bool Positions = false, int MTiles, int NTiles, class Params>
 ATTNC_DEVICE void applyScore(float (&s)[MTiles][NTiles][4], const Params& p, int b, int h,
                              int qRow, int kCol) {
