@@ -177,6 +177,8 @@ struct FPos {
 ATTNC_HD FPos to_f32(Pos a) { return {float(a.base), float(a.off)}; }
 ATTNC_HD float mul(float s, FPos d) { return fmaf(s, d.off, s * d.base); }
 ATTNC_HD float mul(FPos d, float s) { return fmaf(d.off, s, d.base * s); }
+// (Overloads that only convert both operands, here and below, give overload resolution one best
+// candidate where two mixed ones would tie.)
 ATTNC_HD float mul(FPos a, FPos b) { return float(a) * float(b); }
 
 // The raw score x and the softmax scale of the sm_90a forward's score hook (sm80/epilogue.h
