@@ -563,8 +563,8 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
   os << "  }\n";
   if (backward) {
     os << "\n  // d score(s) / d s, derived by attn-derive-backward.\n";
-    os << "  template <class P, class Q = int>\n  ATTNC_DEVICE static float score_grad(const P& p, "
-          "float score, int b, int h, Q q, Q k) {\n";
+    os << "  template <class P, class Q = int, class S = float>\n  ATTNC_DEVICE static float "
+          "score_grad(const P& p, S score, int b, int h, Q q, Q k) {\n";
     RegionEmitter gradEmitter(os, backward.getInputs());
     if (failed(gradEmitter.emit(backward.getScoreGrad(),
                                 {"score", "b", "h", "q", "k", "p.q_len", "p.kv_len"},

@@ -47,7 +47,10 @@ ATTNC_DEVICE bool dropoutKeep(const BwdParams& p, u32 batchHead, u32 threshold, 
 // d score / d (x scale).
 template <class Variant, class Q>
 ATTNC_DEVICE float hookWithGrad(const BwdParams& p, float& x, int b, int h, Q q, Q k) {
-  const float scaled = x * p.scale;
+  // The raw score and the scale apart (expr::Scaled), as the sm_90a forward gives them: the
+  // hooks' first add, multiply or division takes the scale in the same instruction, and the
+  // derivative's identical steps are shared with the hook's.
+  const expr::Scaled scaled{x, p.scale};
   x = Variant::score(p, scaled, b, h, q, k);
   return Variant::score_grad(p, scaled, b, h, q, k);
 }
