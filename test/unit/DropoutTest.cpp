@@ -2,7 +2,8 @@
 // vectors (kat_vectors), the attnc mapping (counter, key, group, 16-bit halves) against plain
 // calls and test/gpu/philox_host.py, the launch's precomputed round keys against the rounds' own
 // key bumps, the threshold's rounding at the edges and the scale that keeps the expected output,
-// and the kernels' one-compare decision (dropoutByteKept) against the bytes it stands for.
+// and the kernels' one-compare decision (dropoutByteKept) and four-at-once tests (dropoutKeptBytes)
+// against the bytes they stand for.
 #include "attnc/common/philox.h"
 
 #include <gtest/gtest.h>
@@ -128,6 +129,25 @@ TEST(Dropout, OneCompareDecisionEqualsTheBytes) {
           (word == 0 ? ws.x : word == 1 ? ws.y : word == 2 ? ws.z : ws.w) = w;
           ASSERT_EQ(dropoutByteKept(ws, word, byte, t), dropoutByte(ws, word, byte) >= t)
               << "word " << std::hex << w << " threshold " << t << " byte " << byte;
+        }
+  }
+}
+
+// Every threshold against every byte value in every position of a word, its neighbours at the
+// extremes and random: bit 7 of each byte of dropoutKeptBytes is that byte's keep test, and no
+// byte's test disturbs another's (the subtraction must not borrow across bytes).
+TEST(Dropout, FourAtOnceKeepTestsEqualTheBytes) {
+  std::mt19937 rng(12);
+  for (u32 t = 0; t < 256; ++t) {
+    const DropoutKeptBytesConstants c = dropoutKeptBytesConstants(t);
+    for (u32 b = 0; b < 256; ++b)
+      for (u32 pos = 0; pos < 4; ++pos)
+        for (u32 rest : {0u, ~0u, u32(rng()), (t * 0x01010101u) ^ 0x80808080u}) {
+          const u32 w = (rest & ~(0xffu << (8 * pos))) | (b << (8 * pos));
+          const u32 kept = dropoutKeptBytes(w, c.thresholdBytes, c.lowNegated);
+          for (u32 byte = 0; byte < 4; ++byte)
+            ASSERT_EQ((kept >> (8 * byte + 7)) & 1u, ((w >> (8 * byte)) & 0xffu) >= t ? 1u : 0u)
+                << "word " << std::hex << w << " threshold " << t << " byte " << byte;
         }
   }
 }

@@ -308,7 +308,11 @@ int runExplain(const Common& common, long long seqLen, long long kvSeqLen, long 
                         attnc::dropoutScale(p), 4 * groupTiles,
                         groupTiles == 4
                             ? std::string()
-                            : llvm::formatv(" (B_c = {0} is not a multiple of 32)", kernel->blockKV)
+                            : llvm::formatv(" (B_c = {0} is not a multiple of 32{1})",
+                                            kernel->blockKV,
+                                            kernel->forwardKernel == "sm90"
+                                                ? "; the keep tests applied to P once packed"
+                                                : "")
                                   .str());
   }
   os << "  spills: " << r.spillStoreBytes << " B stores, " << r.spillLoadBytes << " B loads; stack "

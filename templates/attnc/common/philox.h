@@ -126,6 +126,25 @@ ATTNC_HD u32 dropoutBits(u32x4 words, u32 q, u32 k) {
   return dropoutByte(words, word, 2u * ((k >> 4) & 1u) + (k & 1u));
 }
 
+// The four keep tests of a word at once: bit 7 of byte i of the result is set exactly when byte i
+// of `word` is >= the threshold (dropoutByteKept), the other bits are don't-cares.
+// thresholdBytes = threshold * 0x01010101 and lowNegated = -(thresholdBytes & 0x7f7f7f7f) are the
+// launch's (dropoutKeptBytesConstants). The low seven bits are compared by one subtraction that
+// cannot borrow across bytes ((b | 0x80) - low7(t) >= 1), whose bit 7 is low7(b) >= low7(t); the
+// top bits then decide: b >= t when b's top bit is set and t's is not, or both are equal and the
+// low bits compare so (one 3-input logic op).
+ATTNC_HD u32 dropoutKeptBytes(u32 word, u32 thresholdBytes, u32 lowNegated) {
+  const u32 low = (word | 0x80808080u) + lowNegated;
+  return (word & ~thresholdBytes) | (~(word ^ thresholdBytes) & low);
+}
+struct DropoutKeptBytesConstants {
+  u32 thresholdBytes, lowNegated;
+};
+ATTNC_HD DropoutKeptBytesConstants dropoutKeptBytesConstants(u32 threshold) {
+  const u32 bytes = threshold * 0x01010101u;
+  return {bytes, 0u - (bytes & 0x7f7f7f7fu)};
+}
+
 // 256 p + 1/2: its floor is p rounded to 256ths (half up). The spec rejects a p for which this
 // is below 1 (rounds to 0) or at least 256 (rounds to 1).
 ATTNC_HD double dropoutSteps(float p) { return double(p) * 256.0 + 0.5; }

@@ -477,5 +477,62 @@ ATTNC_DEVICE void applyDropout(float (&s)[MTiles][NTiles][4], const Params& p, u
                                          });
 }
 
+// applyDropout in two halves, for P once packed as the A operand of its P V (packP's layout:
+// pA[mi][ni / 2][2 (ni & 1) + r] holds row half r of n8 tile ni, its lower key in bits 0..15).
+// The decisions are applyDropout's. dropoutKeptWords makes each Philox group's four words of keep
+// tests (dropoutKeptBytes: bit 7 of a byte set where it keeps its element) while P is still in
+// floats; applyDropoutKept then turns each packed pair's two bytes into a 32-bit mask
+// with one byte permute (prmt's sign mode replicates a byte's bit 7) and ANDs it in: a permute
+// and an AND per pair instead of an extract, a compare and a select per probability.
+template <int NTiles>
+constexpr int dropoutGroups() {
+  return NTiles / dropoutGroupTiles(NTiles);
+}
+template <int MTiles, int NTiles, class Params>
+ATTNC_DEVICE void dropoutKeptWords(u32 (&kept)[MTiles][dropoutGroups<NTiles>()][4],
+                                   const Params& p, u32 batchHead, u32 threshold, int qRow,
+                                   int kCol) {
+  constexpr int kGroupTiles = dropoutGroupTiles(NTiles);
+  const DropoutKeptBytesConstants c = dropoutKeptBytesConstants(threshold);
+#pragma unroll
+  for (int mi = 0; mi < MTiles; ++mi)
+#pragma unroll
+    for (int g = 0; g < NTiles / kGroupTiles; ++g) {
+      const u32x4 w = dropoutRandom(p.dropout_keys, p.dropout_offset, batchHead,
+                                    u32(qRow + 16 * mi), u32(kCol + 8 * kGroupTiles * g));
+      kept[mi][g][0] = dropoutKeptBytes(w.x, c.thresholdBytes, c.lowNegated);
+      kept[mi][g][1] = dropoutKeptBytes(w.y, c.thresholdBytes, c.lowNegated);
+      kept[mi][g][2] = dropoutKeptBytes(w.z, c.thresholdBytes, c.lowNegated);
+      kept[mi][g][3] = dropoutKeptBytes(w.w, c.thresholdBytes, c.lowNegated);
+    }
+}
+template <int MTiles, int PairSteps>
+ATTNC_DEVICE void applyDropoutKept(u32 (&pA)[MTiles][PairSteps][4],
+                                   const u32 (&kept)[MTiles][dropoutGroups<2 * PairSteps>()][4],
+                                   int kCol) {
+  constexpr int NTiles = 2 * PairSteps;
+  constexpr int kGroupTiles = dropoutGroupTiles(NTiles);
+#pragma unroll
+  for (int mi = 0; mi < MTiles; ++mi)
+#pragma unroll
+    for (int g = 0; g < NTiles / kGroupTiles; ++g) {
+      const u32 keyBit4 = kGroupTiles == 4 ? 0u : (u32(kCol + 8 * kGroupTiles * g) >> 4) & 1u;
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int t = 0; t < kGroupTiles; ++t) {
+          const int ni = kGroupTiles * g + t;
+          // bytes 2 bp (the lower key) and 2 bp + 1 of word 2 r + (t & 1)
+          const u32 bp = (u32(t) >> 1) + keyBit4;
+          const u32 selector = bp == 0 ? 0x9988u : 0xBBAAu;
+          u32 mask;
+          asm("prmt.b32 %0, %1, 0, %2;"
+              : "=r"(mask)
+              : "r"(kept[mi][g][2 * r + (t & 1)]), "r"(selector));
+          pA[mi][ni / 2][2 * (ni & 1) + r] &= mask;
+        }
+    }
+}
+
 }  // namespace sm80
 }  // namespace attnc

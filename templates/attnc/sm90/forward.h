@@ -428,6 +428,13 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   // of it instead of skipping it.
   u32 pA[1][Config::kPVSteps][4];  // P of the previous tile, the A operand of its P V
   float s[1][kN][4];
+  // Dropout's keep tests: where B_c is not a multiple of 32 keys (a Philox call's bytes split
+  // between two pairs of n8 tiles at a position known only at run time) they are made with the
+  // tile's softmax as whole words and applied to P once packed (sm80::dropoutKeptWords /
+  // applyDropoutKept), else on the floats, where ptxas interleaves the hashes with the
+  // exponentials (the packed form ran hd128 3% slower, hd256 19% faster: docs/perf/H200.md).
+  constexpr bool kDropoutPacked = Variant::kHasDropout && dropoutGroupTiles(kN) == 2;
+  u32 dropKept[1][sm80::dropoutGroups<kDropoutPacked ? kN : 4>()][4];
   int stage = 0;
   u32 phase = 0;
   // Ping-pong (FlashAttention-3): the consumer warpgroups take turns issuing their GEMMs (Turns),
@@ -550,9 +557,21 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
       rescales = softmax.advanceLazy(s, log2Scale, factors);
     else
       softmax.advance(s, log2Scale, factors);
-    if constexpr (Variant::kHasDropout)
+    // (The packed form's keep tests made here, after the exponentials, ran hd256 5% faster than
+    // made before the score hook: docs/perf/H200.md.)
+    if constexpr (kDropoutPacked)
+      sm80::dropoutKeptWords<1, kN>(dropKept, p, batchHead, dropThreshold, qRow, kCol);
+    else if constexpr (Variant::kHasDropout)
       sm80::applyDropout(s, p, batchHead, dropThreshold, qRow, kCol);
     return rescales;
+  };
+
+  // P of tile `tile` packed as its P V's A operand, then dropout's keep tests made with the
+  // tile's softmax (softmaxStep) applied to the packed pairs (sm80::applyDropoutKept).
+  const auto packAndDrop = [&](int tile) {
+    sm80::warp::packP<Element>(pA, s);
+    if constexpr (kDropoutPacked)
+      sm80::applyDropoutKept(pA, dropKept, tile * Config::kBlockKV + 2 * (lane & 3));
   };
 
   // Waits for S = Q K^T (with pvPending, P V of the previous tile may still run) and returns the
@@ -619,7 +638,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
       softmaxStep(tile, mask, factors);
     }
     if (marks) timelineMark(p, group == 0 ? kTimelineFirstTile : kTimelineFirstTile1);
-    sm80::warp::packP<Element>(pA, s);
+    packAndDrop(tile);
     for (iteration = 1;; ++iteration) {
       const int prevStage = stage;
       const u32 prevPhase = phase;
@@ -652,7 +671,7 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
       fenceRegisters(flat(o));
       mbarrierArrive(smem.vEmpty(prevStage));
       if (rescales) sm80::OnlineSoftmax<1>::rescale(o, factors);
-      sm80::warp::packP<Element>(pA, s);
+      packAndDrop(tile);
     }
     // The last tile's O += P V. Warpgroup 0 then takes the turn the last one passed it at the end,
     // so no named barrier is left half-arrived.
