@@ -78,7 +78,7 @@ struct CompiledKernel {
 // memory, the tile is derived again with kSpillFallbackStep more registers reserved per thread,
 // up to kSpillFallbackMax; the first tile that changes is compiled, and so on (docs/pipeline.md).
 constexpr long long kSpillFallbackStep = 8;
-constexpr long long kSpillFallbackMax = 24;
+constexpr long long kSpillFallbackMax = 96;
 
 class Compiler {
 public:
