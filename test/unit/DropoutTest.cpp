@@ -2,8 +2,9 @@
 // vectors (kat_vectors), the attnc mapping (counter, key, group, 16-bit halves) against plain
 // calls and test/gpu/philox_host.py, the launch's precomputed round keys against the rounds' own
 // key bumps, the threshold's rounding at the edges and the scale that keeps the expected output,
-// and the kernels' one-compare decision (dropoutByteKept) and four-at-once tests (dropoutKeptBytes)
-// against the bytes they stand for.
+// and the kernels' one-compare decision (dropoutByteKept), four-at-once tests (dropoutKeptBytes)
+// and packed pair masks (dropoutPairMask, through bytePermute's host copy of prmt) against the
+// bytes they stand for.
 #include "attnc/common/philox.h"
 
 #include <gtest/gtest.h>
@@ -149,6 +150,46 @@ TEST(Dropout, FourAtOnceKeepTestsEqualTheBytes) {
             ASSERT_EQ((kept >> (8 * byte + 7)) & 1u, ((w >> (8 * byte)) & 0xffu) >= t ? 1u : 0u)
                 << "word " << std::hex << w << " threshold " << t << " byte " << byte;
         }
+  }
+}
+
+// bytePermute's host copy against prmt.b32 as the PTX ISA defines it (default mode): bytes picked
+// from {b, a} by the selector's nibbles, a set bit 3 replicating the picked byte's top bit.
+TEST(Dropout, BytePermuteIsPrmt) {
+  const u32 a = 0x33221100u, b = 0x77665544u;
+  EXPECT_EQ(bytePermute(a, b, 0x3210u), a);
+  EXPECT_EQ(bytePermute(a, b, 0x7654u), b);
+  EXPECT_EQ(bytePermute(a, b, 0x0123u), 0x00112233u);
+  EXPECT_EQ(bytePermute(a, b, 0x4040u), 0x44004400u);
+  // sign mode: bytes 0x80 and 0x7f of a = 0x7f80ff01
+  const u32 s = 0x7f80ff01u;
+  EXPECT_EQ(bytePermute(s, 0u, 0x8888u), 0x00000000u);  // byte 0 = 0x01: top bit clear
+  EXPECT_EQ(bytePermute(s, 0u, 0x9999u), 0xffffffffu);  // byte 1 = 0xff
+  EXPECT_EQ(bytePermute(s, 0u, 0xBBAAu), 0x0000ffffu);  // byte 2 = 0x80 low, byte 3 = 0x7f high
+  EXPECT_EQ(bytePermute(s, 0u, 0x9988u), 0xffff0000u);  // the pair masks of the packed P
+}
+
+// The packed P's dropout (sm80::applyDropoutKept): for every threshold and random words, a pair of
+// 16-bit probabilities ANDed with dropoutPairMask of its word's dropoutKeptBytes keeps exactly the
+// elements whose bytes the per-element test keeps, the lower key in bits 0..15.
+TEST(Dropout, PairMasksKeepWhatTheBytesKeep) {
+  std::mt19937 rng(13);
+  for (u32 t = 0; t < 256; ++t) {
+    const DropoutKeptBytesConstants c = dropoutKeptBytesConstants(t);
+    for (int i = 0; i < 64; ++i) {
+      const u32 word = rng();
+      const u32 kept = dropoutKeptBytes(word, c.thresholdBytes, c.lowNegated);
+      for (u32 pair = 0; pair < 2; ++pair) {
+        const u32 p = 0x3f803c00u;  // two nonzero 16-bit values
+        const u32 got = p & dropoutPairMask(kept, pair);
+        for (u32 j = 0; j < 2; ++j) {
+          const bool keptByte = ((word >> (8 * (2 * pair + j))) & 0xffu) >= t;
+          const u32 half = (got >> (16 * j)) & 0xffffu, want = keptByte ? (p >> (16 * j)) & 0xffffu : 0u;
+          ASSERT_EQ(half, want) << "word " << std::hex << word << " threshold " << t << " pair "
+                                << pair << " element " << j;
+        }
+      }
+    }
   }
 }
 

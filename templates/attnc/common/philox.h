@@ -137,6 +137,34 @@ ATTNC_HD u32 dropoutKeptBytes(u32 word, u32 thresholdBytes, u32 lowNegated) {
   const u32 low = (word | 0x80808080u) + lowNegated;
   return (word & ~thresholdBytes) | (~(word ^ thresholdBytes) & low);
 }
+// PTX prmt.b32 in its default mode: byte i of the result is byte (selector nibble i) & 7 of
+// {b, a} (a's bytes 0-3, b's 4-7), or, where the nibble's bit 3 is set, that byte's top bit
+// replicated over all eight bits. One instruction on the GPU; the host's copy lets the unit tests
+// check the masks the kernels make with it.
+ATTNC_HD u32 bytePermute(u32 a, u32 b, u32 selector) {
+#if defined(__CUDA_ARCH__)
+  u32 r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(selector));
+  return r;
+#else
+  const unsigned long long bytes = (static_cast<unsigned long long>(b) << 32) | a;
+  u32 r = 0;
+  for (int i = 0; i < 4; ++i) {
+    const u32 nibble = (selector >> (4 * i)) & 0xfu;
+    u32 byte = u32(bytes >> (8 * (nibble & 7u))) & 0xffu;
+    if (nibble & 8u) byte = (byte & 0x80u) ? 0xffu : 0u;
+    r |= byte << (8 * i);
+  }
+  return r;
+#endif
+}
+
+// The 32-bit mask of a packed pair of 16-bit probabilities (its lower key in bits 0..15) whose
+// keep tests are bytes 2 bytePair and 2 bytePair + 1 of `kept` (dropoutKeptBytes): each half all
+// ones where its byte's bit 7 is set, else zero.
+ATTNC_HD u32 dropoutPairMask(u32 kept, u32 bytePair) {
+  return bytePermute(kept, 0u, bytePair == 0 ? 0x9988u : 0xBBAAu);
+}
 struct DropoutKeptBytesConstants {
   u32 thresholdBytes, lowNegated;
 };

@@ -524,12 +524,7 @@ ATTNC_DEVICE void applyDropoutKept(u32 (&pA)[MTiles][PairSteps][4],
           const int ni = kGroupTiles * g + t;
           // bytes 2 bp (the lower key) and 2 bp + 1 of word 2 r + (t & 1)
           const u32 bp = (u32(t) >> 1) + keyBit4;
-          const u32 selector = bp == 0 ? 0x9988u : 0xBBAAu;
-          u32 mask;
-          asm("prmt.b32 %0, %1, 0, %2;"
-              : "=r"(mask)
-              : "r"(kept[mi][g][2 * r + (t & 1)]), "r"(selector));
-          pA[mi][ni / 2][2 * (ni & 1) + r] &= mask;
+          pA[mi][ni / 2][2 * (ni & 1) + r] &= dropoutPairMask(kept[mi][g][2 * r + (t & 1)], bp);
         }
     }
 }
