@@ -93,7 +93,7 @@ def AttnSelectTiles : Pass<"attn-select-tiles", "::mlir::ModuleOp"> {
     Option<"blockKV", "block-kv", "int64_t", "0", "Override B_c (experiments only; 0 = derive).">,
     Option<"spillReserve", "spill-reserve", "int64_t", "0",
            "Registers per thread reserved beyond the rule's: attnc's spill fallback derives a "
-           "tile whose kernel spilled to local memory again with 8, 16, then 24 more.">
+           "tile whose kernel spilled to local memory again with 8, 16, ... up to 96 more.">
   ];
 }
 
