@@ -145,7 +145,7 @@ TEST(Dropout, FourAtOnceKeepTestsEqualTheBytes) {
       for (u32 pos = 0; pos < 4; ++pos)
         for (u32 rest : {0u, ~0u, u32(rng()), (t * 0x01010101u) ^ 0x80808080u}) {
           const u32 w = (rest & ~(0xffu << (8 * pos))) | (b << (8 * pos));
-          const u32 kept = dropoutKeptBytes(w, c.thresholdBytes, c.lowNegated);
+          const u32 kept = dropoutKeptBytes(w, c);
           for (u32 byte = 0; byte < 4; ++byte)
             ASSERT_EQ((kept >> (8 * byte + 7)) & 1u, ((w >> (8 * byte)) & 0xffu) >= t ? 1u : 0u)
                 << "word " << std::hex << w << " threshold " << t << " byte " << byte;
@@ -178,7 +178,7 @@ TEST(Dropout, PairMasksKeepWhatTheBytesKeep) {
     const DropoutKeptBytesConstants c = dropoutKeptBytesConstants(t);
     for (int i = 0; i < 64; ++i) {
       const u32 word = rng();
-      const u32 kept = dropoutKeptBytes(word, c.thresholdBytes, c.lowNegated);
+      const u32 kept = dropoutKeptBytes(word, c);
       for (u32 pair = 0; pair < 2; ++pair) {
         const u32 p = 0x3f803c00u;  // two nonzero 16-bit values
         const u32 got = p & dropoutPairMask(kept, pair);

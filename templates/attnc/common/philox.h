@@ -127,15 +127,22 @@ ATTNC_HD u32 dropoutBits(u32x4 words, u32 q, u32 k) {
 }
 
 // The four keep tests of a word at once: bit 7 of byte i of the result is set exactly when byte i
-// of `word` is >= the threshold (dropoutByteKept), the other bits are don't-cares.
-// thresholdBytes = threshold * 0x01010101 and lowNegated = -(thresholdBytes & 0x7f7f7f7f) are the
-// launch's (dropoutKeptBytesConstants). The low seven bits are compared by one subtraction that
-// cannot borrow across bytes ((b | 0x80) - low7(t) >= 1), whose bit 7 is low7(b) >= low7(t); the
-// top bits then decide: b >= t when b's top bit is set and t's is not, or both are equal and the
-// low bits compare so (one 3-input logic op).
-ATTNC_HD u32 dropoutKeptBytes(u32 word, u32 thresholdBytes, u32 lowNegated) {
-  const u32 low = (word | 0x80808080u) + lowNegated;
-  return (word & ~thresholdBytes) | (~(word ^ thresholdBytes) & low);
+// of `word` is >= the threshold (dropoutByteKept), the other bits are don't-cares. The threshold
+// comes as its launch constants (dropoutKeptBytesConstants). The low seven bits are compared by
+// one subtraction that cannot borrow across bytes ((b | 0x80) - low7(t) >= 1), whose bit 7 is
+// low7(b) >= low7(t); the top bits then decide: b >= t when b's top bit is set and t's is not, or
+// both are equal and the low bits compare so (one 3-input logic op).
+struct DropoutKeptBytesConstants {
+  u32 thresholdBytes;  // threshold * 0x01010101
+  u32 lowNegated;      // -(thresholdBytes & 0x7f7f7f7f)
+};
+ATTNC_HD DropoutKeptBytesConstants dropoutKeptBytesConstants(u32 threshold) {
+  const u32 bytes = threshold * 0x01010101u;
+  return {bytes, 0u - (bytes & 0x7f7f7f7fu)};
+}
+ATTNC_HD u32 dropoutKeptBytes(u32 word, const DropoutKeptBytesConstants& c) {
+  const u32 low = (word | 0x80808080u) + c.lowNegated;
+  return (word & ~c.thresholdBytes) | (~(word ^ c.thresholdBytes) & low);
 }
 // PTX prmt.b32 in its default mode: byte i of the result is byte (selector nibble i) & 7 of
 // {b, a} (a's bytes 0-3, b's 4-7), or, where the nibble's bit 3 is set, that byte's top bit
@@ -164,13 +171,6 @@ ATTNC_HD u32 bytePermute(u32 a, u32 b, u32 selector) {
 // ones where its byte's bit 7 is set, else zero.
 ATTNC_HD u32 dropoutPairMask(u32 kept, u32 bytePair) {
   return bytePermute(kept, 0u, bytePair == 0 ? 0x9988u : 0xBBAAu);
-}
-struct DropoutKeptBytesConstants {
-  u32 thresholdBytes, lowNegated;
-};
-ATTNC_HD DropoutKeptBytesConstants dropoutKeptBytesConstants(u32 threshold) {
-  const u32 bytes = threshold * 0x01010101u;
-  return {bytes, 0u - (bytes & 0x7f7f7f7fu)};
 }
 
 // 256 p + 1/2: its floor is p rounded to 256ths (half up). The spec rejects a p for which this

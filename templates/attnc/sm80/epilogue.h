@@ -500,10 +500,8 @@ ATTNC_DEVICE void dropoutKeptWords(u32 (&kept)[MTiles][dropoutGroups<NTiles>()][
     for (int g = 0; g < NTiles / kGroupTiles; ++g) {
       const u32x4 w = dropoutRandom(p.dropout_keys, p.dropout_offset, batchHead,
                                     u32(qRow + 16 * mi), u32(kCol + 8 * kGroupTiles * g));
-      kept[mi][g][0] = dropoutKeptBytes(w.x, c.thresholdBytes, c.lowNegated);
-      kept[mi][g][1] = dropoutKeptBytes(w.y, c.thresholdBytes, c.lowNegated);
-      kept[mi][g][2] = dropoutKeptBytes(w.z, c.thresholdBytes, c.lowNegated);
-      kept[mi][g][3] = dropoutKeptBytes(w.w, c.thresholdBytes, c.lowNegated);
+#pragma unroll
+      for (u32 i = 0; i < 4; ++i) kept[mi][g][i] = dropoutKeptBytes(dropoutWord(w, i), c);
     }
 }
 template <int MTiles, int PairSteps>
