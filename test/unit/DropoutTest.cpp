@@ -193,5 +193,31 @@ TEST(Dropout, PairMasksKeepWhatTheBytesKeep) {
   }
 }
 
+// The sm_90a dK/dV kernel's keep bits (dropoutKeepBitsOfGroup) against the per-element tests of
+// its former loop: bit 8 m + 2 (2 t + r) + half of `mine` tests byte 2 keyBit4 + half of word
+// 2 t + r, of `theirs` the pair's other byte, and groups OR'd from m = 0 up keep each other's bits.
+TEST(Dropout, BackwardKeepBitsEqualTheBytes) {
+  std::mt19937 rng(14);
+  for (u32 t : {0u, 1u, 26u, 77u, 128u, 200u, 255u})
+    for (u32 keyBit4 = 0; keyBit4 < 2; ++keyBit4)
+      for (u32 half = 0; half < 2; ++half)
+        for (int trial = 0; trial < 200; ++trial) {
+          const DropoutKeepBitsLane lane = dropoutKeepBitsLane(keyBit4, half);
+          const DropoutKeptBytesConstants c = dropoutKeptBytesConstants(t);
+          u32 mine = 0, theirs = 0, wantMine = 0, wantTheirs = 0;
+          for (int m = 0; m < 4; ++m) {
+            const u32x4 w{u32(rng()), u32(rng()), u32(rng()), u32(rng())};
+            dropoutKeepBitsOfGroup(w, m, lane, c, mine, theirs);
+            for (u32 word = 0; word < 4; ++word) {
+              const u32 e = 8u * u32(m) + 2u * word + half;
+              wantMine |= u32(dropoutByte(w, word, 2u * keyBit4 + half) >= t) << e;
+              wantTheirs |= u32(dropoutByte(w, word, (2u * keyBit4 + half) ^ 1u) >= t) << e;
+            }
+          }
+          ASSERT_EQ(mine, wantMine) << "threshold " << t << " keyBit4 " << keyBit4 << " half " << half;
+          ASSERT_EQ(theirs, wantTheirs) << "threshold " << t << " keyBit4 " << keyBit4 << " half " << half;
+        }
+}
+
 }  // namespace
 }  // namespace attnc

@@ -173,6 +173,37 @@ ATTNC_HD u32 dropoutPairMask(u32 kept, u32 bytePair) {
   return bytePermute(kept, 0u, bytePair == 0 ? 0x9988u : 0xBBAAu);
 }
 
+// The sm_90a dK/dV kernel's keep bits from one Philox group's words (sm90::dropoutKeepBits): in
+// its transposed frame a lane holds key kvRow (0..7 past a multiple of 16, `half` = kvRow & 1)
+// and makes the call of query column j = half; the decisions of its own byte (2 keyBit4 + half)
+// go to `mine`, those of its partner's (the other byte of the pair, key kvRow ^ 1) to `theirs`,
+// each at bit 8 m + 2 (2 t + r) + half for word 2 t + r of group m (m < 4). Four tests a word at
+// once (dropoutKeptBytes), the two bytes of the four words gathered with three byte permutes,
+// and each byte's bit 7 moved to its place by one multiply and one shift.
+struct DropoutKeepBitsLane {
+  u32 gather;  // bytePermute selector: {a[mine], b[mine], a[theirs], b[theirs]}
+  u32 half;
+};
+ATTNC_HD DropoutKeepBitsLane dropoutKeepBitsLane(u32 keyBit4, u32 half) {
+  const u32 mineByte = 2u * keyBit4 + half, theirByte = mineByte ^ 1u;
+  return {mineByte | ((4u + mineByte) << 4) | (theirByte << 8) | ((4u + theirByte) << 12), half};
+}
+// Bit 7 of byte i of `bytes` to bit 8 m + 2 i + half, every other bit of the result's byte m
+// clear except those of the other half; bits below byte m are garbage (mask them or OR from low m
+// up). The multiply puts bit 7 + 8 i at 25 + 2 i; its cross terms land below bit 24 and never carry.
+ATTNC_HD u32 dropoutSpreadKeep(u32 bytes, int m, u32 half) {
+  const u32 spread = (bytes & 0x80808080u) * 0x41041u;
+  return (spread >> (25u - 8u * u32(m) - half)) & (0xffu << (8 * m));
+}
+ATTNC_HD void dropoutKeepBitsOfGroup(u32x4 words, int m, const DropoutKeepBitsLane& lane,
+                                     const DropoutKeptBytesConstants& c, u32& mine, u32& theirs) {
+  const u32 k0 = dropoutKeptBytes(words.x, c), k1 = dropoutKeptBytes(words.y, c);
+  const u32 k2 = dropoutKeptBytes(words.z, c), k3 = dropoutKeptBytes(words.w, c);
+  const u32 low = bytePermute(k0, k1, lane.gather), high = bytePermute(k2, k3, lane.gather);
+  mine |= dropoutSpreadKeep(bytePermute(low, high, 0x5410u), m, lane.half);
+  theirs |= dropoutSpreadKeep(bytePermute(low, high, 0x7632u), m, lane.half);
+}
+
 // 256 p + 1/2: its floor is p rounded to 256ths (half up). The spec rejects a p for which this
 // is below 1 (rounds to 0) or at least 256 (rounds to 1).
 ATTNC_HD double dropoutSteps(float p) { return double(p) * 256.0 + 0.5; }

@@ -185,25 +185,15 @@ template <int NTiles>
 ATTNC_DEVICE u32 dropoutKeepBits(const BwdParams& p, u32 batchHead, u32 threshold, int q0,
                                  int kvRow, int colInQuad, int lane) {
   const int half = (lane >> 2) & 1;  // kvRow & 1: kvRow is 0..7 past a multiple of 16
-  // This lane's byte of a word is 2 ((kvRow >> 4) & 1) + half (the same for kvRow + 8), its
-  // partner's the other one of the pair.
-  const u32 shiftMine = 8u * (2u * ((u32(kvRow) >> 4) & 1u) + u32(half));
-  const u32 shiftTheirs = shiftMine ^ 8u;
+  static_assert(NTiles <= 8, "32 keep bits");
+  const DropoutKeepBitsLane bits = dropoutKeepBitsLane((u32(kvRow) >> 4) & 1u, u32(half));
+  const DropoutKeptBytesConstants c = dropoutKeptBytesConstants(threshold);
   u32 mine = 0u, theirs = 0u;
 #pragma unroll
-  for (int m = 0; m < NTiles / 2; ++m) {
-    const u32x4 w = dropoutRandom(p.dropout_keys, p.dropout_offset, batchHead,
-                                  u32(q0 + 16 * m + colInQuad + half), u32(kvRow));
-#pragma unroll
-    for (int t = 0; t < 2; ++t)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int e = ((2 * m + t) * 2 + r) * 2 + half;
-        const u32 word = dropoutWord(w, 2u * t + r);
-        mine |= u32(((word >> shiftMine) & 0xffu) >= threshold) << e;
-        theirs |= u32(((word >> shiftTheirs) & 0xffu) >= threshold) << e;
-      }
-  }
+  for (int m = 0; m < NTiles / 2; ++m)
+    dropoutKeepBitsOfGroup(dropoutRandom(p.dropout_keys, p.dropout_offset, batchHead,
+                                         u32(q0 + 16 * m + colInQuad + half), u32(kvRow)),
+                           m, bits, c, mine, theirs);
   return mine | __shfl_xor_sync(0xffffffffu, theirs, 4);
 }
 
