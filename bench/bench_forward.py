@@ -36,12 +36,13 @@ POWER = False  # --power: nvidia-smi's SM clock and power while each implementat
 
 class Row:
     def __init__(self, name, hd, hq, hkv, n, mask="none", score="none", window=None, prefix=None,
-                 docs=None, alibi=False, softcap=None, dropout=0.0):
+                 docs=None, alibi=False, softcap=None, dropout=0.0, dropout_rounds=None):
         self.name, self.hd, self.hq, self.hkv, self.n = name, hd, hq, hkv, n
         self.b = max(1, TOKENS // n)
         self.mask, self.score = mask, score
         self.window, self.prefix, self.docs = window, prefix, docs
         self.alibi, self.softcap, self.dropout = alibi, softcap, dropout
+        self.dropout_rounds = dropout_rounds  # None: the spec's default (philox.h)
 
     @property
     def causal(self):
@@ -70,6 +71,9 @@ def rows(quick):
     out.append(Row("ALiBi causal hd128 N=4K", 128, 16, 16, 4096, mask="causal", alibi=True))
     out.append(Row("softcap 30 causal hd128 N=4K", 128, 16, 16, 4096, mask="causal", softcap=30.0))
     out.append(Row("dropout 0.1 causal hd128 N=4K", 128, 16, 16, 4096, mask="causal", dropout=0.1))
+    # The same with Random123's default of 10 Philox rounds instead of attnc's 7 (docs/spec.md).
+    out.append(Row("dropout 0.1 (10 Philox rounds) causal hd128 N=4K", 128, 16, 16, 4096,
+                   mask="causal", dropout=0.1, dropout_rounds=10))
     # The sm_90a backward's head-dim split with an epilogue (since 2026-12-03); no target.
     out.append(Row("softcap 30 causal hd256 N=4K", 256, 8, 8, 4096, mask="causal", softcap=30.0))
     out.append(Row("dropout 0.1 causal hd256 N=4K", 256, 8, 8, 4096, mask="causal", dropout=0.1))
@@ -92,7 +96,9 @@ def spec_of(row):
     score = "alibi" if row.alibi else (f"{{softcap: {row.softcap}}}" if row.softcap else "none")
     lines = [f"name: bench_{''.join(c if c.isalnum() else '_' for c in row.name)}", f"head_dim: {row.hd}", "dtype: bf16",
              f"heads: {{q: {row.hq}, kv: {row.hkv}}}", f"mask: {mask}", f"score: {score}"]
-    if row.dropout:
+    if row.dropout and row.dropout_rounds:
+        lines.append(f"dropout: {{p: {row.dropout}, rounds: {row.dropout_rounds}}}")
+    elif row.dropout:
         lines.append(f"dropout: {row.dropout}")
     if row.mask == "document":
         lines += ["inputs:", "  doc: {dtype: i32, dims: [pos]}"]
@@ -246,7 +252,8 @@ def check_dropout_small(lib, row, log):
     seed, offset = 1234, 5678
     kern.forward(q, k, v, o, seed=seed, offset=offset, layout="bhsd")
     torch.cuda.synchronize()
-    keep = torch.from_numpy(philox_host.keep_mask(seed, offset, row.dropout, B, row.hq, N, N)).to(dev)
+    keep = torch.from_numpy(philox_host.keep_mask(seed, offset, row.dropout, B, row.hq, N, N,
+                                                  kern.info["dropout_rounds"])).to(dev)
     s = (q.double() @ k.double().transpose(-1, -2)) * kern.info["scale"]
     causal = torch.ones(N, N, dtype=torch.bool, device=dev).tril()
     p = torch.softmax(s.masked_fill(~causal, float("-inf")), -1) * keep * philox_host.scale(row.dropout)

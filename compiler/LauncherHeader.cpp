@@ -25,6 +25,7 @@ KernelMetadata kernelMetadata(const Spec& spec, const CompiledKernel& kernel, co
   m.dtype = toString(spec.dtype).str();
   m.scale = float(spec.effectiveScale());
   m.dropout = float(spec.dropout);
+  m.dropoutRounds = spec.dropout > 0 ? int(spec.dropoutRounds) : 0;
   for (const InputDecl& input : spec.inputs) {
     InputInfo info{input.name, toString(input.type).str(), ""};
     for (InputDim dim : input.dims) info.dims += (info.dims.empty() ? "" : ",") + toString(dim).str();
@@ -98,7 +99,8 @@ std::string emitLauncherHeader(const std::string& specPath, const std::vector<La
        << ";\n  m.headDim = " << m.headDim << ";\n  m.headDimV = " << m.headDimV
        << ";\n  m.headsQ = " << m.headsQ << ";\n  m.headsKV = " << m.headsKV
        << ";\n  m.dtype = " << quoted(m.dtype) << ";\n"
-       << llvm::formatv("  m.scale = {0:e9}f;\n  m.dropout = {1:e9}f;\n", m.scale, m.dropout);
+       << llvm::formatv("  m.scale = {0:e9}f;\n  m.dropout = {1:e9}f;\n", m.scale, m.dropout)
+       << "  m.dropoutRounds = " << m.dropoutRounds << ";\n";
     for (const InputInfo& input : m.inputs)
       os << "  m.inputs.push_back({" << quoted(input.name) << ", " << quoted(input.type) << ", "
          << quoted(input.dims) << ", " << (input.summarized ? "true" : "false") << "});\n";

@@ -289,7 +289,7 @@ int attnc_kernel_info(const attnc_kernel* kernel, attnc_info* info) {
   *info = attnc_info{m.name.c_str(), m.entry.c_str(), m.target.c_str(), m.dtype.c_str(),
                      m.threads, m.headDim, m.headDimV, m.headsQ, m.headsKV,
                      int32_t(m.inputs.size()), m.smemBytes, m.scale, m.dropout,
-                     int32_t(m.hasBackward())};
+                     int32_t(m.hasBackward()), int32_t(m.dropoutRounds)};
   return ATTNC_OK;
 }
 

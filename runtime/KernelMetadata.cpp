@@ -2,6 +2,7 @@
 // line per declared input. The JIT cache stores it beside the cubin; parse() rejects anything unexpected so
 // that a damaged cache entry is never launched with wrong shapes.
 #include "attnc/attnc.h"
+#include "attnc/common/philox.h"
 
 #include <cstdlib>
 #include <sstream>
@@ -30,6 +31,7 @@ std::string KernelMetadata::serialize() const {
   if (backward && backward->qKernel != "sm80")  // optional: absent means the sm80 _q
     os << "bwd_q_kernel " << backward->qKernel << "\nbwd_q_block_kv " << backward->qBlockKV << "\n";
   if (backward && backward->separateDq) os << "bwd_dq separate\n";
+  if (dropoutRounds != 0) os << "dropout_rounds " << dropoutRounds << "\n";
   if (!summaryEntry.empty()) os << "summary_entry " << summaryEntry << "\n";
   if (!tileClassesEntry.empty()) os << "tile_classes_entry " << tileClassesEntry << "\n";
   if (orderedGrid) os << "fwd_grid ordered\n";
@@ -119,6 +121,12 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
       if (value.empty()) return fail("bad value in '" + line + "'");
       continue;
     }
+    if (key == "dropout_rounds") {  // where dropout > 0 (checked below)
+      if (!integer(m.dropoutRounds) || m.dropoutRounds < kDropoutRoundsMin ||
+          m.dropoutRounds > kDropoutRoundsMax)
+        return fail("bad value in '" + line + "'");
+      continue;
+    }
     if (key == "tile_classes_entry") {  // optional
       m.tileClassesEntry = value;
       if (value.empty()) return fail("bad value in '" + line + "'");
@@ -181,6 +189,8 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
       return fail("missing or non-positive backward fields");
     m.backward = b;
   }
+  if ((m.dropout > 0) != (m.dropoutRounds != 0))
+    return fail("a dropout needs a dropout_rounds line, and the other way round");
   bool anySummarized = false;
   for (const InputInfo& input : m.inputs) anySummarized = anySummarized || input.summarized;
   if (anySummarized != !m.summaryEntry.empty())

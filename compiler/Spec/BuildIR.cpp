@@ -229,6 +229,7 @@ OwningOpRef<ModuleOp> buildAttentionIR(const Spec& spec, MLIRContext& context) {
   state.addAttribute("heads_kv", b.getI64IntegerAttr(spec.headsKV));
   state.addAttribute("scale", b.getF64FloatAttr(spec.effectiveScale()));
   state.addAttribute("dropout", b.getF64FloatAttr(spec.dropout));
+  state.addAttribute("dropout_rounds", b.getI64IntegerAttr(spec.dropoutRounds));
   state.addAttribute("inputs", inputDecls(b, spec));
   if (auto builtin = maskBuiltin(b, spec.mask)) state.addAttribute("mask_builtin", *builtin);
   if (auto builtin = scoreBuiltin(b, spec.score)) state.addAttribute("score_builtin", *builtin);

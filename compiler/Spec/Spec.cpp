@@ -172,6 +172,13 @@ public:
       report("dropout", "dropout: must be in [0, 1), got " + formatNumber(spec.dropout));
     else if (!skip("dropout") && spec.dropout > 0)
       checkDropoutResolution();
+    if (!skip("dropout.rounds") && (spec.dropoutRounds < attnc::kDropoutRoundsMin ||
+                                    spec.dropoutRounds > attnc::kDropoutRoundsMax))
+      report("dropout.rounds",
+             "dropout.rounds: must be an integer in [" + std::to_string(attnc::kDropoutRoundsMin) +
+                 ", " + std::to_string(attnc::kDropoutRoundsMax) +
+                 "] (Philox4x32 passes BigCrush from 7 rounds; 10 is Random123's default), got " +
+                 std::to_string(spec.dropoutRounds));
     bool inputsOk = checkInputs();
     checkMask(inputsOk);
     checkScore(inputsOk);
@@ -183,6 +190,8 @@ private:
 
   // The kernels drop with probability round(256 p) / 256 (the float p, templates/attnc/common/
   // philox.h dropoutSteps): a p that rounds to 0 or to 1 there cannot be what was meant.
+  static_assert(kDefaultDropoutRounds == attnc::kDropoutRoundsDefault,
+                "the spec's default rounds are philox.h's");
   void checkDropoutResolution() {
     const double steps = attnc::dropoutSteps(float(spec.dropout));
     if (steps < 1.0)
@@ -509,8 +518,9 @@ SpecBuilder &SpecBuilder::score(std::string expression) {
   spec.score.exprText = std::move(expression);
   return *this;
 }
-SpecBuilder &SpecBuilder::dropout(double p) {
+SpecBuilder &SpecBuilder::dropout(double p, int64_t rounds) {
   spec.dropout = p;
+  spec.dropoutRounds = rounds;
   return *this;
 }
 SpecBuilder &SpecBuilder::input(std::string inputName, ScalarType type, std::vector<InputDim> dims) {

@@ -80,6 +80,9 @@ struct ScoreSpec {
   SourceLoc loc;
 };
 
+// templates/attnc/common/philox.h's kDropoutRoundsDefault (Spec.cpp asserts they agree).
+constexpr int64_t kDefaultDropoutRounds = 7;
+
 struct Spec {
   std::string name; // kernel symbol stem: [A-Za-z_][A-Za-z0-9_]*
   int64_t headDim = 0, headDimV = 0;
@@ -89,6 +92,9 @@ struct Spec {
   MaskSpec mask;
   ScoreSpec score;
   double dropout = 0;
+  // Philox4x32's rounds for the dropout decisions, 7 to 10 (`dropout: {p: P, rounds: R}`); the
+  // default is templates/attnc/common/philox.h's kDropoutRoundsDefault (Spec.cpp checks both).
+  int64_t dropoutRounds = kDefaultDropoutRounds;
   std::vector<InputDecl> inputs;
   SourceLoc loc; // where the spec starts (its file, for YAML specs)
 
@@ -123,7 +129,8 @@ public:
   SpecBuilder &softcap(double c);
   SpecBuilder &alibi(std::string slopesInput = "");
   SpecBuilder &score(std::string expression);
-  SpecBuilder &dropout(double p);
+  // p, and Philox4x32's rounds for its decisions (7 to 10).
+  SpecBuilder &dropout(double p, int64_t rounds = kDefaultDropoutRounds);
   SpecBuilder &input(std::string name, ScalarType type, std::vector<InputDim> dims);
 
   std::optional<Spec> build(Diagnostics &diags) const;

@@ -28,7 +28,7 @@ struct FieldSite {
 
 // What the YAML reader knows about positions. Keys are field paths as users write them:
 // "name", "head_dim", "head_dim_v", "dtype", "heads", "heads.q", "heads.kv", "scale", "dropout",
-// "mask", "score", "inputs.NAME", "inputs.NAME.dtype", "inputs.NAME.dims".
+// "dropout.rounds", "mask", "score", "inputs.NAME", "inputs.NAME.dtype", "inputs.NAME.dims".
 struct SpecSites {
   Place top; // the top-level mapping, for problems with no field of their own
   std::map<std::string, FieldSite> fields;

@@ -219,6 +219,7 @@ private:
 
   void readTop(yaml::MappingNode *top);
   void readHeads(yaml::Node *key, yaml::Node *value);
+  void readDropout(yaml::Node *key, yaml::Node *value);
   void readMask(yaml::Node *key, yaml::Node *value);
   void readScore(yaml::Node *key, yaml::Node *value);
   void readInputs(yaml::Node *key, yaml::Node *value);
@@ -339,8 +340,7 @@ void SpecReader::readTop(yaml::MappingNode *top) {
       if (auto number = this->number(field, value, key, "'auto' or a positive number"))
         spec.scale = *number;
     } else if (field == "dropout") {
-      if (auto number = this->number(field, value, key, "a probability in [0, 1)"))
-        spec.dropout = *number;
+      readDropout(key, value);
     } else if (field == "mask") {
       readMask(key, value);
     } else if (field == "score") {
@@ -387,6 +387,35 @@ void SpecReader::readHeads(yaml::Node *key, yaml::Node *value) {
     sites.reported.insert("heads.q");
     if (!suggested.count("heads.q"))
       error(value, "heads: missing required field 'q'", key);
+  }
+}
+
+void SpecReader::readDropout(yaml::Node *key, yaml::Node *value) {
+  // `dropout: 0.1` is shorthand for {p: 0.1} (Philox's default rounds).
+  if (!llvm::isa_and_nonnull<yaml::MappingNode>(value)) {
+    if (auto number = this->number("dropout", value, key, "a probability in [0, 1)"))
+      spec.dropout = *number;
+    return;
+  }
+  auto *mapping = llvm::cast<yaml::MappingNode>(value);
+  bool sawP = false;
+  forEachField(mapping, "dropout.", {"p", "rounds"},
+               [&](const std::string &field, yaml::Node *fieldKey, yaml::Node *fieldValue) {
+                 // p's problems are reported as the shorthand's ("dropout"), at p's value.
+                 const std::string path = field == "p" ? "dropout" : "dropout.rounds";
+                 noteSite(path, fieldValue, fieldKey);
+                 if (field == "p") {
+                   sawP = true;
+                   if (auto number = this->number(path, fieldValue, fieldKey,
+                                                  "a probability in [0, 1)"))
+                     spec.dropout = *number;
+                 } else if (auto rounds = integer(path, fieldValue, fieldKey)) {
+                   spec.dropoutRounds = *rounds;
+                 }
+               });
+  if (!sawP) {
+    sites.reported.insert("dropout");
+    error(value, "dropout: missing required field 'p' (the probability of dropping)", key);
   }
 }
 

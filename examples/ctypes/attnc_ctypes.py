@@ -32,7 +32,8 @@ class Info(C.Structure):
                 ("dtype", C.c_char_p), ("threads", C.c_int32), ("head_dim", C.c_int32),
                 ("head_dim_v", C.c_int32), ("heads_q", C.c_int32), ("heads_kv", C.c_int32),
                 ("num_inputs", C.c_int32), ("smem_bytes", C.c_int64), ("scale", C.c_float),
-                ("dropout", C.c_float)]
+                ("dropout", C.c_float), ("has_backward", C.c_int32),
+                ("dropout_rounds", C.c_int32)]  # all of attnc_info: the library writes all of it
 
 
 def load(path):

@@ -149,6 +149,7 @@ struct KernelMetadata {
   std::string dtype;  // "bf16" | "fp16"
   float scale = 0;    // softmax scale (spec's, or 1/sqrt(head_dim))
   float dropout = 0;  // probability of dropping
+  int dropoutRounds = 0;  // Philox4x32's rounds for the decisions (7-10) where dropout > 0, else 0
   std::vector<InputInfo> inputs;  // in slot order
   std::string attncVersion;
   std::optional<BackwardMetadata> backward;  // set when compiled with the backward kernels
@@ -284,6 +285,9 @@ public:
   // The spec's dropout p. The kernels drop with probability round(256 p) / 256 and scale kept
   // probabilities by 256 / (256 - round(256 p)) (templates/attnc/common/philox.h).
   float dropout() const { return metadata().dropout; }
+  // Philox4x32's rounds for the dropout decisions (the spec's dropout.rounds, 7 by default); 0
+  // without dropout. A host copy of the mask needs them.
+  int dropoutRounds() const { return metadata().dropoutRounds; }
   std::vector<std::string> inputNames() const;
   // The cubin and PTX of the first image's first module (what the JIT cache stores first).
   const std::vector<char>& cubin() const;

@@ -73,6 +73,7 @@ typedef struct attnc_info {
   int64_t smem_bytes;
   float scale, dropout; /* dropout: the spec's p; the kernels drop round(256 p) / 256 of elements */
   int32_t has_backward; /* compiled with ATTNC_COMPILE_BACKWARD */
+  int32_t dropout_rounds; /* Philox4x32's rounds for the dropout decisions (7-10); 0 without */
 } attnc_info;
 
 /* Flags of attnc_compile_*_ex. */

@@ -50,7 +50,7 @@ class Info(ctypes.Structure):
                 ("heads_q", ctypes.c_int32), ("heads_kv", ctypes.c_int32),
                 ("num_inputs", ctypes.c_int32), ("smem_bytes", ctypes.c_int64),
                 ("scale", ctypes.c_float), ("dropout", ctypes.c_float),
-                ("has_backward", ctypes.c_int32)]
+                ("has_backward", ctypes.c_int32), ("dropout_rounds", ctypes.c_int32)]
 
 
 class AttncError(RuntimeError):

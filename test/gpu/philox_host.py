@@ -7,10 +7,11 @@ W0, W1 = 0x9E3779B9, 0xBB67AE85
 LO32 = np.uint64(0xFFFFFFFF)
 
 
-def philox4x32_10(c0, c1, c2, c3, k0, k1):
-    """Philox4x32-10 on uint64 arrays holding 32-bit words; k0, k1 are Python ints."""
+def philox4x32(c0, c1, c2, c3, k0, k1, rounds):
+    """Philox4x32 of `rounds` rounds on uint64 arrays holding 32-bit words; k0, k1 are Python
+    ints."""
     c0, c1, c2, c3 = (np.asarray(c, dtype=np.uint64) for c in (c0, c1, c2, c3))
-    for _ in range(10):
+    for _ in range(rounds):
         p0 = M0 * c0
         p1 = M1 * c2
         c0, c1, c2, c3 = ((p1 >> np.uint64(32)) ^ c1 ^ np.uint64(k0), p1 & LO32,
@@ -33,8 +34,9 @@ def scale(p):
     return float(np.float32(256.0) / np.float32(256 - threshold(p)))
 
 
-def random_bits(seed, offset, batch, heads_q, q_len, kv_len):
-    """The 8 random bits of every element (b, h, q, k): uint64 array [batch, heads_q, q_len, kv_len].
+def random_bits(seed, offset, batch, heads_q, q_len, kv_len, rounds):
+    """The 8 random bits of every element (b, h, q, k): uint64 array [batch, heads_q, q_len, kv_len],
+    from Philox4x32 of `rounds` rounds (the kernel's info["dropout_rounds"]).
     Element (q, k) takes byte 2 ((k >> 4) & 1) + (k & 1) of word 2 ((q >> 3) & 1) + ((k >> 3) & 1)
     of the Philox call with counter {kGroup, qGroup, b * heads_q + h, lo32(offset)}."""
     k0 = seed & 0xFFFFFFFF
@@ -50,7 +52,7 @@ def random_bits(seed, offset, batch, heads_q, q_len, kv_len):
     c1 = np.broadcast_to(q_group, shape)
     c2 = np.broadcast_to(bh, shape)
     c3 = np.full(shape, offset & 0xFFFFFFFF, dtype=np.uint64)
-    words = np.stack(philox4x32_10(c0, c1, c2, c3, k0, k1), axis=-1)  # [bh, q, k, 4]
+    words = np.stack(philox4x32(c0, c1, c2, c3, k0, k1, rounds), axis=-1)  # [bh, q, k, 4]
     index = np.broadcast_to(np.uint64(2) * ((q >> np.uint64(3)) & one)
                             + ((k >> np.uint64(3)) & one), shape).astype(np.int64)
     word = np.take_along_axis(words, index[..., None], axis=-1)[..., 0]
@@ -59,6 +61,7 @@ def random_bits(seed, offset, batch, heads_q, q_len, kv_len):
     return bits.reshape(batch, heads_q, q_len, kv_len)
 
 
-def keep_mask(seed, offset, p, batch, heads_q, q_len, kv_len):
+def keep_mask(seed, offset, p, batch, heads_q, q_len, kv_len, rounds):
     """True where the element is kept (not dropped): bool [batch, heads_q, q_len, kv_len]."""
-    return random_bits(seed, offset, batch, heads_q, q_len, kv_len) >= np.uint64(threshold(p))
+    return (random_bits(seed, offset, batch, heads_q, q_len, kv_len, rounds)
+            >= np.uint64(threshold(p)))

@@ -48,6 +48,7 @@ def plan(subset):
         groups.append((name, 64, "bf16", [(17, 17), (129, 1000), (1000, 129), (1000, 1000)], 2))
     groups.append(("dropout0.1", 64, "bf16", [(512, 512), (129, 1000)], 2))
     groups.append(("dropout0.3", 128, "fp16", [(300, 300)], 2))
+    groups.append(("dropout0.1r10", 128, "bf16", [(300, 300)], 2))  # 10 Philox rounds
     # Head dim 32: kv tiles whose B_c is not a multiple of 32 in the forward (philox.h pairs).
     groups.append(("dropout0.3", 32, "bf16", [(129, 1000)], 2))
     # Head dim 256 with an epilogue: the backward KV kernel's 32-row kept tile (2 x 4 warps).
@@ -127,7 +128,8 @@ def run_case(kern, var, hd, hdv, dtype, B, ql, kl, results, key):
     o = torch.full((B, ql, hq, hdv), float("nan"), device=dev, dtype=dt)
     lse = torch.full((B, hq, ql), float("nan"), device=dev, dtype=torch.float32)
     kern.forward(q, k, v, o, lse, in_args, seed=seed, offset=offset)
-    keep = philox_host.keep_mask(seed, offset, p, B, hq, ql, kl) if p > 0 else None
+    keep = (philox_host.keep_mask(seed, offset, p, B, hq, ql, kl, kern.info["dropout_rounds"])
+            if p > 0 else None)
     refs = reference_grads(q, k, v, do, scale, var, B, hq, hkv, ql, kl, inputs, keep, p)
     sdpa = sdpa_grads(var, q, k, v, do, scale, hq, hkv, ql, kl) if p == 0 and hd == hdv else None
     sdpa_err = [gradient_error(g, r) for g, r in zip(sdpa, refs)] if sdpa else None

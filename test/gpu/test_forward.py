@@ -135,7 +135,7 @@ def gen_doc(B, H, npos, dev, dims):
 
 class Variant:
     def __init__(self, name, mask="none", score="none", ref_mask=None, ref_score=None, inputs=None,
-                 sdpa=None, broken_mask=None, hq=4, hkv=None, dropout=0.0):
+                 sdpa=None, broken_mask=None, hq=4, hkv=None, dropout=0.0, dropout_rounds=None):
         self.name, self.mask, self.score = name, mask, score
         self.ref_mask, self.ref_score = ref_mask, ref_score
         self.inputs = inputs or {}  # name -> (dtype, dims, generator(B, H, npos, dev))
@@ -143,13 +143,16 @@ class Variant:
         self.broken_mask = broken_mask
         self.hq, self.hkv = hq, hkv or hq
         self.dropout = dropout
+        self.dropout_rounds = dropout_rounds  # None: the spec's default
 
     def spec(self, hd, dtype, hq=None, hkv=None):
         hq, hkv = hq or self.hq, hkv or self.hkv
         mask = self.broken_mask if (BREAK and self.broken_mask) else self.mask
         lines = [f"name: attnctest_{self.name.replace('.', '_')}_{dtype}_hd{hd}_{hq}_{hkv}", f"head_dim: {hd}", f"dtype: {dtype}",
                  f"heads: {{q: {hq}, kv: {hkv}}}", f"mask: {mask}", f"score: {self.score}"]
-        if self.dropout:
+        if self.dropout and self.dropout_rounds:
+            lines.append(f"dropout: {{p: {self.dropout}, rounds: {self.dropout_rounds}}}")
+        elif self.dropout:
             lines.append(f"dropout: {self.dropout}")
         if self.inputs:
             lines.append("inputs:")
@@ -211,6 +214,8 @@ for v in [
     Variant("mqa", "none", sdpa="plain", hq=8, hkv=1),
     Variant("dropout0.1", "causal", ref_mask=m_causal, dropout=0.1),
     Variant("dropout0.3", "none", dropout=0.3),
+    # Random123's default of 10 Philox rounds (the spec's default is 7).
+    Variant("dropout0.1r10", "causal", ref_mask=m_causal, dropout=0.1, dropout_rounds=10),
 ]:
     V[v.name] = v
 
@@ -261,6 +266,9 @@ def plan(subset):
     # Head dim 32 with dropout: B_c = 112 on sm_90a is not a multiple of 32, so each pair of n8
     # tiles makes its own Philox call (sm80::forEachDropoutDecision) and uses half of its bytes.
     groups.append(("dropout0.3", 32, "bf16", [(129, 1000), (300, 300)], 2))
+    # 10 Philox rounds: the float path (hd128) and the packed one (hd256's B_c is not a multiple of 32).
+    groups.append(("dropout0.1r10", 128, "bf16", [(129, 1000), (300, 300)], 2))
+    groups.append(("dropout0.1r10", 256, "bf16", [(129, 1000)], 1))
     # head_dim_v != head_dim (a (d, d_v) pair): V and O are d_v wide, Q and K d wide.
     dv_lens = [(17, 17), (127, 1000), (1000, 127), (1000, 1000)]
     groups.append(("causal", (128, 64), "bf16", dv_lens, 2))
@@ -460,7 +468,7 @@ def run_dropout_case(kern, var, hd, dtype, B, ql, kl, ref_dev, res, key, hdv=Non
         problems.append("another seed gives the same output")
     if torch.equal(o1, o4):
         problems.append("another offset gives the same output")
-    keep = philox_host.keep_mask(seed, offset, p, B, hq, ql, kl)
+    keep = philox_host.keep_mask(seed, offset, p, B, hq, ql, kl, info["dropout_rounds"])
     ref, ref_lse, fully, attn_keep = reference(q, k, v, scale, var, B, hq, hkv, ql, kl, {}, ref_dev, keep, p)
     live = attn_keep.cpu().numpy()
     n = int(live.sum())

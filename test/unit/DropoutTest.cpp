@@ -1,5 +1,6 @@
-// templates/attnc/common/philox.h on the host: Philox4x32-10 against the Random123 known-answer
-// vectors (kat_vectors), the attnc mapping (counter, key, group, 16-bit halves) against plain
+// templates/attnc/common/philox.h on the host: Philox4x32-7 and -10 against the Random123
+// known-answer vectors (kat_vectors), chi-square tests of the bytes of neighbouring counters that
+// pass at 7 and 10 rounds and catch 2 or 3, the attnc mapping (counter, key, group, 16-bit halves) against plain
 // calls and test/gpu/philox_host.py, the launch's precomputed round keys against the rounds' own
 // key bumps, the threshold's rounding at the edges and the scale that keeps the expected output,
 // and the kernels' one-compare decision (dropoutByteKept), four-at-once tests (dropoutKeptBytes)
@@ -24,13 +25,14 @@ void expectWords(u32x4 got, u32x4 want) {
   EXPECT_EQ(got.w, want.w);
 }
 
+struct KnownAnswer {
+  u32x4 counter;
+  u32 k0, k1;
+  u32x4 expected;
+};
+
 TEST(Dropout, PhiloxKnownAnswers) {
-  struct Case {
-    u32x4 counter;
-    u32 k0, k1;
-    u32x4 expected;
-  };
-  const Case cases[] = {
+  const KnownAnswer ten[] = {
       {{0u, 0u, 0u, 0u}, 0u, 0u, {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}},
       {{~0u, ~0u, ~0u, ~0u}, ~0u, ~0u, {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}},
       {{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u},
@@ -38,20 +40,81 @@ TEST(Dropout, PhiloxKnownAnswers) {
        0x299f31d0u,
        {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}},
   };
-  for (const Case& c : cases) expectWords(philox4x32_10(c.counter, c.k0, c.k1), c.expected);
+  for (const KnownAnswer& c : ten) expectWords(philox4x32<10>(c.counter, c.k0, c.k1), c.expected);
+  const KnownAnswer seven[] = {
+      {{0u, 0u, 0u, 0u}, 0u, 0u, {0x5f6fb709u, 0x0d893f64u, 0x4f121f81u, 0x4f730a48u}},
+      {{~0u, ~0u, ~0u, ~0u}, ~0u, ~0u, {0x5207ddc2u, 0x45165e59u, 0x4d8ee751u, 0x8c52f662u}},
+      {{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u},
+       0xa4093822u,
+       0x299f31d0u,
+       {0x4dfccabau, 0x190a87f0u, 0xc47362bau, 0xb6b5242au}},
+  };
+  for (const KnownAnswer& c : seven) expectWords(philox4x32<7>(c.counter, c.k0, c.k1), c.expected);
+}
+
+// How far from uniform the random bytes of neighbouring Philox calls are, as the largest
+// |z| = (chi2 - dof) / sqrt(2 dof) of two chi-square tests, along each counter word the kernels
+// step (x: the key group, y: the query group): the 256 values of every byte of 2^16 calls, and
+// the 65536 pairs (byte of call i, same byte of call i + 1). A uniform, independent stream gives
+// |z| of a few at most.
+template <int Rounds>
+double philoxNonUniformity() {
+  const u32 k0 = 0x8badf00du, k1 = 0x1234abcdu;
+  constexpr u32 kCalls = 1u << 16;
+  double worst = 0;
+  auto z = [](const std::vector<u32>& counts, double samples) {
+    const double expected = samples / double(counts.size()), dof = double(counts.size()) - 1;
+    double chi2 = 0;
+    for (u32 n : counts) chi2 += (n - expected) * (n - expected) / expected;
+    return std::fabs(chi2 - dof) / std::sqrt(2 * dof);
+  };
+  for (int axis = 0; axis < 2; ++axis) {
+    std::vector<u32> single(256), pairs(65536);
+    u32 previous[16] = {};
+    for (u32 i = 0; i <= kCalls; ++i) {
+      const u32x4 c = axis == 0 ? u32x4{i, 77u, 5u, 12345u} : u32x4{3u, i, 5u, 12345u};
+      const u32x4 w = philox4x32<Rounds>(c, k0, k1);
+      const u32 words[4] = {w.x, w.y, w.z, w.w};
+      for (int b = 0; b < 16; ++b) {
+        const u32 byte = (words[b / 4] >> (8 * (b % 4))) & 0xffu;
+        if (i < kCalls) ++single[byte];
+        if (i > 0) ++pairs[previous[b] * 256 + byte];
+        previous[b] = byte;
+      }
+    }
+    worst = std::max({worst, z(single, 16.0 * kCalls), z(pairs, 16.0 * kCalls)});
+  }
+  return worst;
+}
+
+// The rounds a spec may ask for pass (|z| about 1 at 7 and 10); two to five rounds, whose outputs
+// still carry their counter's structure, do not (5 rounds: |z| about 1560 for the pairs along the
+// query group), so the test can tell and 7 has a margin.
+TEST(Dropout, NeighbouringCallsLookUniform) {
+  EXPECT_LT(philoxNonUniformity<kDropoutRoundsMin>(), 6.0);
+  EXPECT_LT(philoxNonUniformity<kDropoutRoundsDefault>(), 6.0);
+  EXPECT_LT(philoxNonUniformity<kDropoutRoundsMax>(), 6.0);
+  EXPECT_GT(philoxNonUniformity<2>(), 100.0);
+  EXPECT_GT(philoxNonUniformity<3>(), 100.0);
+  EXPECT_GT(philoxNonUniformity<4>(), 100.0);
+  EXPECT_GT(philoxNonUniformity<5>(), 100.0);
 }
 
 // Element (q, k)'s group is one plain Philox call on the documented counter and key, and the 16
 // elements (q | 8 r, k | 16 u | 8 t | j) of a group share it and take its 16 distinct bytes:
 // word 2 r + t, byte 2 u + j.
 TEST(Dropout, MappingIsThePhiloxCallOfTheGroup) {
-  expectWords(dropoutRandom(0x299f31d0a4093822ull, 0x0370734400000000ull, 0x13198a2e,
-                            /*q=*/16 * 5 + 8 + 3, /*k=*/32 * 7 + 16 + 8 + 2 * 2 + 1),
-              philox4x32_10(u32x4{7 * 4 + 2, 5 * 8 + 3, 0x13198a2e, 0x00000000}, 0xa4093822,
+  expectWords(dropoutRandom<10>(0x299f31d0a4093822ull, 0x0370734400000000ull, 0x13198a2e,
+                                /*q=*/16 * 5 + 8 + 3, /*k=*/32 * 7 + 16 + 8 + 2 * 2 + 1),
+              philox4x32<10>(u32x4{7 * 4 + 2, 5 * 8 + 3, 0x13198a2e, 0x00000000}, 0xa4093822,
+                             0x299f31d0 ^ 0x03707344));
+  expectWords(dropoutRandom<7>(0x299f31d0a4093822ull, 0x0370734400000000ull, 0x13198a2e,
+                               /*q=*/16 * 5 + 8 + 3, /*k=*/32 * 7 + 16 + 8 + 2 * 2 + 1),
+              philox4x32<7>(u32x4{7 * 4 + 2, 5 * 8 + 3, 0x13198a2e, 0x00000000}, 0xa4093822,
                             0x299f31d0 ^ 0x03707344));
   const u64 seed = 0x123456789abcdef0ull, offset = 0xfedcba9876543210ull;
   const u32 q = 32 + 5, k = 64 + 6;
-  const u32x4 w = dropoutRandom(seed, offset, 5, q, k);
+  const u32x4 w = dropoutRandom<10>(seed, offset, 5, q, k);
   const u32 words[4] = {w.x, w.y, w.z, w.w};
   std::vector<u32> seen;
   for (u32 r = 0; r < 2; ++r)
@@ -59,21 +122,21 @@ TEST(Dropout, MappingIsThePhiloxCallOfTheGroup) {
       for (u32 t = 0; t < 2; ++t)
         for (u32 j = 0; j < 2; ++j) {
           const u32 qe = q | 8 * r, ke = k | 16 * u | 8 * t | j;
-          expectWords(dropoutRandom(seed, offset, 5, qe, ke), w);
+          expectWords(dropoutRandom<10>(seed, offset, 5, qe, ke), w);
           EXPECT_EQ(dropoutBits(w, qe, ke), (words[2 * r + t] >> (8 * (2 * u + j))) & 0xffu);
           seen.push_back(2 * r + t + 4 * (2 * u + j));
         }
   std::sort(seen.begin(), seen.end());
   EXPECT_EQ(std::unique(seen.begin(), seen.end()) - seen.begin(), 16) << "16 distinct bytes";
   // The neighbouring groups: keys 32 further, rows 16 further, another head.
-  const u32x4 other[3] = {dropoutRandom(seed, offset, 5, q, k + 32),
-                          dropoutRandom(seed, offset, 5, q + 16, k),
-                          dropoutRandom(seed, offset, 6, q, k)};
+  const u32x4 other[3] = {dropoutRandom<10>(seed, offset, 5, q, k + 32),
+                          dropoutRandom<10>(seed, offset, 5, q + 16, k),
+                          dropoutRandom<10>(seed, offset, 6, q, k)};
   for (const u32x4& o : other) EXPECT_NE(o.x, w.x);
   // The same values from test/gpu/philox_host.py (numpy), b = 1, h = 2 of 3 heads.
   const u32 known[4][3] = {{0, 0, 224}, {5, 8, 207}, {12, 17, 47}, {31, 29, 73}};
   for (const auto& e : known)
-    EXPECT_EQ(dropoutBits(dropoutRandom(seed, offset, 5, e[0], e[1]), e[0], e[1]), e[2]);
+    EXPECT_EQ(dropoutBits(dropoutRandom<10>(seed, offset, 5, e[0], e[1]), e[0], e[1]), e[2]);
 }
 
 TEST(Dropout, ThresholdRoundsToNearest) {
@@ -107,11 +170,19 @@ TEST(Dropout, RoundKeysMatchTheRounds) {
     u32 keys[kDropoutRoundKeys];
     dropoutKeySchedule(seed, offset, keys);
     const u32 q = u32(rng() % 100000), k = u32(rng() % 100000), bh = u32(rng() % 1000);
-    const u32x4 a = dropoutRandom(seed, offset, bh, q, k), b = dropoutRandom(keys, offset, bh, q, k);
+    const u32x4 a = dropoutRandom<10>(seed, offset, bh, q, k),
+                b = dropoutRandom<10>(keys, offset, bh, q, k);
     ASSERT_EQ(a.x, b.x);
     ASSERT_EQ(a.y, b.y);
     ASSERT_EQ(a.z, b.z);
     ASSERT_EQ(a.w, b.w);
+    // A kernel of 7 rounds reads the first 14 keys.
+    const u32x4 c = dropoutRandom<7>(seed, offset, bh, q, k),
+                d = dropoutRandom<7>(keys, offset, bh, q, k);
+    ASSERT_EQ(c.x, d.x);
+    ASSERT_EQ(c.y, d.y);
+    ASSERT_EQ(c.z, d.z);
+    ASSERT_EQ(c.w, d.w);
   }
 }
 

@@ -115,12 +115,12 @@ void checkDropout(std::mt19937& rng) {
   const int tileStart = 8 * NTiles * int(rng() % 40);
   const int kCol = tileStart + 2 * (lane % 4);
   int visits[MTiles][NTiles][4] = {};
-  sm80::forEachDropoutDecision<MTiles, NTiles>(
+  sm80::forEachDropoutDecision<kDropoutRoundsDefault, MTiles, NTiles>(
       p, batchHead, threshold, qRow, kCol, [&](int mi, int ni, int c, bool kept) {
         ++visits[mi][ni][c];
         const int q = qRow + 16 * mi + 8 * (c / 2), k = kCol + 8 * ni + c % 2;
-        ASSERT_EQ(kept, dropoutKept(p.dropout_keys, p.dropout_offset, batchHead, threshold, u32(q),
-                                    u32(k)))
+        ASSERT_EQ(kept, dropoutKept<kDropoutRoundsDefault>(p.dropout_keys, p.dropout_offset,
+                                                           batchHead, threshold, u32(q), u32(k)))
             << "q " << q << " k " << k << " threshold " << threshold;
       });
   for (int mi = 0; mi < MTiles; ++mi)

@@ -364,7 +364,8 @@ TEST(EntryGroups, PackedForwardFirstAndBalanced) {
   EXPECT_EQ(packEntryGroups({0, 1}, 8), (std::vector<unsigned>{0x1u, 0x2u}));
 }
 
-// The spill fallback (compiler/Pipeline.h): hd32 causal softcap 20 with dropout derives 128 x 128
+// The spill fallback (compiler/Pipeline.h): hd32 causal softcap 20 with dropout at 10 Philox rounds
+// (at the default 7 it fits) derives 128 x 128
 // with four warps on sm_80, whose forward kernel spills 8 bytes (CUDA 13.0); the JIT then derives
 // the tile again with 8 more registers reserved, compiles B_c = 64 without spills, and caches that.
 // (No sm_90a forward found spills since 2026-12-04: test/tools/spill-fallback.yaml.)
@@ -372,7 +373,7 @@ TEST_F(JitCache, SpillingTileFallsBack) {
   const attnc::testing::ScratchDir dir("jit-spill", /*create=*/false);
   const Target ampere = *Target::byName("sm_80", nullptr);
   const char* spec = "name: spill_fallback\nhead_dim: 32\ndtype: bf16\nheads: 8\nmask: causal\n"
-                     "score: {softcap: 20}\ndropout: 0.1\n";
+                     "score: {softcap: 20}\ndropout: {p: 0.1, rounds: 10}\n";
   Compiler pipeline;
   Diagnostics diags;
   std::optional<CompiledKernel> first =

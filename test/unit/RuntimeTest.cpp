@@ -105,6 +105,33 @@ TEST(KernelMetadata, ForwardKernelRoundTripsAndIsRequired) {
   EXPECT_NE(error.find("expected 17 fields"), std::string::npos) << error;
 }
 
+// A dropout kernel's Philox rounds decide its mask (the tests' and users' host copies need them):
+// they survive the cache, and an entry with dropout but without them, or with rounds the spec
+// rejects, is rebuilt.
+TEST(KernelMetadata, DropoutRoundsRoundTripAndAreRequired) {
+  KernelMetadata m = documentMetadata();
+  m.dropout = 0.1f;
+  m.dropoutRounds = 10;
+  std::string error;
+  std::optional<KernelMetadata> back = KernelMetadata::parse(m.serialize(), &error);
+  ASSERT_TRUE(back) << error;
+  EXPECT_EQ(back->dropoutRounds, 10);
+
+  const std::string text = m.serialize();
+  const size_t at = text.find("dropout_rounds 10\n");
+  ASSERT_NE(at, std::string::npos) << text;
+  std::string missing = text;
+  missing.erase(at, strlen("dropout_rounds 10\n"));
+  EXPECT_FALSE(KernelMetadata::parse(missing, &error));
+  EXPECT_NE(error.find("a dropout needs a dropout_rounds line"), std::string::npos) << error;
+  std::string six = text;
+  six.replace(at, strlen("dropout_rounds 10"), "dropout_rounds 6");
+  EXPECT_FALSE(KernelMetadata::parse(six, &error));
+  EXPECT_NE(error.find("dropout_rounds 6"), std::string::npos) << error;
+  // Without dropout there are no rounds to record.
+  EXPECT_EQ(documentMetadata().serialize().find("dropout_rounds"), std::string::npos);
+}
+
 TEST(Kernel, FromCubinRejectsNonElf) {
   Status status;
   Kernel kernel = Kernel::fromCubin(documentMetadata(), "PTX?", 4, &status);

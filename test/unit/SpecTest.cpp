@@ -366,6 +366,36 @@ TEST(SpecBuilder, DiagnosticsNameTheSpecAndField) {
 
 // Dropout resolves to 1/256 in the kernels (philox.h): the smallest and largest p that do not
 // round to 0 or 1 build, the ones just past them do not.
+TEST(SpecParse, DropoutRounds) {
+  // 7 Philox rounds by default, in the shorthand and the mapping alike; 10 when asked.
+  EXPECT_EQ(parseOk("name: x\nhead_dim: 64\nheads: 4\ndropout: 0.1\n").dropoutRounds, 7);
+  Spec spec = parseOk("name: x\nhead_dim: 64\nheads: 4\ndropout: {p: 0.1}\n");
+  EXPECT_DOUBLE_EQ(spec.dropout, 0.1);
+  EXPECT_EQ(spec.dropoutRounds, 7);
+  spec = parseOk("name: x\nhead_dim: 64\nheads: 4\ndropout: {p: 0.25, rounds: 10}\n");
+  EXPECT_DOUBLE_EQ(spec.dropout, 0.25);
+  EXPECT_EQ(spec.dropoutRounds, 10);
+}
+
+TEST(SpecBuilder, DropoutRoundsSevenToTen) {
+  for (int64_t rounds : {7, 8, 9, 10}) {
+    Diagnostics diags;
+    std::optional<Spec> spec =
+        SpecBuilder("x").headDim(64).heads(4).dropout(0.1, rounds).build(diags);
+    ASSERT_TRUE(spec) << rounds << ": " << renderAll(diags);
+    EXPECT_EQ(spec->dropoutRounds, rounds);
+  }
+  for (int64_t rounds : {0, 6, 11}) {
+    Diagnostics diags;
+    EXPECT_FALSE(SpecBuilder("x").headDim(64).heads(4).dropout(0.1, rounds).build(diags));
+    ASSERT_EQ(diags.size(), 1u);
+    EXPECT_NE(diags[0].render().find("spec 'x': error: dropout.rounds: must be an integer in "
+                                     "[7, 10]"),
+              std::string::npos)
+        << diags[0].render();
+  }
+}
+
 TEST(SpecBuilder, DropoutWithinTheKernelsResolution) {
   for (double p : {1.0 / 512, 0.1, 0.5, 510.9 / 512}) {
     Diagnostics diags;

@@ -501,6 +501,7 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
   os << "  static constexpr bool kHasScore = " << (op.getScore().empty() ? "false" : "true") << ";\n";
   os << "  static constexpr bool kHasDropout = "
      << (op.getDropout().convertToDouble() > 0 ? "true" : "false") << ";\n";
+  os << "  static constexpr int kDropoutRounds = " << op.getDropoutRounds() << ";\n";
   // A mask that reads declared inputs: the launch classifies every tile pair first
   // (<name>_tile_classes), and the forward's walk reads those classes (kv_tiles.h).
   os << "  static constexpr bool kTileClasses = " << (summarized.empty() ? "false" : "true")

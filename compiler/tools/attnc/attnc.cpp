@@ -303,7 +303,7 @@ int runExplain(const Common& common, long long seqLen, long long kvSeqLen, long 
     const int groupTiles = attnc::dropoutGroupTiles(int(kernel->blockKV / 8));
     os << llvm::formatv("  dropout: p = {0} resolves to {1} / 256 = {2:f4} (8 random bits per "
                         "element), kept probabilities scaled by 256 / {3} = {4:f4}; one "
-                        "Philox4x32-10 call per {5} elements of the forward{6}\n",
+                        "Philox4x32-{7} call per {5} elements of the forward{6}\n",
                         formatNumber(spec.dropout), threshold, threshold / 256.0, 256 - threshold,
                         attnc::dropoutScale(p), 4 * groupTiles,
                         groupTiles == 4
@@ -313,7 +313,8 @@ int runExplain(const Common& common, long long seqLen, long long kvSeqLen, long 
                                             kernel->forwardKernel == "sm90"
                                                 ? "; the keep tests applied to P once packed"
                                                 : "")
-                                  .str());
+                                  .str(),
+                        spec.dropoutRounds);
   }
   os << "  spills: " << r.spillStoreBytes << " B stores, " << r.spillLoadBytes << " B loads; stack "
      << r.stackBytes << " B" << (spills(r) ? "  <-- SPILLS" : "")

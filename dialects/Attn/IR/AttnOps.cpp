@@ -1,5 +1,6 @@
 // Verifiers of the attn ops and helpers for their mask and score regions.
 #include "dialects/Attn/IR/AttnOps.h"
+#include "attnc/common/philox.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
@@ -39,6 +40,10 @@ LogicalResult verifyVariantAttrs(OpT op) {
   double dropout = op.getDropout().convertToDouble();
   if (!(dropout >= 0.0 && dropout < 1.0))
     return op.emitOpError() << "dropout must be in [0, 1), got " << dropout;
+  if (op.getDropoutRounds() < attnc::kDropoutRoundsMin ||
+      op.getDropoutRounds() > attnc::kDropoutRoundsMax)
+    return op.emitOpError() << "dropout_rounds must be in [" << attnc::kDropoutRoundsMin << ", "
+                            << attnc::kDropoutRoundsMax << "], got " << op.getDropoutRounds();
 
   llvm::SmallSet<int64_t, 8> slots;
   for (NamedAttribute input : op.getInputs()) {

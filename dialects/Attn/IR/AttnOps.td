@@ -18,6 +18,8 @@ defvar AttnShapeArgs = (ins
   I64Attr:$heads_kv,
   F64Attr:$scale,
   F64Attr:$dropout,
+  // Philox4x32's rounds for the dropout decisions, 7 to 10 (templates/attnc/common/philox.h).
+  DefaultValuedAttr<I64Attr, "7">:$dropout_rounds,
   DictionaryAttr:$inputs
 );
 
@@ -81,7 +83,7 @@ def Attn_TiledForwardOp : Attn_Op<"tiled_forward", [IsolatedFromAbove, Symbol]> 
        region per element, masked `x = -inf`). `"runtime"` says the mask reads declared inputs,
        so the classification depends on their values at launch time.
     3. Online softmax: `m' = max(m, rowmax x)`, `P = exp(x - m')`, `l = l exp(m - m') + rowsum P`,
-       `O = O exp(m - m')`; with `dropout > 0` elements of P are dropped by a Philox4x32-10 draw
+       `O = O exp(m - m')`; with `dropout > 0` elements of P are dropped by a Philox4x32 draw of `dropout_rounds` rounds
        keyed by (seed, offset, b, h, q, k) after `l` is updated; `O += P V`.
     4. `O /= l` (times `256 / (256 - round(256 dropout))`: dropout resolves to 1/256), written in
        `element_type`; `LSE = m + log l`.

@@ -31,8 +31,10 @@ struct AttnDeriveBackward final : mlir::attn::impl::AttnDeriveBackwardBase<AttnD
       b.setInsertionPointAfter(forward);
       OperationState state(forward.getLoc(), TiledBackwardOp::getOperationName());
       for (StringRef name : {"head_dim", "head_dim_v", "element_type", "heads_q", "heads_kv",
-                             "scale", "dropout", "inputs", "classification", "target"})
-        state.addAttribute(name, forward->getAttr(name));
+                             "scale", "dropout", "dropout_rounds", "inputs", "classification",
+                             "target"})
+        if (Attribute value = forward->getAttr(name))  // dropout_rounds may be left default
+          state.addAttribute(name, value);
       state.addAttribute("sym_name", b.getStringAttr(forward.getSymName() + "_bwd"));
       // What the recomputed epilogue keeps live beyond a plain causal mask: dropout's Philox
       // state, input reads, and any mask of more than one comparison.

@@ -31,8 +31,9 @@ struct AttnTile final : mlir::attn::impl::AttnTileBase<AttnTile> {
       OpBuilder b(op);
       OperationState state(op.getLoc(), TiledForwardOp::getOperationName());
       for (StringRef name : {"sym_name", "head_dim", "head_dim_v", "element_type", "heads_q",
-                             "heads_kv", "scale", "dropout", "inputs"})
-        state.addAttribute(name, op->getAttr(name));
+                             "heads_kv", "scale", "dropout", "dropout_rounds", "inputs"})
+        if (Attribute value = op->getAttr(name))  // dropout_rounds may be left default
+          state.addAttribute(name, value);
       for (StringRef name : {"kernel", "block_q", "block_kv", "warps", "stages", "smem_bytes", "derivation"})
         state.addAttribute(name, tiles.get(name));
       state.addAttribute("classification", classification);

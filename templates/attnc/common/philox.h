@@ -1,5 +1,10 @@
-// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11; constants
+// Philox4x32-R (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11; constants
 // as in Random123) and the exact mapping from an attention element to its dropout decision.
+// R, the number of rounds, is the spec's `dropout: {rounds: R}`, 7 to 10, 7 by default: the paper
+// finds Philox4x32 passes TestU01's BigCrush from 7 rounds on and recommends 10 as a safety margin;
+// FlashAttention-2's dropout uses 7. Each round is two 32x32->64 multiplies and a few XORs, and in
+// the dropout kernels the rounds are most of the integer work (docs/templates.md, "Dropout
+// mapping").
 // Host-compilable on purpose: the host reference and the backward kernels regenerate the same
 // mask bit for bit from this header, so nothing here may change without changing all of them.
 //
@@ -9,7 +14,7 @@
 //   counter = { kGroup, qGroup, u32(b * heads_q + h), lo32(offset) }
 //     qGroup = (q >> 4) * 8 + (q & 7)          rows q and q ^ 8 of a 16-row block share it
 //     kGroup = (k >> 5) * 4 + ((k >> 1) & 3)   keys k ^ {0, 1, 8, 9, 16, 17, 24, 25} share it
-//   word    = philox4x32_10(counter, key)[2 * ((q >> 3) & 1) + ((k >> 3) & 1)]
+//   word    = philox4x32<R>(counter, key)[2 * ((q >> 3) & 1) + ((k >> 3) & 1)]
 //   r       = byte 2 * ((k >> 4) & 1) + (k & 1) of word: (word >> (8 * byte)) & 0xff
 //   dropped = r < threshold,  threshold = round(p * 256), clamped to 0..255
 // One Philox call thus decides 2 x 8 elements: exactly the elements one lane holds of four
@@ -26,6 +31,9 @@
 #include "attnc/common/types.h"
 
 namespace attnc {
+
+// The rounds a spec may ask for (Spec.cpp checks them) and its default.
+constexpr int kDropoutRoundsMin = 7, kDropoutRoundsMax = 10, kDropoutRoundsDefault = 7;
 
 namespace philox {
 
@@ -45,12 +53,15 @@ ATTNC_HD u32x4 round(u32x4 c, u32 k0, u32 k1) {
 
 }  // namespace philox
 
-// Philox4x32 with 10 rounds; the key is bumped by the Weyl constants between rounds.
-ATTNC_HD u32x4 philox4x32_10(u32x4 counter, u32 k0, u32 k1) {
+// Philox4x32 with `Rounds` rounds; the key is bumped by the Weyl constants between rounds. (Fewer
+// than 7 rounds only for the host tests that show what the statistical tests catch.)
+template <int Rounds>
+ATTNC_HD u32x4 philox4x32(u32x4 counter, u32 k0, u32 k1) {
+  static_assert(Rounds >= 1 && Rounds <= 10, "Philox4x32 with 1 to 10 rounds");
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
-  for (int i = 0; i < 10; ++i) {
+  for (int i = 0; i < Rounds; ++i) {
     counter = philox::round(counter, k0, k1);
     k0 += philox::kW0;
     k1 += philox::kW1;
@@ -60,12 +71,13 @@ ATTNC_HD u32x4 philox4x32_10(u32x4 counter, u32 k0, u32 k1) {
 
 // The rounds' keys of one launch, (k0, k1) of round i at [2 i], [2 i + 1]: the host computes them
 // once into the launch parameters, so that a kernel's rounds read them from the constant bank
-// instead of adding the Weyl constants per call (20 integer adds of ~62 instructions a call).
-constexpr int kDropoutRoundKeys = 20;
+// instead of adding the Weyl constants per call (20 integer adds of ~62 instructions a call at
+// 10 rounds). All ten rounds' keys are made; a kernel of R rounds reads the first 2 R.
+constexpr int kDropoutRoundKeys = 2 * kDropoutRoundsMax;
 ATTNC_HD void dropoutKeySchedule(u64 seed, u64 offset, u32 (&keys)[kDropoutRoundKeys]) {
   u32 k0 = u32(seed);
   u32 k1 = u32(seed >> 32) ^ u32(offset >> 32);
-  for (int i = 0; i < 10; ++i) {
+  for (int i = 0; i < kDropoutRoundsMax; ++i) {
     keys[2 * i] = k0;
     keys[2 * i + 1] = k1;
     k0 += philox::kW0;
@@ -73,12 +85,14 @@ ATTNC_HD void dropoutKeySchedule(u64 seed, u64 offset, u32 (&keys)[kDropoutRound
   }
 }
 
-// philox4x32_10 with the rounds' keys given (dropoutKeySchedule).
-ATTNC_HD u32x4 philox4x32_10(u32x4 counter, const u32 (&keys)[kDropoutRoundKeys]) {
+// philox4x32 with the rounds' keys given (dropoutKeySchedule).
+template <int Rounds>
+ATTNC_HD u32x4 philox4x32(u32x4 counter, const u32 (&keys)[kDropoutRoundKeys]) {
+  static_assert(Rounds >= 1 && Rounds <= kDropoutRoundsMax, "Philox4x32 with 1 to 10 rounds");
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
-  for (int i = 0; i < 10; ++i) counter = philox::round(counter, keys[2 * i], keys[2 * i + 1]);
+  for (int i = 0; i < Rounds; ++i) counter = philox::round(counter, keys[2 * i], keys[2 * i + 1]);
   return counter;
 }
 
@@ -89,17 +103,19 @@ ATTNC_HD u32x4 dropoutCounter(u64 offset, u32 batchHead, u32 q, u32 k) {
   return u32x4{kGroup, qGroup, batchHead, u32(offset)};
 }
 
-// The four random words of the group of element (q, k).
+// The four random words of the group of element (q, k), from Philox4x32 of `Rounds` rounds.
+template <int Rounds>
 ATTNC_HD u32x4 dropoutRandom(u64 seed, u64 offset, u32 batchHead, u32 q, u32 k) {
   const u32 k0 = u32(seed);
   const u32 k1 = u32(seed >> 32) ^ u32(offset >> 32);
-  return philox4x32_10(dropoutCounter(offset, batchHead, q, k), k0, k1);
+  return philox4x32<Rounds>(dropoutCounter(offset, batchHead, q, k), k0, k1);
 }
 
 // dropoutRandom with the launch's round keys (dropoutKeySchedule of its seed and offset).
+template <int Rounds>
 ATTNC_HD u32x4 dropoutRandom(const u32 (&keys)[kDropoutRoundKeys], u64 offset, u32 batchHead, u32 q,
                              u32 k) {
-  return philox4x32_10(dropoutCounter(offset, batchHead, q, k), keys);
+  return philox4x32<Rounds>(dropoutCounter(offset, batchHead, q, k), keys);
 }
 
 // Word `word` (0-3) of a group's words.
@@ -227,9 +243,10 @@ ATTNC_HD float dropoutScale(float p) { return 256.0f * (1.0f / float(256u - drop
 ATTNC_HD constexpr int dropoutGroupTiles(int nTiles) { return nTiles % 4 == 0 ? 4 : 2; }
 
 // The decision of one element alone (one Philox call each, with the launch's round keys).
+template <int Rounds>
 ATTNC_HD bool dropoutKept(const u32 (&keys)[kDropoutRoundKeys], u64 offset, u32 batchHead,
                           u32 threshold, u32 q, u32 k) {
-  return dropoutBits(dropoutRandom(keys, offset, batchHead, q, k), q, k) >= threshold;
+  return dropoutBits(dropoutRandom<Rounds>(keys, offset, batchHead, q, k), q, k) >= threshold;
 }
 
 }  // namespace attnc

@@ -39,8 +39,9 @@ ATTNC_DEVICE float lseLog2(float lse) { return lse == -kInfinity ? kInfinity : l
 
 // The dropout decision of one element (philox.h): true = kept. One Philox call per element:
 // the sm80 kernels' transposed fragments hold no whole group (sm90/backward.h shares calls).
+template <int Rounds>
 ATTNC_DEVICE bool dropoutKeep(const BwdParams& p, u32 batchHead, u32 threshold, int q, int k) {
-  return dropoutKept(p.dropout_keys, p.dropout_offset, batchHead, threshold, u32(q), u32(k));
+  return dropoutKept<Rounds>(p.dropout_keys, p.dropout_offset, batchHead, threshold, u32(q), u32(k));
 }
 
 // x becomes score(x scale) at positions q, k (ints or expr::Pos), and the result is
@@ -421,7 +422,7 @@ ATTNC_DEVICE void backwardKV(const BwdParams& p, unsigned char* smem) {
                 pd[j] = prob;
                 if constexpr (Variant::kHasDropout) {
                   const int e = ((mi * kSlice + ni) * 2 + r) * 2 + j;
-                  const bool kept = keep && bwd::dropoutKeep(p, batchHead, dropThreshold, q, kv);
+                  const bool kept = keep && bwd::dropoutKeep<Variant::kDropoutRounds>(p, batchHead, dropThreshold, q, kv);
                   if (kept) keepBits[e / 32] |= 1u << (e % 32);
                   pd[j] = kept ? prob * dropScale : 0.0f;
                 }
@@ -644,11 +645,11 @@ ATTNC_DEVICE void backwardQ(const BwdParams& p, unsigned char* smem) {
 #pragma unroll
       for (int i = 0; i < kBitWords; ++i) keepBits[i] = 0u;
       if constexpr (Variant::kHasDropout)
-        forEachDropoutDecision<kM, kN>(p, batchHead, dropThreshold, qRow, kCol,
-                                       [&](int mi, int ni, int c, bool kept) {
-                                         const int e = ((mi * 2 + c / 2) * kN + ni) * 2 + c % 2;
-                                         keepBits[e / 32] |= u32(kept) << (e % 32);
-                                       });
+        forEachDropoutDecision<Variant::kDropoutRounds, kM, kN>(
+            p, batchHead, dropThreshold, qRow, kCol, [&](int mi, int ni, int c, bool kept) {
+              const int e = ((mi * 2 + c / 2) * kN + ni) * 2 + c % 2;
+              keepBits[e / 32] |= u32(kept) << (e % 32);
+            });
 #pragma unroll
       for (int mi = 0; mi < kM; ++mi)
 #pragma unroll

@@ -441,7 +441,7 @@ ATTNC_DEVICE void applyKeepBits(float (&s)[MTiles][NTiles][4], const KeepBits<MT
 // multiple of 16) makes its own call and uses half of it (dropoutGroupTiles). qRow and kCol are
 // the lane's first row and column, both 0..7 past a multiple of 16 (the mma and wgmma accumulator
 // layouts).
-template <int MTiles, int NTiles, class Params, class Visit>
+template <int Rounds, int MTiles, int NTiles, class Params, class Visit>
 ATTNC_DEVICE void forEachDropoutDecision(const Params& p, u32 batchHead, u32 threshold, int qRow,
                                          int kCol, Visit&& visit) {
   static_assert(NTiles % 2 == 0, "dropout decides pairs of n8 tiles");
@@ -451,8 +451,8 @@ ATTNC_DEVICE void forEachDropoutDecision(const Params& p, u32 batchHead, u32 thr
 #pragma unroll
     for (int g = 0; g < NTiles / kGroupTiles; ++g) {
       const int k0 = kCol + 8 * kGroupTiles * g;
-      const u32x4 w = dropoutRandom(p.dropout_keys, p.dropout_offset, batchHead,
-                                    u32(qRow + 16 * mi), u32(k0));
+      const u32x4 w = dropoutRandom<Rounds>(p.dropout_keys, p.dropout_offset, batchHead,
+                                            u32(qRow + 16 * mi), u32(k0));
       // Bit 4 of the tiles' keys: known for a whole group, else that of the pair's start.
       const u32 keyBit4 = kGroupTiles == 4 ? 0u : (u32(k0) >> 4) & 1u;
 #pragma unroll
@@ -468,13 +468,13 @@ ATTNC_DEVICE void forEachDropoutDecision(const Params& p, u32 batchHead, u32 thr
 }
 
 // Zeroes the dropped probabilities.
-template <int MTiles, int NTiles, class Params>
+template <int Rounds, int MTiles, int NTiles, class Params>
 ATTNC_DEVICE void applyDropout(float (&s)[MTiles][NTiles][4], const Params& p, u32 batchHead,
                                u32 threshold, int qRow, int kCol) {
-  forEachDropoutDecision<MTiles, NTiles>(p, batchHead, threshold, qRow, kCol,
-                                         [&](int mi, int ni, int c, bool kept) {
-                                           if (!kept) s[mi][ni][c] = 0.0f;
-                                         });
+  forEachDropoutDecision<Rounds, MTiles, NTiles>(p, batchHead, threshold, qRow, kCol,
+                                                 [&](int mi, int ni, int c, bool kept) {
+                                                   if (!kept) s[mi][ni][c] = 0.0f;
+                                                 });
 }
 
 // applyDropout in two halves, for P once packed as the A operand of its P V (packP's layout:
@@ -488,7 +488,7 @@ template <int NTiles>
 constexpr int dropoutGroups() {
   return NTiles / dropoutGroupTiles(NTiles);
 }
-template <int MTiles, int NTiles, class Params>
+template <int Rounds, int MTiles, int NTiles, class Params>
 ATTNC_DEVICE void dropoutKeptWords(u32 (&kept)[MTiles][dropoutGroups<NTiles>()][4],
                                    const Params& p, u32 batchHead, u32 threshold, int qRow,
                                    int kCol) {
@@ -498,8 +498,8 @@ ATTNC_DEVICE void dropoutKeptWords(u32 (&kept)[MTiles][dropoutGroups<NTiles>()][
   for (int mi = 0; mi < MTiles; ++mi)
 #pragma unroll
     for (int g = 0; g < NTiles / kGroupTiles; ++g) {
-      const u32x4 w = dropoutRandom(p.dropout_keys, p.dropout_offset, batchHead,
-                                    u32(qRow + 16 * mi), u32(kCol + 8 * kGroupTiles * g));
+      const u32x4 w = dropoutRandom<Rounds>(p.dropout_keys, p.dropout_offset, batchHead,
+                                            u32(qRow + 16 * mi), u32(kCol + 8 * kGroupTiles * g));
 #pragma unroll
       for (u32 i = 0; i < 4; ++i) kept[mi][g][i] = dropoutKeptBytes(dropoutWord(w, i), c);
     }

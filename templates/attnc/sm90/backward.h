@@ -181,7 +181,7 @@ ATTNC_DEVICE void storeRowsStaged(Element* gmem, i64 stride, const float (&acc)[
 // kvRow ^ 1 (this lane and lane ^ 4) share every Philox group (with kvRow ^ 16, ^ 17, in the warp
 // beside this one, which makes the same call), so each lane makes the call of j = kvRow & 1 for
 // both and the two swap the other byte: one call per 8 elements.
-template <int NTiles>
+template <int Rounds, int NTiles>
 ATTNC_DEVICE u32 dropoutKeepBits(const BwdParams& p, u32 batchHead, u32 threshold, int q0,
                                  int kvRow, int colInQuad, int lane) {
   const int half = (lane >> 2) & 1;  // kvRow & 1: kvRow is 0..7 past a multiple of 16
@@ -191,8 +191,8 @@ ATTNC_DEVICE u32 dropoutKeepBits(const BwdParams& p, u32 batchHead, u32 threshol
   u32 mine = 0u, theirs = 0u;
 #pragma unroll
   for (int m = 0; m < NTiles / 2; ++m)
-    dropoutKeepBitsOfGroup(dropoutRandom(p.dropout_keys, p.dropout_offset, batchHead,
-                                         u32(q0 + 16 * m + colInQuad + half), u32(kvRow)),
+    dropoutKeepBitsOfGroup(dropoutRandom<Rounds>(p.dropout_keys, p.dropout_offset, batchHead,
+                                                 u32(q0 + 16 * m + colInQuad + half), u32(kvRow)),
                            m, bits, c, mine, theirs);
   return mine | __shfl_xor_sync(0xffffffffu, theirs, 4);
 }
@@ -538,7 +538,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
                                                   doTile + sRows, kBlockQ);
     passTurn();
     // While they run: the dropout decisions of this lane's elements, bit (ni * 2 + r) * 2 + j.
-    const u32 keepBits = Variant::kHasDropout ? dropoutKeepBits<kSN>(p, batchHead, dropThreshold,
+    const u32 keepBits = Variant::kHasDropout ? dropoutKeepBits<Variant::kDropoutRounds, kSN>(p, batchHead, dropThreshold,
                                                                      q0 + sCol0, kvRow, colInQuad,
                                                                      lane)
                                               : 0u;

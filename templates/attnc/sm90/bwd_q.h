@@ -190,11 +190,11 @@ ATTNC_DEVICE void backwardQ(const BwdParamsTma& pt, unsigned char* smemRaw) {
 #pragma unroll
     for (int i = 0; i < kBitWords; ++i) keepBits[i] = 0u;
     if constexpr (Variant::kHasDropout)
-      sm80::forEachDropoutDecision<1, kN>(p, batchHead, dropThreshold, qRow, kCol,
-                                          [&](int, int ni, int c, bool kept) {
-                                            const int e = ((c / 2) * kN + ni) * 2 + c % 2;
-                                            keepBits[e / 32] |= u32(kept) << (e % 32);
-                                          });
+      sm80::forEachDropoutDecision<Variant::kDropoutRounds, 1, kN>(
+          p, batchHead, dropThreshold, qRow, kCol, [&](int, int ni, int c, bool kept) {
+            const int e = ((c / 2) * kN + ni) * 2 + c % 2;
+            keepBits[e / 32] |= u32(kept) << (e % 32);
+          });
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
