@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -124,6 +125,31 @@ TEST(CApi, DeferredKernelsCompileOnce) {
   EXPECT_EQ(attnc_kernel_compile_deferred(compiled.kernel, nullptr, &message), ATTNC_OK);
   EXPECT_NE(attnc_kernel_compile_deferred(nullptr, &had, &message), ATTNC_OK);
   EXPECT_EQ(takeError(message), "attnc_kernel_compile_deferred: kernel is null");
+}
+
+// attnc_info's layout is what docs/runtime.md gives the ctypes mirrors (test/gpu/attnc_ctypes.py,
+// examples/ctypes/attnc_ctypes.py): the library writes the whole struct, so a shorter mirror would
+// be overrun.
+static_assert(sizeof(attnc_info) == 80, "docs/runtime.md: sizeof(attnc_info)");
+static_assert(offsetof(attnc_info, dropout_rounds) == 76, "dropout_rounds last");
+
+// The info names the Philox rounds a dropout kernel's mask is made with (0 without dropout).
+TEST(CApi, InfoReportsDropoutRounds) {
+  const struct {
+    const char* dropout;
+    int32_t rounds;
+  } cases[] = {{"", 0}, {"dropout: 0.1\n", 7}, {"dropout: {p: 0.1, rounds: 10}\n", 10}};
+  for (const auto& c : cases) {
+    const std::string spec = std::string("name: capi_rounds\nhead_dim: 64\nheads: 2\n") + c.dropout;
+    attnc_kernel* kernel = nullptr;
+    char* message = nullptr;
+    ASSERT_EQ(attnc_compile_text(spec.c_str(), "sm_90a", &kernel, &message), ATTNC_OK)
+        << takeError(message);
+    attnc_info info{};
+    EXPECT_EQ(attnc_kernel_info(kernel, &info), ATTNC_OK);
+    EXPECT_EQ(info.dropout_rounds, c.rounds) << spec;
+    attnc_kernel_free(kernel);
+  }
 }
 
 }  // namespace
