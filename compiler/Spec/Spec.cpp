@@ -154,6 +154,9 @@ static bool isIdentifier(llvm::StringRef text) {
 
 namespace {
 
+static_assert(kDefaultDropoutRounds == attnc::kDropoutRoundsDefault,
+              "the spec's default dropout rounds are philox.h's");
+
 class Checker {
 public:
   Checker(Spec &spec, const SpecSites *sites, Diagnostics &diags)
@@ -190,8 +193,6 @@ private:
 
   // The kernels drop with probability round(256 p) / 256 (the float p, templates/attnc/common/
   // philox.h dropoutSteps): a p that rounds to 0 or to 1 there cannot be what was meant.
-  static_assert(kDefaultDropoutRounds == attnc::kDropoutRoundsDefault,
-                "the spec's default rounds are philox.h's");
   void checkDropoutResolution() {
     const double steps = attnc::dropoutSteps(float(spec.dropout));
     if (steps < 1.0)

@@ -83,8 +83,9 @@ def Attn_TiledForwardOp : Attn_Op<"tiled_forward", [IsolatedFromAbove, Symbol]> 
        region per element, masked `x = -inf`). `"runtime"` says the mask reads declared inputs,
        so the classification depends on their values at launch time.
     3. Online softmax: `m' = max(m, rowmax x)`, `P = exp(x - m')`, `l = l exp(m - m') + rowsum P`,
-       `O = O exp(m - m')`; with `dropout > 0` elements of P are dropped by a Philox4x32 draw of `dropout_rounds` rounds
-       keyed by (seed, offset, b, h, q, k) after `l` is updated; `O += P V`.
+       `O = O exp(m - m')`; with `dropout > 0` elements of P are dropped by a Philox4x32 draw
+       (`dropout_rounds` rounds) keyed by (seed, offset, b, h, q, k) after `l` is updated;
+       `O += P V`.
     4. `O /= l` (times `256 / (256 - round(256 dropout))`: dropout resolves to 1/256), written in
        `element_type`; `LSE = m + log l`.
 

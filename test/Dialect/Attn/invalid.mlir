@@ -24,6 +24,12 @@ attn.attention @bad_dropout attributes {dropout = 1.0, element_type = bf16, head
 
 // -----
 
+// expected-error @+1 {{dropout_rounds must be in [7, 10], got 5}}
+attn.attention @bad_dropout_rounds attributes {dropout = 0.1, dropout_rounds = 5, element_type = bf16,
+    head_dim = 64, head_dim_v = 64, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.1} mask {} score {}
+
+// -----
+
 // expected-error @+1 {{scale must be positive, got -1}}
 attn.attention @bad_scale attributes {dropout = 0.0, element_type = bf16, head_dim = 64,
     head_dim_v = 64, heads_kv = 1, heads_q = 1, inputs = {}, scale = -1.0} mask {} score {}
