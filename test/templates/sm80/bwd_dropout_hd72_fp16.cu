@@ -17,6 +17,7 @@
 namespace {
 struct Variant {
   static constexpr bool kHasMask = false, kHasScore = false, kHasDropout = true;
+  static constexpr int kDropoutRounds = 7;  // Philox4x32 rounds (philox.h)
   template <class P, class I>
   ATTNC_HD static auto mask(const P&, I, I, I q, I) {
     return attnc::expr::mask_result(true, q);

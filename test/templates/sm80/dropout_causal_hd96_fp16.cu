@@ -5,6 +5,7 @@
 namespace {
 struct Variant {
   static constexpr bool kHasMask = true, kHasScore = false, kHasDropout = true;
+  static constexpr int kDropoutRounds = 7;  // Philox4x32 rounds (philox.h)
   template <class I>
   ATTNC_HD static auto mask(const attnc::FwdParams&, I, I, I q, I k) {
     using namespace attnc::expr;
