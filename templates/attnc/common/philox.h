@@ -57,7 +57,7 @@ ATTNC_HD u32x4 round(u32x4 c, u32 k0, u32 k1) {
 // than 7 rounds only for the host tests that show what the statistical tests catch.)
 template <int Rounds>
 ATTNC_HD u32x4 philox4x32(u32x4 counter, u32 k0, u32 k1) {
-  static_assert(Rounds >= 1 && Rounds <= 10, "Philox4x32 with 1 to 10 rounds");
+  static_assert(Rounds >= 1 && Rounds <= kDropoutRoundsMax, "Philox4x32 with 1 to 10 rounds");
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
