@@ -41,7 +41,8 @@ ATTNC_DEVICE float lseLog2(float lse) { return lse == -kInfinity ? kInfinity : l
 // the sm80 kernels' transposed fragments hold no whole group (sm90/backward.h shares calls).
 template <int Rounds>
 ATTNC_DEVICE bool dropoutKeep(const BwdParams& p, u32 batchHead, u32 threshold, int q, int k) {
-  return dropoutKept<Rounds>(p.dropout_keys, p.dropout_offset, batchHead, threshold, u32(q), u32(k));
+  return dropoutKept<Rounds>(p.dropout_keys, p.dropout_offset, batchHead, threshold, u32(q),
+                             u32(k));
 }
 
 // x becomes score(x scale) at positions q, k (ints or expr::Pos), and the result is
@@ -422,7 +423,8 @@ ATTNC_DEVICE void backwardKV(const BwdParams& p, unsigned char* smem) {
                 pd[j] = prob;
                 if constexpr (Variant::kHasDropout) {
                   const int e = ((mi * kSlice + ni) * 2 + r) * 2 + j;
-                  const bool kept = keep && bwd::dropoutKeep<Variant::kDropoutRounds>(p, batchHead, dropThreshold, q, kv);
+                  const bool kept = keep && bwd::dropoutKeep<Variant::kDropoutRounds>(
+                                                   p, batchHead, dropThreshold, q, kv);
                   if (kept) keepBits[e / 32] |= 1u << (e % 32);
                   pd[j] = kept ? prob * dropScale : 0.0f;
                 }

@@ -441,30 +441,45 @@ ATTNC_DEVICE void applyKeepBits(float (&s)[MTiles][NTiles][4], const KeepBits<MT
 // multiple of 16) makes its own call and uses half of it (dropoutGroupTiles). qRow and kCol are
 // the lane's first row and column, both 0..7 past a multiple of 16 (the mma and wgmma accumulator
 // layouts).
+// The Philox call of each group of the lane's accumulator (the layout above): visit(mi, g, words)
+// for group g (n8 tiles kGroupTiles g ..) of m16 tile mi.
 template <int Rounds, int MTiles, int NTiles, class Params, class Visit>
-ATTNC_DEVICE void forEachDropoutDecision(const Params& p, u32 batchHead, u32 threshold, int qRow,
-                                         int kCol, Visit&& visit) {
+ATTNC_DEVICE void forEachDropoutGroup(const Params& p, u32 batchHead, int qRow, int kCol,
+                                      Visit&& visit) {
   static_assert(NTiles % 2 == 0, "dropout decides pairs of n8 tiles");
   constexpr int kGroupTiles = dropoutGroupTiles(NTiles);
 #pragma unroll
   for (int mi = 0; mi < MTiles; ++mi)
 #pragma unroll
-    for (int g = 0; g < NTiles / kGroupTiles; ++g) {
-      const int k0 = kCol + 8 * kGroupTiles * g;
-      const u32x4 w = dropoutRandom<Rounds>(p.dropout_keys, p.dropout_offset, batchHead,
-                                            u32(qRow + 16 * mi), u32(k0));
-      // Bit 4 of the tiles' keys: known for a whole group, else that of the pair's start.
-      const u32 keyBit4 = kGroupTiles == 4 ? 0u : (u32(k0) >> 4) & 1u;
+    for (int g = 0; g < NTiles / kGroupTiles; ++g)
+      visit(mi, g,
+            dropoutRandom<Rounds>(p.dropout_keys, p.dropout_offset, batchHead,
+                                  u32(qRow + 16 * mi), u32(kCol + 8 * kGroupTiles * g)));
+}
+// Bit 4 of the keys of group g's tiles: known for a whole group of four n8 tiles, else that of
+// the pair's start. It picks the bytes of the group's words that the tiles use.
+template <int NTiles>
+ATTNC_DEVICE u32 dropoutGroupKeyBit4(int kCol, int g) {
+  constexpr int kGroupTiles = dropoutGroupTiles(NTiles);
+  return kGroupTiles == 4 ? 0u : (u32(kCol + 8 * kGroupTiles * g) >> 4) & 1u;
+}
+template <int Rounds, int MTiles, int NTiles, class Params, class Visit>
+ATTNC_DEVICE void forEachDropoutDecision(const Params& p, u32 batchHead, u32 threshold, int qRow,
+                                         int kCol, Visit&& visit) {
+  constexpr int kGroupTiles = dropoutGroupTiles(NTiles);
+  forEachDropoutGroup<Rounds, MTiles, NTiles>(
+      p, batchHead, qRow, kCol, [&](int mi, int g, u32x4 w) {
+        const u32 keyBit4 = dropoutGroupKeyBit4<NTiles>(kCol, g);
 #pragma unroll
-      for (int r = 0; r < 2; ++r)
+        for (int r = 0; r < 2; ++r)
 #pragma unroll
-        for (int t = 0; t < kGroupTiles; ++t)
+          for (int t = 0; t < kGroupTiles; ++t)
 #pragma unroll
-          for (int j = 0; j < 2; ++j)
-            visit(mi, kGroupTiles * g + t, 2 * r + j,
-                  dropoutByteKept(w, 2u * r + (t & 1), 2u * ((u32(t) >> 1) + keyBit4) + j,
-                                  threshold));
-    }
+            for (int j = 0; j < 2; ++j)
+              visit(mi, kGroupTiles * g + t, 2 * r + j,
+                    dropoutByteKept(w, 2u * r + (t & 1), 2u * ((u32(t) >> 1) + keyBit4) + j,
+                                    threshold));
+      });
 }
 
 // Zeroes the dropped probabilities.
@@ -492,17 +507,12 @@ template <int Rounds, int MTiles, int NTiles, class Params>
 ATTNC_DEVICE void dropoutKeptWords(u32 (&kept)[MTiles][dropoutGroups<NTiles>()][4],
                                    const Params& p, u32 batchHead, u32 threshold, int qRow,
                                    int kCol) {
-  constexpr int kGroupTiles = dropoutGroupTiles(NTiles);
   const DropoutKeptBytesConstants c = dropoutKeptBytesConstants(threshold);
+  forEachDropoutGroup<Rounds, MTiles, NTiles>(
+      p, batchHead, qRow, kCol, [&](int mi, int g, u32x4 w) {
 #pragma unroll
-  for (int mi = 0; mi < MTiles; ++mi)
-#pragma unroll
-    for (int g = 0; g < NTiles / kGroupTiles; ++g) {
-      const u32x4 w = dropoutRandom<Rounds>(p.dropout_keys, p.dropout_offset, batchHead,
-                                            u32(qRow + 16 * mi), u32(kCol + 8 * kGroupTiles * g));
-#pragma unroll
-      for (u32 i = 0; i < 4; ++i) kept[mi][g][i] = dropoutKeptBytes(dropoutWord(w, i), c);
-    }
+        for (u32 i = 0; i < 4; ++i) kept[mi][g][i] = dropoutKeptBytes(dropoutWord(w, i), c);
+      });
 }
 template <int MTiles, int PairSteps>
 ATTNC_DEVICE void applyDropoutKept(u32 (&pA)[MTiles][PairSteps][4],
@@ -514,7 +524,7 @@ ATTNC_DEVICE void applyDropoutKept(u32 (&pA)[MTiles][PairSteps][4],
   for (int mi = 0; mi < MTiles; ++mi)
 #pragma unroll
     for (int g = 0; g < NTiles / kGroupTiles; ++g) {
-      const u32 keyBit4 = kGroupTiles == 4 ? 0u : (u32(kCol + 8 * kGroupTiles * g) >> 4) & 1u;
+      const u32 keyBit4 = dropoutGroupKeyBit4<NTiles>(kCol, g);
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll

@@ -186,7 +186,8 @@ ATTNC_DEVICE void forward(const FwdParams& p, unsigned char* smem) {
       if (partial || tiles.isTail(tile)) applyMask<Variant>(s, p, b, h, qRow, kCol, partial);
       // Online softmax update; S becomes P.
       softmax.update(s, o, log2Scale);
-      if constexpr (Variant::kHasDropout) applyDropout<Variant::kDropoutRounds>(s, p, batchHead, dropThreshold, qRow, kCol);
+      if constexpr (Variant::kHasDropout)
+        applyDropout<Variant::kDropoutRounds>(s, p, batchHead, dropThreshold, qRow, kCol);
       warp::packP<Element>(pA, s);
     }
 

@@ -538,10 +538,10 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
                                                   doTile + sRows, kBlockQ);
     passTurn();
     // While they run: the dropout decisions of this lane's elements, bit (ni * 2 + r) * 2 + j.
-    const u32 keepBits = Variant::kHasDropout ? dropoutKeepBits<Variant::kDropoutRounds, kSN>(p, batchHead, dropThreshold,
-                                                                     q0 + sCol0, kvRow, colInQuad,
-                                                                     lane)
-                                              : 0u;
+    const u32 keepBits = Variant::kHasDropout
+                             ? dropoutKeepBits<Variant::kDropoutRounds, kSN>(
+                                   p, batchHead, dropThreshold, q0 + sCol0, kvRow, colInQuad, lane)
+                             : 0u;
 
     // The warpgroup's part of the tile may be empty or full for its 64 rows alone.
     Tri groupClass = groupHasRows ? tileClass : Tri::False;

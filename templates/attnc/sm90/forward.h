@@ -560,7 +560,8 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
     // (The packed form's keep tests made here, after the exponentials, ran hd256 5% faster than
     // made before the score hook: docs/perf/H200.md.)
     if constexpr (kDropoutPacked)
-      sm80::dropoutKeptWords<Variant::kDropoutRounds, 1, kN>(dropKept, p, batchHead, dropThreshold, qRow, kCol);
+      sm80::dropoutKeptWords<Variant::kDropoutRounds, 1, kN>(dropKept, p, batchHead, dropThreshold,
+                                                             qRow, kCol);
     else if constexpr (Variant::kHasDropout)
       sm80::applyDropout<Variant::kDropoutRounds>(s, p, batchHead, dropThreshold, qRow, kCol);
     return rescales;
