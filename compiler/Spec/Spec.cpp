@@ -242,8 +242,8 @@ private:
   void checkHeadDim(const std::string &field, int64_t value) {
     if (skip(field))
       return;
-    if (value < 16 || value > 256 || value % 8 != 0)
-      report(field, field + ": must be a multiple of 8 in [16, 256], got " + std::to_string(value));
+    if (value < 8 || value > 256 || value % 8 != 0)
+      report(field, field + ": must be a multiple of 8 in [8, 256], got " + std::to_string(value));
   }
 
   void checkHeads() {

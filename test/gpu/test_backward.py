@@ -70,6 +70,14 @@ def plan(subset):
     # The sm_90a dK/dV kernel's ordered grid with two groups and padding blocks (block_order.h):
     # 12 (kv head, batch) pairs over 33 kv tiles, 8 pairs a group.
     groups.append(("causal", 128, "bf16", [(4097, 4097)], 3))
+    # Every other head dim the spec allows (a multiple of 8 in [8, 256]; the forward suite has the
+    # same sweep), and head_dim 8 as (d, d_v) pairs.
+    swept = (32, 64, 72, 96, 128, 136, 160, 192, 256)
+    for hd in range(8, 257, 8):
+        if hd not in swept:
+            groups.append(("causal", hd, "bf16", [(17, 17), (129, 1000)], 1))
+    groups.append(("causal", (8, 64), "bf16", [(129, 1000)], 1))
+    groups.append(("causal", (64, 8), "bf16", [(1000, 129)], 1))
     return groups
 
 

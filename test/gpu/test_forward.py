@@ -274,6 +274,16 @@ def plan(subset):
     groups.append(("causal", (128, 64), "bf16", dv_lens, 2))
     groups.append(("causal", (64, 128), "bf16", dv_lens, 2))
     groups.append(("full", (256, 128), "bf16", [(17, 17), (1000, 1000)], 1))
+    # Every other head dim the spec allows (a multiple of 8 in [8, 256]): the instruction shapes
+    # pad it (wgmma's k16 and the 64-element TMA boxes zero-filled past the row), at lengths that
+    # cross a tile edge both ways; head_dim 8 also as (d, d_v) pairs and in fp16.
+    swept = (32, 64, 72, 80, 96, 128, 160, 192, 256)
+    for hd in range(8, 257, 8):
+        if hd not in swept:
+            groups.append(("causal", hd, "bf16", [(17, 17), (129, 1000), (1000, 1000)], 1))
+    groups.append(("full", 8, "fp16", [(17, 17), (1000, 127)], 2))
+    groups.append(("causal", (8, 64), "bf16", [(17, 17), (1000, 1000)], 1))
+    groups.append(("causal", (64, 8), "bf16", [(17, 17), (1000, 1000)], 1))
     return groups
 
 

@@ -176,6 +176,21 @@ TEST(SpecParse, DefaultsAndShorthands) {
   EXPECT_DOUBLE_EQ(spec.effectiveScale(), 0.125);
 }
 
+// Head dims: every multiple of 8 from 8 to 256, for Q/K and V/O alike; 0, 4, 12 and 264 not.
+TEST(SpecParse, HeadDimsAreTheMultiplesOfEightUpTo256) {
+  for (int d = 8; d <= 256; d += 8) {
+    Spec spec = parseOk("name: x\nhead_dim: " + std::to_string(d) + "\nhead_dim_v: " +
+                        std::to_string(264 - d) + "\nheads: 4\n");
+    EXPECT_EQ(spec.headDim, d);
+    EXPECT_EQ(spec.headDimV, 264 - d);
+  }
+  for (int bad : {0, 4, 12, 264})
+    EXPECT_NE(errorsOf("name: t\nhead_dim: " + std::to_string(bad) + "\nheads: 4\n")
+                  .find("head_dim: must be a multiple of 8 in [8, 256], got " + std::to_string(bad)),
+              std::string::npos)
+        << bad;
+}
+
 TEST(SpecParse, EveryMaskKind) {
   Spec spec = parseOk(withHeader("mask: {causal: top_left}\n"));
   EXPECT_EQ(spec.mask.kind, MaskSpec::Causal);
@@ -343,7 +358,7 @@ TEST(SpecBuilder, DiagnosticsNameTheSpecAndField) {
   EXPECT_FALSE(SpecBuilder("x").headDim(100).heads(4).build(diags));
   ASSERT_EQ(diags.size(), 1u);
   EXPECT_EQ(diags[0].render(),
-            "spec 'x': error: head_dim: must be a multiple of 8 in [16, 256], got 100\n");
+            "spec 'x': error: head_dim: must be a multiple of 8 in [8, 256], got 100\n");
 
   diags.clear();
   EXPECT_FALSE(SpecBuilder("x").headDim(64).heads(4).mask("q >= kk").build(diags));
@@ -510,7 +525,7 @@ TEST(Expr, ErrorsPointAtTheToken) {
 
 TEST(SpecErrors, RenderWithCaret) {
   EXPECT_EQ(errorsOf("name: t\nhead_dim: 100\nheads: 4\n"),
-            "t.yaml:2:11: error: head_dim: must be a multiple of 8 in [16, 256], got 100\n"
+            "t.yaml:2:11: error: head_dim: must be a multiple of 8 in [8, 256], got 100\n"
             "head_dim: 100\n"
             "          ^\n");
 }

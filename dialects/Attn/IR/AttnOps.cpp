@@ -19,8 +19,8 @@ namespace {
 template <class OpT>
 LogicalResult verifyVariantAttrs(OpT op) {
   auto checkHeadDim = [&](StringRef name, int64_t dim) -> LogicalResult {
-    if (dim < 16 || dim > 256 || dim % 8 != 0)
-      return op.emitOpError() << name << " must be a multiple of 8 in [16, 256], got " << dim;
+    if (dim < 8 || dim > 256 || dim % 8 != 0)
+      return op.emitOpError() << name << " must be a multiple of 8 in [8, 256], got " << dim;
     return success();
   };
   if (failed(checkHeadDim("head_dim", op.getHeadDim())) ||

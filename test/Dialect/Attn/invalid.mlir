@@ -1,6 +1,6 @@
 // RUN: attnc-opt %s -split-input-file -verify-diagnostics
 
-// expected-error @+1 {{head_dim must be a multiple of 8 in [16, 256], got 100}}
+// expected-error @+1 {{head_dim must be a multiple of 8 in [8, 256], got 100}}
 attn.attention @bad_head_dim attributes {dropout = 0.0, element_type = bf16, head_dim = 100,
     head_dim_v = 128, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.1} mask {} score {}
 

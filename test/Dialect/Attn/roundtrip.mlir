@@ -11,6 +11,16 @@ attn.attention @plain attributes {dropout = 0.0, element_type = bf16, head_dim =
 
 // -----
 
+// The smallest head dims the verifier takes.
+// CHECK-LABEL: attn.attention @head_dim_8
+// CHECK-SAME: head_dim = 8 : i64, head_dim_v = 8 : i64
+attn.attention @head_dim_8 attributes {dropout = 0.0, element_type = bf16, head_dim = 8,
+    head_dim_v = 8, heads_kv = 1, heads_q = 1, inputs = {}, scale = 0.35} mask {
+} score {
+}
+
+// -----
+
 // CHECK-LABEL: attn.attention @document
 // CHECK: ^bb0(%[[B:[^:]+]]: i32, %[[H:[^:]+]]: i32, %[[Q:[^:]+]]: i32, %[[K:[^:]+]]: i32, %{{[^:]+}}: i32, %{{[^:]+}}: i32):
 // CHECK: %[[DQ:.+]] = attn.load "doc"[%[[B]], %[[Q]]] : i32
