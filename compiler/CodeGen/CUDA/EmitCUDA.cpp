@@ -495,7 +495,12 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
   const std::vector<std::pair<int, bool>> summarized = summarizedInputs(op);
   if (!summarized.empty())
     os << "#include \"attnc/common/summary.h\"\n#include \"attnc/common/tile_classes.h\"\n";
-  os << "\nnamespace {\nnamespace ex = attnc::expr;\n\n";
+  // Everything the unit defines lives in a namespace named after the spec (the entries too:
+  // extern "C" keeps their names), so that units of several specs can share a program or a
+  // translation unit, and nvcc does not flag the Variant's members that a unit leaves unused as
+  // it does in an unnamed namespace.
+  const std::string specNamespace = ("attnc_spec_" + op.getSymName()).str();
+  os << "\nnamespace " << specNamespace << " {\nnamespace ex = attnc::expr;\n\n";
   os << "struct Variant {\n";
   os << "  static constexpr bool kHasMask = " << (op.getMask().empty() ? "false" : "true") << ";\n";
   os << "  static constexpr bool kHasScore = " << (op.getScore().empty() ? "false" : "true") << ";\n";
@@ -637,7 +642,7 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
     }
     result.backward = info;
   }
-  os << "}  // namespace\n\n";
+  os << "\n";
   // The entries fall into groups (EntryGroup, EmitCUDA.h), each fenced by `#if` on the bit mask
   // ATTNC_ENTRY_GROUPS, so that the JIT can compile them as separate NVRTC programs at once.
   // Undefined, the macro keeps every entry (the unit compiles whole). A unit of the forward alone
@@ -652,6 +657,9 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
     if (!llvm::is_contained(result.entryGroups, int(g))) result.entryGroups.push_back(int(g));
   };
   group(EntryGroup::Forward);
+  // The sm_80 entries name their dynamic shared memory smem128: a unit can hold both kinds of
+  // entry, and one extern array redeclared in a namespace with another alignment is an error to
+  // nvcc.
   if (hopper)  // minBlocks = 1 caps the registers at entry, which setmaxnreg needs
     os << "extern \"C\" __global__ void __launch_bounds__(Config::kThreads, 1) " << result.entry
        << "(const __grid_constant__ attnc::FwdParamsTma p) {\n"
@@ -660,16 +668,16 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
   else
     os << "extern \"C\" __global__ void __launch_bounds__(Config::kThreads) " << result.entry
        << "(const attnc::FwdParams p) {\n"
-       << "  extern __shared__ __align__(128) unsigned char smem[];\n"
-       << "  attnc::sm80::forward<Config, Variant>(p, smem);\n}\n";
+       << "  extern __shared__ __align__(128) unsigned char smem128[];\n"
+       << "  attnc::sm80::forward<Config, Variant>(p, smem128);\n}\n";
   if (result.backward) {
     // minBlocks = 1: without it ptxas may cap registers for occupancy and spill.
     const std::string& stem = result.backward->entryStem;
     auto entry = [&](StringRef suffix, StringRef config, StringRef call, bool usesSmem) {
       os << "\nextern \"C\" __global__ void __launch_bounds__(" << config << "::kThreads, 1) "
          << stem << suffix << "(const attnc::BwdParams p) {\n";
-      if (usesSmem) os << "  extern __shared__ __align__(128) unsigned char smem[];\n";
-      os << "  attnc::sm80::" << call << "(p, " << (usesSmem ? "smem" : "nullptr") << ");\n}\n";
+      if (usesSmem) os << "  extern __shared__ __align__(128) unsigned char smem128[];\n";
+      os << "  attnc::sm80::" << call << "(p, " << (usesSmem ? "smem128" : "nullptr") << ");\n}\n";
     };
     // The sm_90a dK/dV kernel keeps dq_accum in its own layout, which zeroing and conversion follow.
     const char* layout = hopperBackward ? ", attnc::sm90::TiledDqLayout<BwdHopperConfig>" : "";
@@ -736,6 +744,7 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
     }
   }
   if (openGroup >= 0) os << "#endif  // entry group " << openGroup << "\n";
+  os << "\n}  // namespace " << specNamespace << "\n";
   result.code = std::move(code);
   return result;
 }

@@ -500,7 +500,7 @@ ATTNC_DEVICE void applyDropout(float (&s)[MTiles][NTiles][4], const Params& p, u
 // with one byte permute (prmt's sign mode replicates a byte's bit 7) and ANDs it in: a permute
 // and an AND per pair instead of an extract, a compare and a select per probability.
 template <int NTiles>
-constexpr int dropoutGroups() {
+ATTNC_HD constexpr int dropoutGroups() {
   return NTiles / dropoutGroupTiles(NTiles);
 }
 template <int Rounds, int MTiles, int NTiles, class Params>

@@ -570,7 +570,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
       using SplitOf = sm80::MaskSplitOf<Variant>;
       constexpr bool kHasSplit = SplitOf::value;
       constexpr bool kMasked = decltype(masked)::value;
-      typename SplitOf::template Parts<kHasSplit>::Col maskCol[2];
+      [[maybe_unused]] typename SplitOf::template Parts<kHasSplit>::Col maskCol[2];
       if constexpr (kHasSplit) {
         if constexpr (kMasked) {
 #pragma unroll
@@ -584,7 +584,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
           const int qLocal = sCol0 + 8 * ni + colInQuad + j;
           const int q = q0 + qLocal;
           const float lse2 = loadSharedF32(stats + u32(4 * qLocal));
-          typename SplitOf::template Parts<kHasSplit>::Row maskRow;
+          [[maybe_unused]] typename SplitOf::template Parts<kHasSplit>::Row maskRow;
           if constexpr (kHasSplit) {
             if constexpr (kMasked) maskRow = Variant::mask_row(p, b, h, q);
           }
