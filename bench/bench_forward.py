@@ -64,6 +64,9 @@ def rows(quick):
                                mask="causal" if kind == "causal" else "none"))
     # Three 64-column chunks (the sm_90a backward's padded head-dim split); no target.
     out.append(Row("hd192 causal N=4K", 192, 12, 12, 4096, mask="causal"))
+    # Head dims between the common ones (about 2048 / d heads); no target.
+    out.append(Row("hd160 causal N=4K", 160, 12, 12, 4096, mask="causal"))
+    out.append(Row("hd224 causal N=4K", 224, 9, 9, 4096, mask="causal"))
     out.append(Row("GQA 32/8 causal hd128 N=4K", 128, 32, 8, 4096, mask="causal"))
     out.append(Row("window 1K hd128 N=8K", 128, 16, 16, 8192, mask="window", window=1024))
     out.append(Row("prefix-LM 1K hd128 N=8K", 128, 16, 16, 8192, mask="prefix", prefix=1024))

@@ -215,10 +215,14 @@ constexpr int64_t kHopperReserveRegistersHd256 = 52;
 bool hd256KeepsRegisterFit(const TileProblem& problem, bool three, int64_t epilogue) {
   return !three && epilogue == 0 && problem.headDim == 256 && problem.headDimV == 256;
 }
-// Head dims 192 / 192 under the same conditions keep their register fit too, with the usual
-// reserve: B_c = 112 (two stages) rather than 64 (three). Without spills (CUDA 13.0, causal_hd192).
-bool hd192KeepsRegisterFit(const TileProblem& problem, bool three, int64_t epilogue) {
-  return !three && epilogue == 0 && problem.headDim == 192 && problem.headDimV == 192;
+// The other head dims above 128 (d = d_v) under the same conditions keep their register fit too,
+// with the usual reserve: B_c = 112 with two stages at 136-192 rather than 64 with three, and 80
+// at 200-248 rather than 64 (shared memory then sets it). Measured first at 192 (bench/ab_mix.py,
+// 2026-12-02, docs/perf/H200.md): causal N = 4K 1.084 of 64; without spills at every such head
+// dim (CUDA 13.0; test/kernel-specs/wide-head-dims.yaml).
+bool wideHeadKeepsRegisterFit(const TileProblem& problem, bool three, int64_t epilogue) {
+  return !three && epilogue == 0 && problem.headDim > 128 && problem.headDim < 256 &&
+         problem.headDimV == problem.headDim;
 }
 
 }  // namespace
@@ -283,7 +287,7 @@ FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
   // on the H200 (docs/perf/H200.md): hd128 at B_c = 144 ran 583 TFLOP/s against 638 at 128 (full,
   // N = 4K); hd256 at 64 ran 601 against 572 at 48.
   const int64_t registerFit = blockKV;
-  const bool keepsFit = hd256 || hd192KeepsRegisterFit(problem, three, epilogue);
+  const bool keepsFit = hd256 || wideHeadKeepsRegisterFit(problem, three, epilogue);
   if (!three && !keepsFit && blockKV > 64) blockKV = blockKV / 64 * 64;
   note(llvm::formatv("registers: setmaxnreg gives a consumer {0}; O + S + P = {1} / 2 + {2} / 2 + "
                      "{2} / 4 = {3} <= {0} - {4} reserved{5}: B_c = {2}{6}",
