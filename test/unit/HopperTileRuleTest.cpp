@@ -83,10 +83,15 @@ TEST(HopperTileRule, EveryHeadDimGetsTheWgmmaKernelOrAReasonedFallback) {
               EXPECT_EQ(choice->blockKV, 80);
               EXPECT_LE(liveRegisters(dv, choice->blockKV), budget + 4);
               EXPECT_GT(liveRegisters(dv, choice->blockKV + 16), budget + 4);
-            } else if (d == 192 && dv == 192 && epilogue + scoreOps == 0) {
-              // hd192 likewise keeps its register fit, with the usual reserve.
-              EXPECT_EQ(choice->blockKV, 112);
+            } else if (d > 128 && d < 256 && dv == d && epilogue + scoreOps == 0) {
+              // Head dims 136-248 likewise keep their register fit, with the usual reserve: the
+              // largest B_c in 16-key steps that the registers and two stages hold (112 up to
+              // 192, 80 above).
+              EXPECT_EQ(choice->blockKV, d <= 192 ? 112 : 80);
               EXPECT_LE(liveRegisters(dv, choice->blockKV), budget);
+              EXPECT_TRUE(liveRegisters(dv, choice->blockKV + 16) > budget ||
+                          attnc::sm90::smemBytes(int(d), int(dv), 2, int(choice->blockKV + 16),
+                                                 2) > target.smemPerBlock);
             } else {
               // Whole 64-key steps above 64, unless shared memory cut B_c below the next one.
               if (choice->blockKV > 64 && choice->blockKV % 64 != 0)

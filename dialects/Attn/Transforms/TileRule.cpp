@@ -217,9 +217,11 @@ bool hd256KeepsRegisterFit(const TileProblem& problem, bool three, int64_t epilo
 }
 // The other head dims above 128 (d = d_v) under the same conditions keep their register fit too,
 // with the usual reserve: B_c = 112 with two stages at 136-192 rather than 64 with three, and 80
-// at 200-248 rather than 64 (shared memory then sets it). Measured first at 192 (bench/ab_mix.py,
-// 2026-12-02, docs/perf/H200.md): causal N = 4K 1.084 of 64; without spills at every such head
-// dim (CUDA 13.0; test/kernel-specs/wide-head-dims.yaml).
+// at 200-248 rather than 64 (shared memory then sets it). Measured on the H200 (bench/ab_mix.py,
+// docs/perf/H200.md), causal N = 4K against 64: hd192 1.084 (2026-12-02), hd160 1.111 and hd224
+// 1.084 (2026-12-04). Without spills or serialized wgmma at 136-248 under causal, window, prefix
+// and no mask (CUDA 13.0; test/kernel-specs/head-dim-160-window.yaml and -224-prefix.yaml keep
+// two of them in make check).
 bool wideHeadKeepsRegisterFit(const TileProblem& problem, bool three, int64_t epilogue) {
   return !three && epilogue == 0 && problem.headDim > 128 && problem.headDim < 256 &&
          problem.headDimV == problem.headDim;
