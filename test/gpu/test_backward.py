@@ -38,7 +38,8 @@ def plan(subset):
                 ("dropout0.1", 128, "bf16", [(129, 300)], 1)]
     lens = [(1, 1), (17, 17), (127, 1000), (1000, 127), (1000, 1000)]
     groups = []
-    for hd in (32, 64, 72, 96, 128, 136, 160, 192, 256):
+    swept = (32, 64, 72, 96, 128, 136, 160, 192, 256)  # at every length below; the other head dims at the end
+    for hd in swept:
         groups.append(("causal", hd, "bf16", lens, 2))
     groups += [("full", 64, "fp16", lens, 2), ("full", 128, "bf16", lens + [(4097, 4097)], 1),
                ("causal_top_left", 128, "fp16", lens, 2), ("gqa8", 128, "bf16", lens, 2),
@@ -72,7 +73,6 @@ def plan(subset):
     groups.append(("causal", 128, "bf16", [(4097, 4097)], 3))
     # Every other head dim the spec allows (a multiple of 8 in [8, 256]; the forward suite has the
     # same sweep), and head_dim 8 as (d, d_v) pairs.
-    swept = (32, 64, 72, 96, 128, 136, 160, 192, 256)
     for hd in range(8, 257, 8):
         if hd not in swept:
             groups.append(("causal", hd, "bf16", [(17, 17), (129, 1000)], 1))

@@ -237,7 +237,8 @@ def plan(subset):
                 ("causal", 64, "bf16", [(300, 300)], 2)]
     groups = []
     hd_lens = [(1, 1), (17, 17), (129, 1000), (1000, 129), (1000, 1000), (128, 4097), (1, 4097), (4097, 4097)]
-    for hd in (32, 64, 72, 80, 96, 128, 160, 192, 256):
+    swept = (32, 64, 72, 80, 96, 128, 160, 192, 256)  # at every length below; the other head dims at the end
+    for hd in swept:
         groups.append(("causal", hd, "bf16", hd_lens, 2))
         groups.append(("full", hd, "fp16", [(17, 17), (127, 1000), (1000, 127)], 2))
     every_pair = [(a, b) for a in ALL_LENS for b in ALL_LENS]
@@ -277,7 +278,6 @@ def plan(subset):
     # Every other head dim the spec allows (a multiple of 8 in [8, 256]): the instruction shapes
     # pad it (wgmma's k16 and the 64-element TMA boxes zero-filled past the row), at lengths that
     # cross a tile edge both ways; head_dim 8 also as (d, d_v) pairs and in fp16.
-    swept = (32, 64, 72, 80, 96, 128, 160, 192, 256)
     for hd in range(8, 257, 8):
         if hd not in swept:
             groups.append(("causal", hd, "bf16", [(17, 17), (129, 1000), (1000, 1000)], 1))

@@ -205,27 +205,21 @@ bool hd128KeepsTwoStages(const TileProblem& problem) {
   return problem.headDim == 128 && problem.headDimV == 128 && !problem.dropout;
 }
 
-// Head dims 256 / 256 with two consumers and no epilogue reserve 52, not 56, and keep the B_c
-// their registers fit instead of whole 64-key steps: B_c = 80 rather than 64. Their O takes 128
-// registers and the rest of the kernel fewer than the reserve assumes: full_hd256 and causal_hd256
-// compile without spills at 80 (CUDA 13.0). Measured on the H200 (bench/ab_mix.py, 2026-12-02,
-// docs/perf/H200.md), 80 against 64: hd256 full N = 4K 1.066, causal 1.092 (hd192, unchanged,
-// 1.000 in the same process).
-constexpr int64_t kHopperReserveRegistersHd256 = 52;
-bool hd256KeepsRegisterFit(const TileProblem& problem, bool three, int64_t epilogue) {
-  return !three && epilogue == 0 && problem.headDim == 256 && problem.headDimV == 256;
-}
-// The other head dims above 128 (d = d_v) under the same conditions keep their register fit too,
-// with the usual reserve: B_c = 112 with two stages at 136-192 rather than 64 with three, and 80
-// at 200-248 rather than 64 (shared memory then sets it). Measured on the H200 (bench/ab_mix.py,
-// docs/perf/H200.md), causal N = 4K against 64: hd192 1.084 (2026-12-02), hd160 1.111 and hd224
-// 1.084 (2026-12-04). Without spills or serialized wgmma at 136-248 under causal, window, prefix
-// and no mask (CUDA 13.0; test/kernel-specs/head-dim-160-window.yaml and -224-prefix.yaml keep
-// two of them in make check).
+// Head dims above 128 (d = d_v) with two consumers and no epilogue keep the B_c their registers
+// and two stages hold instead of whole 64-key steps: 112 at 136-192 rather than 64 with three
+// stages, 80 at 200-256 rather than 64 (shared memory then sets it). Measured on the H200
+// (bench/ab_mix.py, docs/perf/H200.md), causal N = 4K against 64: hd192 1.084 (2026-12-02),
+// hd160 1.111 and hd224 1.084 (2026-12-04); hd256 full 1.066 and causal 1.092 (2026-12-02).
+// Without spills or serialized wgmma at 136-256 under causal, window, prefix and no mask (CUDA
+// 13.0; test/kernel-specs/head-dim-160-window.yaml and -224-prefix.yaml keep two of them in make
+// check).
 bool wideHeadKeepsRegisterFit(const TileProblem& problem, bool three, int64_t epilogue) {
-  return !three && epilogue == 0 && problem.headDim > 128 && problem.headDim < 256 &&
-         problem.headDimV == problem.headDim;
+  return !three && epilogue == 0 && problem.headDim > 128 && problem.headDimV == problem.headDim;
 }
+// Of those, head dims 256 reserve 52, not 56, to reach B_c = 80: their O takes 128 registers and
+// the rest of the kernel fewer than the reserve assumes (full_hd256 and causal_hd256 compile
+// without spills at 80).
+constexpr int64_t kHopperReserveRegistersHd256 = 52;
 
 }  // namespace
 
@@ -278,18 +272,18 @@ FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
   // packed pairs) of its warpgroup's 64 rows; B_c shrinks by 16 until they fit.
   const int64_t fit3 = three ? fitFor3(blockKV) : 0;
   const bool lightReserve = three && fit3 > registerFitFor(3, kHopperReserveRegisters3, blockKV);
-  const bool hd256 = hd256KeepsRegisterFit(problem, three, epilogue);
+  const bool keepsFit = wideHeadKeepsRegisterFit(problem, three, epilogue);
+  const bool hd256 = keepsFit && problem.headDim == 256;
   const int64_t reserve = hd256          ? kHopperReserveRegistersHd256
                           : !three       ? kHopperReserveRegisters
                           : lightReserve ? kHopperReserveRegisters3Light
                                          : kHopperReserveRegisters3;
   blockKV = three ? fit3 : registerFitFor(consumers, reserve, blockKV);
   if (blockKV == 0) return failure();
-  // Whole 64-key steps where the registers allow them (two consumers; not hd256, above). Measured
-  // on the H200 (docs/perf/H200.md): hd128 at B_c = 144 ran 583 TFLOP/s against 638 at 128 (full,
-  // N = 4K); hd256 at 64 ran 601 against 572 at 48.
+  // Whole 64-key steps where the registers allow them (two consumers; not the wide head dims of
+  // wideHeadKeepsRegisterFit). Measured on the H200 (docs/perf/H200.md): hd128 at B_c = 144 ran
+  // 583 TFLOP/s against 638 at 128 (full, N = 4K); hd256 at 64 ran 601 against 572 at 48.
   const int64_t registerFit = blockKV;
-  const bool keepsFit = hd256 || wideHeadKeepsRegisterFit(problem, three, epilogue);
   if (!three && !keepsFit && blockKV > 64) blockKV = blockKV / 64 * 64;
   note(llvm::formatv("registers: setmaxnreg gives a consumer {0}; O + S + P = {1} / 2 + {2} / 2 + "
                      "{2} / 4 = {3} <= {0} - {4} reserved{5}: B_c = {2}{6}",
