@@ -4,7 +4,12 @@ mods with derived gradients, GQA/MQA, dtypes, layouts, odd lengths, dropout (the
 mask rebuilt on the host), the deterministic mode (bit-identical over 3 runs), and never worse than
 2x torch SDPA's own backward error where SDPA has the variant. Prints a summary table last.
 
-  python3 test/gpu/test_backward.py [--subset all|small] [--results-md PATH]"""
+  python3 test/gpu/test_backward.py [--subset all|small] [--results-md PATH] [--target T]
+                                    [--only VARIANT]... [--head-dim N]...
+
+--target compiles for another target than the device's (sm_80 on the H200: the sm_80 family's
+kernels, which the driver compiles from their PTX); --head-dim keeps the groups of those head dims
+(of head_dim, or of either member of a (d, d_v) pair)."""
 import argparse
 import datetime
 import os
@@ -194,21 +199,28 @@ def main():
     ap.add_argument("--lib", default=None)
     ap.add_argument("--only", action="append", default=None,
                     help="run only these variants (repeatable), e.g. --only softcap")
+    ap.add_argument("--head-dim", action="append", type=int, default=None,
+                    help="run only the groups of these head dims (repeatable), e.g. --head-dim 200")
+    ap.add_argument("--target", default=None, help="attnc target (default: the device's)")
     args = ap.parse_args()
     torch.manual_seed(0)
     start = time.time()
     lib = attnc_ctypes.Library(args.lib)
     results = {}
-    groups = [g for g in plan(args.subset) if not args.only or g[0] in args.only]
+    def dims_of(group):
+        return group[1] if isinstance(group[1], tuple) else (group[1],)
+    groups = [g for g in plan(args.subset)
+              if (not args.only or g[0] in args.only)
+              and (not args.head_dim or any(d in args.head_dim for d in dims_of(g)))]
     if not groups:
-        sys.exit(f"no variant matches --only {args.only}")
+        sys.exit(f"no group matches --only {args.only} --head-dim {args.head_dim}")
     for name, dims, dtype, lens, B in groups:
         var = V[name]
         hd, hdv = dims if isinstance(dims, tuple) else (dims, dims)
         spec = var.spec(hd, dtype)
         if hdv != hd:
             spec = spec.replace(f"_hd{hd}_", f"_hd{hd}v{hdv}_") + f"head_dim_v: {hdv}\n"
-        kern = lib.compile_text(spec, backward=True)
+        kern = lib.compile_text(spec, args.target, backward=True)
         key = (f"{name} hd{hd}" + (f" dv{hdv}" if hdv != hd else "") + f" {dtype}"
                + (f" {var.hq}:{var.hkv}" if var.hq != var.hkv else ""))
         for ql, kl in lens:

@@ -27,7 +27,12 @@ int roundUp(int x, int m) { return (x + m - 1) / m * m; }
   if (warpsM * warpsN != warps || blockKV / warpsM % 16)
     return ::testing::AssertionFailure() << "warps do not tile the kv rows";
   if (blockQ % warpsN || warpCols % 16) return ::testing::AssertionFailure() << "warp q columns";
-  if (dPad / 8 % warpsN || dPad / 8 / warpsN % 2 || dvPad / 8 % warpsN || dvPad / 8 / warpsN % 2)
+  // dK and dV: whole pairs of n8 tiles per warp column, the head dim padded to them, inside the
+  // tiles' 64-column widths (BwdConfig::kDKTiles, kDVTiles).
+  const int dkTiles = roundUp(dPad / 8, 2 * warpsN) / warpsN;
+  const int dvTiles = roundUp(dvPad / 8, 2 * warpsN) / warpsN;
+  if (dkTiles % 2 || dvTiles % 2 || dkTiles * warpsN * 8 > roundUp(d, 64) ||
+      dvTiles * warpsN * 8 > roundUp(dv, 64))
     return ::testing::AssertionFailure() << "dK/dV columns not pairs of n8 tiles per warp";
   if (dqWarpsM * dqWarpsN != warps || blockQ % (16 * dqWarpsM) || dqTiles % 2 ||
       dqTiles * dqWarpsN * 8 > roundUp(d, 64))
@@ -46,42 +51,36 @@ TileTarget tileTarget(const attnc::Target& t) {
   return TileTarget{t.name, t.smemPerBlock, t.smemPerSM, t.regsPerThread};
 }
 
-// The model the rule applies (TileRule.cpp), restated: dK/dV accumulators plus the Q and dO
-// fragments of up to two S^T slices.
+// The model the rule applies (TileRule.cpp), restated: dK/dV accumulators (over the head dims
+// padded to whole pairs of n8 tiles per warp column) plus the Q and dO fragments of up to two S^T
+// slices.
 int modelledRegisters(int d, int dv, const BackwardTileChoice& c) {
   const int dPad = roundUp(d, 16), dvPad = roundUp(dv, 16);
   const int warpsN = 8 / std::min<int>(8, c.kvBlockKV / 16);
   const int slices = std::min<int>(2, c.kvBlockQ / warpsN / 16);
-  return c.kvBlockKV * (dPad + dvPad) / 256 + slices * 16 * 2 * std::max(dPad, dvPad) * 2 / 128;
+  return c.kvBlockKV * (roundUp(dPad, 16 * warpsN) + roundUp(dvPad, 16 * warpsN)) / 256 +
+         slices * 16 * 2 * std::max(dPad, dvPad) * 2 / 128;
 }
 
 TEST(BackwardTileRule, EveryHeadDimGetsALayoutTheTemplateAccepts) {
   for (const char* name : {"sm_80", "sm_90a"}) {
     std::string error;
     TileTarget target = tileTarget(*attnc::Target::byName(name, &error));
-    for (int d = 16; d <= 256; d += 8)
-      for (int dv : {d, 64, 128})
+    for (int d = 8; d <= 256; d += 8)
+      for (int dv : {d, 8, 64, 128, 256})
         for (int epilogue : {0, 4, 32, 40}) {
           SCOPED_TRACE(testing::Message() << name << " d " << d << " dv " << dv << " epilogue "
                                           << epilogue);
           TileProblem problem{d, dv, 2, 0, 0, epilogue};
           auto c = deriveBackwardTiles(problem, target);
-          if (failed(c)) {
-            // Only when no layout BwdConfig accepts fits shared memory (at d = 200, 208, 232, 240
-            // on sm_80, d / 8 = 2 mod 4 leaves only B_c = 128).
-            for (int blockKV : {128, 64, 32})
-              for (int blockQ : {64, 32})
-                if (bwdConfigAccepts(d, dv, blockQ, blockKV, 8))
-                  EXPECT_GT(kvSmemBytes(d, dv, blockQ, blockKV), target.smemPerBlock)
-                      << blockKV << " x " << blockQ;
-            continue;
-          }
+          // Every head dim pair has a layout (until the dK/dV columns were padded to pairs per
+          // warp column, d = 200, 208, 232 and 240 had none on sm_80: d / 8 = 2 mod 4 left only
+          // B_c = 128, which does not fit the A100's shared memory).
+          ASSERT_TRUE(succeeded(c));
           EXPECT_TRUE(bwdConfigAccepts(d, dv, c->kvBlockQ, c->kvBlockKV, c->kvWarps));
           EXPECT_LE(c->kvSmemBytes, target.smemPerBlock);
           EXPECT_LE(c->qSmemBytes, target.smemPerBlock);
-          // Where no layout fits the model (BwdConfig's pairs of n8 tiles leave only B_c = 128
-          // when d / 8 is 2 mod 4, e.g. d = 104 or 72 beside d_v = 128; and rule out B_c = 32 at
-          // d = 224) the choice exceeds it, and the derivation says so.
+          // Where no layout fits the model the choice exceeds it, and the derivation says so.
           bool over = modelledRegisters(d, dv, *c) + epilogue > target.regsPerThread + 1;
           bool said = llvm::any_of(c->derivation, [](const std::string& line) {
             return line.find("nothing fits") != std::string::npos;
@@ -111,6 +110,10 @@ TEST(BackwardTileRule, KeepsTheLargestTilesThatFit) {
   // An epilogue's registers count: dropout at 128 and 256 takes a smaller kept tile.
   EXPECT_EQ(tiles(128, 40), std::make_pair(int64_t(64), int64_t(64)));
   EXPECT_EQ(tiles(256, 40), std::make_pair(int64_t(32), int64_t(64)));
+  // Head dims whose n8 tiles (26 or 30) split into no whole pairs over two warp columns take the
+  // kept tile of their neighbours, padded to 224 or 256 columns (not B_c = 128, which does not fit
+  // the A100's shared memory at these widths).
+  for (int d : {200, 208, 232, 240}) EXPECT_EQ(tiles(d, 0), std::make_pair(int64_t(64), int64_t(32))) << d;
 }
 
 }  // namespace

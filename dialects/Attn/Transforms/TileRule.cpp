@@ -372,11 +372,16 @@ int64_t backwardQSmem(int64_t blockQ, int64_t blockKV, int64_t stages, int64_t d
 constexpr int64_t kKVWarps = 8;
 int64_t kvWarpsN(int64_t blockKV) { return kKVWarps / std::min(kKVWarps, blockKV / 16); }
 
-// Whether BwdConfig accepts the layout (d, dv padded to 16): a warp's q columns are whole k16
-// steps and its dK, dV columns pairs of n8 tiles.
-bool kvLayoutFits(int64_t blockQ, int64_t blockKV, int64_t d, int64_t dv) {
-  int64_t warpsN = kvWarpsN(blockKV);
-  return blockQ % (16 * warpsN) == 0 && d / 8 % (2 * warpsN) == 0 && dv / 8 % (2 * warpsN) == 0;
+// Whether BwdConfig accepts the layout: a warp's q columns are whole k16 steps. (Its dK and dV
+// columns are whole pairs of n8 tiles per warp column, the head dim padded to them: kvPairWidth.)
+bool kvLayoutFits(int64_t blockQ, int64_t blockKV) {
+  return blockQ % (16 * kvWarpsN(blockKV)) == 0;
+}
+
+// A head dim (padded to 16) as backwardKV's dK or dV accumulators span it: whole pairs of n8
+// tiles per warp column (BwdConfig::kDKTiles, kDVTiles), e.g. 208 -> 224 over two warp columns.
+int64_t kvPairWidth(int64_t blockKV, int64_t dPadded) {
+  return llvm::alignTo(dPadded, 16 * kvWarpsN(blockKV));
 }
 
 // S^T slices (16 q columns each) in one warp's share of a q step.
@@ -388,7 +393,7 @@ int64_t kvSlices(int64_t blockQ, int64_t blockKV) { return blockQ / kvWarpsN(blo
 // dim: with d_v < d ptxas did not spend the difference elsewhere). The slices of a q step are
 // unrolled and ptxas overlaps two consecutive ones, so a warp with more than one holds two.
 int64_t backwardKVAccumulators(int64_t blockKV, int64_t d, int64_t dv) {
-  return blockKV * (d + dv) / (kKVWarps * 32);
+  return blockKV * (kvPairWidth(blockKV, d) + kvPairWidth(blockKV, dv)) / (kKVWarps * 32);
 }
 int64_t backwardKVRegisters(int64_t blockQ, int64_t blockKV, int64_t d, int64_t dv,
                             int64_t elementBytes) {
@@ -580,7 +585,7 @@ FailureOr<BackwardTileChoice> mlir::attn::deriveBackwardTiles(const TileProblem&
   // (BwdConfig's pairs of n8 tiles rule out the narrow ones when d or d_v has few columns).
   for (int64_t blockKV = 128; blockKV >= 32 && !kv.blockKV; blockKV /= 2) {
     for (int64_t blockQ : {64, 32}) {
-      if (!kvLayoutFits(blockQ, blockKV, dPad, dvPad)) continue;
+      if (!kvLayoutFits(blockQ, blockKV)) continue;
       // A second Q/dO buffer overlaps the next load with compute; above head dim 64 it costs the
       // registers that keep the kernel from spilling on sm_80, so one buffer there.
       int64_t stages = dMax <= 64 ? 2 : 1;
@@ -606,7 +611,8 @@ FailureOr<BackwardTileChoice> mlir::attn::deriveBackwardTiles(const TileProblem&
       "backward KV kernel: B_c = ceil(M / 4d) = {0} -> {1} kept K/V rows, {2} streamed Q/dO rows; "
       "registers: dK, dV accumulators {1} x ({3} + {4}) fp32 / 256 threads = {5}, Q and dO "
       "fragments of {6} in flight = {7}{8}: {9} {10} {11}{12}{13}",
-      fa, kv.blockKV, kv.blockQ, dPad, dvPad, accumulators,
+      fa, kv.blockKV, kv.blockQ, kvPairWidth(kv.blockKV, dPad), kvPairWidth(kv.blockKV, dvPad),
+      accumulators,
       kvSlices(kv.blockQ, kv.blockKV) > 1 ? "2 S^T slices" : "1 S^T slice",
       kv.registers - accumulators,
       problem.epilogueRegisters

@@ -280,9 +280,8 @@ ATTNC_DEVICE void backwardKV(const BwdParams& p, unsigned char* smem) {
                 "backwardKV: warps tile the kv rows in whole m16 blocks");
   static_assert(Config::kBlockQ % Config::kWarpsN == 0 && Config::kWarpCols % 16 == 0,
                 "backwardKV: each warp's q columns are whole k16 steps");
-  static_assert(Config::kHeadDimPadded / 8 % Config::kWarpsN == 0 && Config::kDKTiles % 2 == 0 &&
-                    Config::kHeadDimVPadded / 8 % Config::kWarpsN == 0 && Config::kDVTiles % 2 == 0,
-                "backwardKV: dK/dV columns split evenly in pairs of n8 tiles");
+  static_assert(Config::kDKTiles % 2 == 0 && Config::kDVTiles % 2 == 0,
+                "backwardKV: dK/dV columns split in pairs of n8 tiles (padded: bwd_config.h)");
   static_assert(Config::kDqWarpsM * Config::kDqWarpsN == Config::kWarps &&
                     Config::kBlockQ % (16 * Config::kDqWarpsM) == 0 &&
                     Config::kDqTiles % 2 == 0,

@@ -61,8 +61,11 @@ struct BwdConfig {
   // S^T / dP^T are computed kSliceTiles n8 tiles (16 q columns) at a time: with dK and dV live
   // (up to 128 registers at hd128) wider slices spill at hd128 (measured with ptxas, CUDA 13.0).
   static constexpr int kSliceTiles = kNTiles % 2 == 0 ? 2 : kNTiles;
-  static constexpr int kDKTiles = kHeadDimPadded / 8 / kWarpsN;  // dK n8 tiles per warp
-  static constexpr int kDVTiles = kHeadDimVPadded / 8 / kWarpsN;
+  // dK and dV n8 tiles per warp, padded so that each warp column takes whole pairs (head dims 200,
+  // 208, 232 and 240: 26 or 30 n8 tiles, odd halves over two warp columns): the extra columns read
+  // the Q and dO tiles past the head dim, inside their 64-column width, and are never stored.
+  static constexpr int kDKTiles = roundUp(kHeadDimPadded / 8, 2 * kWarpsN) / kWarpsN;
+  static constexpr int kDVTiles = roundUp(kHeadDimVPadded / 8, 2 * kWarpsN) / kWarpsN;
   static constexpr int kPSteps = BlockQ / 16;  // k16 steps of dV += P^T dO, dK += dS^T Q
   // Partly rolled above hd64: fully unrolled, ptxas hoists enough loads to spill (CUDA 13.0).
   static constexpr int kPUnroll = kHeadDimPadded > 64 ? 2 : kPSteps;
@@ -100,6 +103,9 @@ struct BwdConfig {
                 "head_dim_v: multiple of 8 in 8..256");
   static_assert(BlockQ % 16 == 0 && BlockKV % 16 == 0, "tiles are whole m16/k16 blocks");
   static_assert(kDqTiles * kDqWarpsN * 8 <= kKWidth, "dQ columns stay inside the K tile");
+  static_assert(kDKTiles * kWarpsN * 8 <= kKWidth && kDVTiles * kWarpsN * 8 <= kVWidth,
+                "dK and dV columns stay inside the Q and dO tiles (and the K and V tiles they are "
+                "staged through)");
   static_assert(Stages == 1 || Stages == 2, "one or two buffers of the streamed operand");
   static_assert(kThreads >= 2 * BlockQ, "one thread per LSE and per delta element of a q tile");
 };
