@@ -73,6 +73,10 @@ def plan(subset):
     groups.append(("causal", (64, 128), "bf16", [(17, 17), (1000, 127), (1000, 1000)], 2))
     # The padded split with dK over four chunks (three loaded) and dV over two.
     groups.append(("causal", (192, 128), "bf16", [(127, 1000), (1000, 1000)], 2))
+    # A head dim of three chunks beside a narrow d_v: the dQ columns need a fourth K chunk
+    # (sm90/bwd_config.h kTileChunks; until 2026-12-04 these failed to compile).
+    groups.append(("causal", (192, 64), "bf16", [(127, 1000), (1000, 1000)], 1))
+    groups.append(("causal", (136, 64), "fp16", [(1000, 129)], 1))
     # The sm_90a dK/dV kernel's ordered grid with two groups and padding blocks (block_order.h):
     # 12 (kv head, batch) pairs over 33 kv tiles, 8 pairs a group.
     groups.append(("causal", 128, "bf16", [(4097, 4097)], 3))
