@@ -290,7 +290,7 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
     // tiles (the pipeline alone: milliseconds).
     const auto sameTiles = [&](const CompiledKernel& k) {
       return k.blockQ == entry.metadata.blockQ && k.blockKV == entry.metadata.blockKV &&
-             k.smemBytes == entry.metadata.smemBytes;
+             k.threads == entry.metadata.threads && k.smemBytes == entry.metadata.smemBytes;
     };
     while (!sameTiles(*source)) {
       CompileOptions retried;

@@ -223,8 +223,10 @@ std::optional<CompileOptions> Compiler::spillRetry(const Spec& spec, const Targe
     Diagnostics ignored;
     std::optional<CompiledKernel> tiles = compile(spec, target, Stage::TiledIR, retry, ignored);
     if (!tiles) return std::nullopt;
+    // (the warps count: at the same B_r and B_c the sm_80 family's rule goes from 32 rows a warp
+    // to 16, which keeps fewer accumulators a thread)
     if (tiles->blockQ != spilled.blockQ || tiles->blockKV != spilled.blockKV ||
-        tiles->stages != spilled.stages)
+        tiles->warps != spilled.warps || tiles->stages != spilled.stages)
       return retry;
   }
   return std::nullopt;

@@ -410,5 +410,45 @@ TEST_F(JitCache, SpillingTileFallsBack) {
   for (size_t i = 0; i < again.moduleCount(); ++i) EXPECT_EQ(again.cubin(i), cold.cubin(i)) << i;
 }
 
+// A fallback that changes only the warps: head dim 192 beside head_dim_v 128 on sm_80 derives
+// 128 x 64 with four warps of 32 rows, whose forward spills 40 bytes (CUDA 13.0); 8 more reserved
+// registers give eight warps of 16 rows at the same B_r and B_c, which do not spill. Until
+// 2026-12-04 the fallback compared B_r, B_c and stages only, took that tile for the same one and
+// kept the spilling kernel.
+TEST_F(JitCache, SpillFallbackTakesATileOfOtherWarps) {
+  const attnc::testing::ScratchDir dir("jit-spill-warps", /*create=*/false);
+  const Target ampere = *Target::byName("sm_80", nullptr);
+  const char* spec = "name: spill_warps\nhead_dim: 192\nhead_dim_v: 128\ndtype: bf16\nheads: 8\n"
+                     "mask: causal\n";
+  Compiler pipeline;
+  Diagnostics diags;
+  std::optional<CompiledKernel> first =
+      pipeline.compile(*parseSpecText(spec, "<spec>", diags), ampere, Stage::TiledIR, {}, diags);
+  ASSERT_TRUE(first) << renderAll(diags);
+  EXPECT_EQ(first->warps, 4) << "the rule's first tile changed: pick a spec that spills again";
+  JitCompiler jit(JitOptions{dir, true});
+  JitStats before = JitCompiler::stats();
+  Status status;
+  Kernel kernel = jit.compileText(spec, ampere, &status);
+  ASSERT_TRUE(status) << status.message;
+  EXPECT_EQ(kernel.metadata().blockQ, first->blockQ);
+  EXPECT_EQ(kernel.metadata().blockKV, first->blockKV);
+  EXPECT_EQ(kernel.metadata().threads, 256);
+  EXPECT_EQ(JitCompiler::stats().nvrtcRuns - before.nvrtcRuns, 2);
+
+  // With backward, warm: the deferred modules are found again from the fallback's source (by its
+  // threads too, since its B_r, B_c and shared memory are the first tile's).
+  Kernel cold = jit.compileText(spec, ampere, &status, /*withBackward=*/true);
+  ASSERT_TRUE(status) << status.message;
+  EXPECT_EQ(cold.metadata().threads, 256);
+  ASSERT_TRUE(cold.compileDeferred());
+  const long long runs = JitCompiler::stats().nvrtcRuns;
+  Kernel again = jit.compileText(spec, ampere, &status, /*withBackward=*/true);
+  ASSERT_TRUE(status) << status.message;
+  ASSERT_TRUE(again.compileDeferred());
+  EXPECT_EQ(JitCompiler::stats().nvrtcRuns, runs) << "the warm kernel's deferred modules were "
+                                                     "compiled again: from another source";
+}
+
 }  // namespace
 }  // namespace attnc
