@@ -95,6 +95,15 @@ bool forwardSpills(const std::vector<NvrtcResult>& results, const std::string& e
   return false;
 }
 
+// Whether the sm_80 family's dK/dV kernel, among the programs compiled, spills (what the backward
+// spill fallback answers; Pipeline.h backwardKVSpills over a whole unit's report).
+bool backwardKVSpills(const std::vector<NvrtcResult>& results, const CompiledKernel& source) {
+  if (!source.backward) return false;
+  for (const char* suffix : backwardFallbackEntries(*source.backward))
+    if (forwardSpills(results, source.backward->entryStem + suffix)) return true;
+  return false;
+}
+
 // Everything the cubins depend on: the generated source and the templates it includes, the NVRTC
 // that compiles it, the target (name and the limits the tiles were derived from), the options, the
 // entry groups compiled (`groups`: those made with the kernel, or the deferred ones, cached apart)
@@ -236,10 +245,14 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
 
   // The spill fallback's next candidate after `from` (Pipeline.h spillRetry: the next smaller
   // tile), with its options in *retried; none when no tile is left to try.
-  const auto nextCandidate = [&](const CompiledKernel& from, CompileOptions* retried) {
+  // With `backwardKV`, the backward spill fallback's (Pipeline.h backwardSpillRetry).
+  const auto nextCandidate = [&](const CompiledKernel& from, CompileOptions* retried,
+                                 bool backwardKV = false) {
     std::lock_guard<std::mutex> lock(impl_->pipelineMutex);
     std::optional<CompiledKernel> again;
-    std::optional<CompileOptions> retry = impl_->pipeline.spillRetry(spec, target, options, from);
+    std::optional<CompileOptions> retry =
+        backwardKV ? impl_->pipeline.backwardSpillRetry(spec, target, options, from)
+                   : impl_->pipeline.spillRetry(spec, target, options, from);
     Diagnostics ignored;
     if (retry) again = impl_->pipeline.compile(spec, target, Stage::CUDA, *retry, ignored);
     if (again) *retried = *retry;
@@ -257,16 +270,19 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
     if (Status failed = nvrtcFailure(results, spec.name); !failed) return failed;
     // The spill fallback (Pipeline.h) on the forward entry's report: the kernel cached under this
     // spec's key is the first derived tile that does not spill (or the last one tried).
-    while (forwardSpills(results, source->entry)) {
-      CompileOptions retried;
-      std::optional<CompiledKernel> again = nextCandidate(*source, &retried);
-      if (!again) break;
-      std::vector<NvrtcResult> retriedResults = compileNow(*again);
-      if (!nvrtcFailure(retriedResults, spec.name)) break;
-      source = std::move(again);
-      results = std::move(retriedResults);
-      options = retried;
-    }
+    // Then the backward spill fallback on the dK/dV kernel's, where the sm_80 family's serves.
+    for (bool backwardKV : {false, true})
+      while (backwardKV ? backwardKVSpills(results, *source)
+                        : forwardSpills(results, source->entry)) {
+        CompileOptions retried;
+        std::optional<CompiledKernel> again = nextCandidate(*source, &retried, backwardKV);
+        if (!again) break;
+        std::vector<NvrtcResult> retriedResults = compileNow(*again);
+        if (!nvrtcFailure(retriedResults, spec.name)) break;
+        source = std::move(again);
+        results = std::move(retriedResults);
+        options = retried;
+      }
     fillEntry(entry, kernelMetadata(spec, *source, target), results);
     return Status::success();
   };
@@ -292,14 +308,21 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
       return k.blockQ == entry.metadata.blockQ && k.blockKV == entry.metadata.blockKV &&
              k.threads == entry.metadata.threads && k.smemBytes == entry.metadata.smemBytes;
     };
-    while (!sameTiles(*source)) {
-      CompileOptions retried;
-      std::optional<CompiledKernel> again = nextCandidate(*source, &retried);
-      if (!again) break;
-      source = std::move(again);
-      options = retried;
-    }
-    if (!sameTiles(*source))
+    const auto sameBackwardTiles = [&](const CompiledKernel& k) {
+      return !k.backward || !entry.metadata.backward ||
+             (k.backward->kvBlockKV == entry.metadata.backward->kvBlockKV &&
+              k.backward->kvSmemBytes == entry.metadata.backward->kvSmemBytes &&
+              k.backward->qBlockKV == entry.metadata.backward->qBlockKV);
+    };
+    for (bool backwardKV : {false, true})
+      while (!(backwardKV ? sameBackwardTiles(*source) : sameTiles(*source))) {
+        CompileOptions retried;
+        std::optional<CompiledKernel> again = nextCandidate(*source, &retried, backwardKV);
+        if (!again) break;
+        source = std::move(again);
+        options = retried;
+      }
+    if (!sameTiles(*source) || !sameBackwardTiles(*source))
       return fail("'" + spec.name + "': the cached kernel's tiles (" +
                   std::to_string(entry.metadata.blockQ) + " x " +
                   std::to_string(entry.metadata.blockKV) +

@@ -95,10 +95,12 @@ std::string Compiler::passPipeline(const Target& target, const CompileOptions& o
       "attn-tile{{target={0}}{7})",
       target.name, target.smemPerBlock, target.smemPerSM, target.regsPerThread, options.blockQ,
       options.blockKV, classify,
-      options.backward ? llvm::formatv(", attn-derive-backward{{smem-per-block={0} regs-per-thread={1}}",
-                                       target.smemPerBlock, target.regsPerThread)
-                             .str()
-                       : std::string(),
+      options.backward
+          ? llvm::formatv(", attn-derive-backward{{smem-per-block={0} regs-per-thread={1} "
+                          "spill-reserve={2}}",
+                          target.smemPerBlock, target.regsPerThread, options.backwardSpillReserve)
+                .str()
+          : std::string(),
       options.spillReserve);
 }
 
@@ -211,7 +213,55 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
         return again;
       }
     }
+  if (backwardKVSpills(kernel))
+    if (std::optional<CompileOptions> retry = backwardSpillRetry(spec, target, options, kernel)) {
+      Diagnostics ignored;
+      if (std::optional<CompiledKernel> again = compile(spec, target, stage, *retry, ignored)) {
+        again->nvrtcSeconds += kernel.nvrtcSeconds;
+        return again;
+      }
+    }
   return kernel;
+}
+
+std::vector<const char*> backwardFallbackEntries(const BackwardSource& backward) {
+  std::vector<const char*> suffixes;
+  if (backward.kvKernel == "sm80") suffixes.push_back(backward.separateDq ? "_kv_nodq" : "_kv");
+  if (backward.separateDq && backward.qKernel == "sm90") suffixes.push_back("_q");
+  return suffixes;
+}
+
+bool backwardKVSpills(const CompiledKernel& kernel) {
+  if (!kernel.backward) return false;
+  for (const char* suffix : backwardFallbackEntries(*kernel.backward))
+    if (auto it = kernel.backwardResources.find(kernel.backward->entryStem + suffix);
+        it != kernel.backwardResources.end() && spills(it->second))
+      return true;
+  return false;
+}
+
+std::optional<CompileOptions> Compiler::backwardSpillRetry(const Spec& spec, const Target& target,
+                                                           const CompileOptions& options,
+                                                           const CompiledKernel& spilled) {
+  if (!spilled.backward) return std::nullopt;
+  CompileOptions retry = options;
+  while ((retry.backwardSpillReserve += kSpillFallbackStep) <= kSpillFallbackMax) {
+    Diagnostics ignored;
+    // (Stage::CUDA: the backward's launch facts come with the generated code, milliseconds)
+    std::optional<CompiledKernel> tiles = compile(spec, target, Stage::CUDA, retry, ignored);
+    if (!tiles || !tiles->backward) return std::nullopt;
+    // (the sm_80 family's dK/dV kernel: its kept rows, or its streamed rows through its shared
+    // memory; the sm_90a dQ kernel: its kv tile. A reserve that changed which kernels serve would
+    // trade a spill for a slower kernel: none is taken.)
+    if (tiles->backward->kvKernel != spilled.backward->kvKernel ||
+        tiles->backward->qKernel != spilled.backward->qKernel)
+      return std::nullopt;
+    if (tiles->backward->kvBlockKV != spilled.backward->kvBlockKV ||
+        tiles->backward->kvSmemBytes != spilled.backward->kvSmemBytes ||
+        tiles->backward->qBlockKV != spilled.backward->qBlockKV)
+      return retry;
+  }
+  return std::nullopt;
 }
 
 std::optional<CompileOptions> Compiler::spillRetry(const Spec& spec, const Target& target,

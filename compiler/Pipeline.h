@@ -27,6 +27,9 @@ struct CompileOptions {
   // Registers per thread the tile rule reserves beyond its own (attn-select-tiles spill-reserve).
   // compile() sets it itself when a derived forward tile spills (kSpillFallbackStep at a time).
   long long spillReserve = 0;
+  // The same for the sm_80 family's dK/dV kernel (attn-derive-backward spill-reserve): compile()
+  // sets it when that kernel, derived, spills (the backward spill fallback).
+  long long backwardSpillReserve = 0;
   long long summaryQLen = 0;          // count tile classes for these lengths (explain)
   long long summaryKVLen = 0;
   bool backward = false;              // also derive and compile the backward kernels
@@ -80,6 +83,15 @@ struct CompiledKernel {
 constexpr long long kSpillFallbackStep = 8;
 constexpr long long kSpillFallbackMax = 96;
 
+struct CompiledKernel;
+// The entries the backward spill fallback watches: those the default backward launches whose
+// tiles the fallback's reserve can change, the sm_80 family's dK/dV kernel (`_kv`, or `_kv_nodq`
+// with a separate dQ) and the sm_90a dQ kernel (`_q`, with a separate dQ). (The deterministic
+// mode's own entries are left out: the JIT compiles them on first use, after the fallback.)
+std::vector<const char*> backwardFallbackEntries(const BackwardSource& backward);
+// Whether ptxas' report has one of them spilling: what the backward spill fallback answers.
+bool backwardKVSpills(const CompiledKernel& kernel);
+
 class Compiler {
 public:
   Compiler();
@@ -99,6 +111,12 @@ public:
   std::optional<CompileOptions> spillRetry(const Spec& spec, const Target& target,
                                            const CompileOptions& options,
                                            const CompiledKernel& spilled);
+  // The backward spill fallback's next options after `spilled`, whose sm_80-family dK/dV kernel
+  // spills: the first larger backwardSpillReserve, up to kSpillFallbackMax, whose dK/dV tile
+  // (kept rows, shared memory) differs; nullopt when there is none.
+  std::optional<CompileOptions> backwardSpillRetry(const Spec& spec, const Target& target,
+                                                   const CompileOptions& options,
+                                                   const CompiledKernel& spilled);
 
   // The textual pass pipeline compile() runs for `target` (what `attnc-opt` would be given).
   static std::string passPipeline(const Target& target, const CompileOptions& options);

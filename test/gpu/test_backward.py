@@ -77,6 +77,9 @@ def plan(subset):
     # (sm90/bwd_config.h kTileChunks; until 2026-12-04 these failed to compile).
     groups.append(("causal", (192, 64), "bf16", [(127, 1000), (1000, 1000)], 1))
     groups.append(("causal", (136, 64), "fp16", [(1000, 129)], 1))
+    # The backward spill fallback (compiler/Pipeline.h): ALiBi at hd192 spilled in the sm_90a dQ
+    # kernel of the split's default backward, which now takes kv tiles of 32 keys.
+    groups.append(("alibi", 192, "bf16", [(129, 1000), (1000, 1000)], 1))
     # The sm_90a dK/dV kernel's ordered grid with two groups and padding blocks (block_order.h):
     # 12 (kv head, batch) pairs over 33 kv tiles, 8 pairs a group.
     groups.append(("causal", 128, "bf16", [(4097, 4097)], 3))

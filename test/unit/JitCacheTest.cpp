@@ -450,5 +450,46 @@ TEST_F(JitCache, SpillFallbackTakesATileOfOtherWarps) {
                                                      "compiled again: from another source";
 }
 
+// The backward spill fallback (Pipeline.h backwardSpillRetry): head dim 216 causal on sm_80
+// derives the sm80 dK/dV kernel with 64 kept rows and 32 streamed ones, which spills 68 bytes
+// (CUDA 13.0); with more registers reserved the rule keeps 32 rows, which do not spill. The JIT
+// caches that kernel, and a warm one finds its source again for the deferred modules.
+TEST_F(JitCache, BackwardSpillFallbackKeepsFewerKvRows) {
+  const attnc::testing::ScratchDir dir("jit-spill-bwd", /*create=*/false);
+  const Target ampere = *Target::byName("sm_80", nullptr);
+  const char* spec = "name: spill_bwd\nhead_dim: 216\ndtype: bf16\nheads: 4\nmask: causal\n";
+  Compiler pipeline;
+  Diagnostics diags;
+  CompileOptions withBackward;
+  withBackward.backward = true;
+  std::optional<CompiledKernel> first = pipeline.compile(*parseSpecText(spec, "<spec>", diags),
+                                                         ampere, Stage::CUDA, withBackward, diags);
+  ASSERT_TRUE(first && first->backward) << renderAll(diags);
+  EXPECT_EQ(first->backward->kvBlockKV, 64) << "the rule's first tile changed: pick a spec that "
+                                               "spills again";
+  // The whole unit through the pipeline (as `attnc compile --backward --emit cubin`).
+  std::optional<CompiledKernel> binary = pipeline.compile(*parseSpecText(spec, "<spec>", diags),
+                                                          ampere, Stage::Binary, withBackward, diags);
+  ASSERT_TRUE(binary && binary->backward) << renderAll(diags);
+  EXPECT_EQ(binary->backward->kvBlockKV, 32);
+  EXPECT_FALSE(backwardKVSpills(*binary));
+  EXPECT_NE(binary->backwardDerivation.front().find("backward spill fallback"), std::string::npos);
+
+  JitCompiler jit(JitOptions{dir, true});
+  Status status;
+  Kernel cold = jit.compileText(spec, ampere, &status, /*withBackward=*/true);
+  ASSERT_TRUE(status) << status.message;
+  ASSERT_TRUE(cold.metadata().backward);
+  EXPECT_EQ(cold.metadata().backward->kvBlockKV, 32);
+  ASSERT_TRUE(cold.compileDeferred());
+  const long long runs = JitCompiler::stats().nvrtcRuns;
+  Kernel again = jit.compileText(spec, ampere, &status, /*withBackward=*/true);
+  ASSERT_TRUE(status) << status.message;
+  EXPECT_EQ(again.metadata().backward->kvBlockKV, 32) << "the cache keeps the fallback's kernel";
+  ASSERT_TRUE(again.compileDeferred());
+  EXPECT_EQ(JitCompiler::stats().nvrtcRuns, runs) << "the warm kernel's deferred modules were "
+                                                     "compiled again: from another source";
+}
+
 }  // namespace
 }  // namespace attnc

@@ -1,5 +1,6 @@
 // attn-derive-backward: attn.tiled_forward -> a sibling attn.tiled_backward whose score_grad
 // region is the symbolic derivative of the score region.
+#include "llvm/Support/FormatVariadic.h"
 #include "dialects/Attn/Transforms/Passes.h"
 #include "dialects/Attn/Transforms/ScoreGradient.h"
 #include "dialects/Attn/Transforms/TileRule.h"
@@ -44,9 +45,11 @@ struct AttnDeriveBackward final : mlir::attn::impl::AttnDeriveBackwardBase<AttnD
       bool dropout = forward.getDropout().convertToDouble() > 0;
       int64_t extra = epilogueRegisters(dropout, loads, DropoutPass::Backward) +
                       (maskOps > 4 ? 4 * (maskOps - 4) : 0);
+      // (spillReserve: the backward spill fallback's registers, which only the sm_80 family's
+      // dK/dV rule reads through the epilogue's count; the sm_90a rule keeps its own reserve)
       TileProblem problem{int64_t(forward.getHeadDim()), int64_t(forward.getHeadDimV()),
                           int64_t(forward.getElementType().getIntOrFloatBitWidth() / 8), 0, 0,
-                          extra};
+                          extra + int64_t(spillReserve)};
       // The sm_90a dK/dV kernel's epilogue, calibrated with ptxas (CUDA 13.0) on the examples at
       // hd128, whose accumulators leave no register to spare: up to 8 mask operations fit; each
       // further mask operation costs 4 registers. Dropout (its keep bits are made while S^T and
@@ -61,6 +64,7 @@ struct AttnDeriveBackward final : mlir::attn::impl::AttnDeriveBackwardBase<AttnD
       problem.dropout = dropout;
       problem.maskReadsInputs = maskLoads > 0;
       problem.scoreHook = !forward.getScore().empty();
+      problem.backwardSpillReserve = spillReserve;
       TileTarget target{forward.getTarget().str(), smemPerBlock, smemPerBlock, regsPerThread};
       FailureOr<BackwardTileChoice> tiles = deriveBackwardTiles(problem, target);
       if (failed(tiles)) {
@@ -74,6 +78,15 @@ struct AttnDeriveBackward final : mlir::attn::impl::AttnDeriveBackwardBase<AttnD
           diag << " on " << forward.getTarget() << " (the forward compiles)";
         return signalPassFailure();
       }
+      if (spillReserve > 0)
+        tiles->derivation.insert(
+            tiles->derivation.begin(),
+            llvm::formatv("backward spill fallback: the sm80 dK/dV kernel or the sm_90a dQ kernel "
+                          "of a tile derived with {0} fewer registers spilled to local memory; {0} "
+                          "more reserved per thread (counted with the epilogue below, and against "
+                          "the dQ kernel's kv tile)",
+                          int64_t(spillReserve))
+                .str());
       auto i64 = [&](StringRef name, int64_t v) { return b.getNamedAttr(name, b.getI64IntegerAttr(v)); };
       state.addAttribute(
           "tiles", b.getDictionaryAttr(

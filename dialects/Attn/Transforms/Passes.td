@@ -196,7 +196,10 @@ def AttnDeriveBackward : Pass<"attn-derive-backward", "::mlir::ModuleOp"> {
     Option<"smemPerBlock", "smem-per-block", "int64_t", "166912",
            "Shared memory one block may use, in bytes (opt-in maximum).">,
     Option<"regsPerThread", "regs-per-thread", "int64_t", "255",
-           "Most 32-bit registers one thread may use.">
+           "Most 32-bit registers one thread may use.">,
+    Option<"spillReserve", "spill-reserve", "int64_t", "0",
+           "Registers per thread the sm_80 family's dK/dV tile rule reserves beyond its own "
+           "(the backward spill fallback, compiler/Pipeline.h).">
   ];
 }
 

@@ -526,7 +526,12 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
          "and the default one keeps the dK/dV kernel's dQ");
     return;
   }
-  const int64_t dqBlockKV = attnc::sm90::dqKernelBlockKV(int(d));
+  // (with the backward spill fallback's reserve, the largest kv tile whose model leaves it free)
+  int64_t dqBlockKV = attnc::sm90::dqKernelBlockKV(int(d));
+  while (problem.backwardSpillReserve > 0 && dqBlockKV > 32 &&
+         attnc::sm90::dqKernelRegisters(int(d), int(dqBlockKV)) + problem.backwardSpillReserve >
+             attnc::sm90::kDqKernelLive)
+    dqBlockKV /= 2;
   auto dqSmem = [&](int64_t stages) {
     return int64_t(attnc::sm90::dqKernelSmemBytes(int(d), int(dv), int(dqBlockKV), int(stages)));
   };
