@@ -364,6 +364,35 @@ TEST(EntryGroups, PackedForwardFirstAndBalanced) {
   EXPECT_EQ(packEntryGroups({0, 1}, 8), (std::vector<unsigned>{0x1u, 0x2u}));
 }
 
+// The spill fallback's tests: the tile the rule derives first for `spec` (Stage::CUDA: with the
+// backward's launch facts where `options` asks for them).
+CompiledKernel firstTile(const char* spec, const Target& target, CompileOptions options = {}) {
+  Compiler pipeline;
+  Diagnostics diags;
+  std::optional<CompiledKernel> first =
+      pipeline.compile(*parseSpecText(spec, "<spec>", diags), target, Stage::CUDA, options, diags);
+  EXPECT_TRUE(first) << renderAll(diags);
+  return first ? *first : CompiledKernel{};
+}
+
+// A kernel with backward made cold, then warm: the warm one must find the fallback's source again,
+// so that its deferred modules hit the cold kernel's cache entry (no NVRTC run) rather than being
+// compiled from the first, spilling source. Returns the two kernels (deferred modules loaded).
+std::pair<Kernel, Kernel> coldAndWarmWithDeferred(JitCompiler& jit, const char* spec,
+                                                  const Target& target) {
+  Status status;
+  Kernel cold = jit.compileText(spec, target, &status, /*withBackward=*/true);
+  EXPECT_TRUE(status) << status.message;
+  EXPECT_TRUE(cold.compileDeferred());
+  const long long runs = JitCompiler::stats().nvrtcRuns;
+  Kernel warm = jit.compileText(spec, target, &status, /*withBackward=*/true);
+  EXPECT_TRUE(status) << status.message;
+  EXPECT_TRUE(warm.compileDeferred());
+  EXPECT_EQ(JitCompiler::stats().nvrtcRuns, runs) << "the warm kernel's deferred modules were "
+                                                     "compiled again: from another source";
+  return {std::move(cold), std::move(warm)};
+}
+
 // The spill fallback (compiler/Pipeline.h): hd32 causal softcap 20 with dropout at 10 Philox rounds
 // (at the default 7 it fits) derives 128 x 128
 // with four warps on sm_80, whose forward kernel spills 8 bytes (CUDA 13.0); the JIT then derives
@@ -374,12 +403,8 @@ TEST_F(JitCache, SpillingTileFallsBack) {
   const Target ampere = *Target::byName("sm_80", nullptr);
   const char* spec = "name: spill_fallback\nhead_dim: 32\ndtype: bf16\nheads: 8\nmask: causal\n"
                      "score: {softcap: 20}\ndropout: {p: 0.1, rounds: 10}\n";
-  Compiler pipeline;
-  Diagnostics diags;
-  std::optional<CompiledKernel> first =
-      pipeline.compile(*parseSpecText(spec, "<spec>", diags), ampere, Stage::TiledIR, {}, diags);
-  ASSERT_TRUE(first) << renderAll(diags);
-  EXPECT_EQ(first->blockKV, 128) << "the rule's first tile changed: pick a spec that spills again";
+  EXPECT_EQ(firstTile(spec, ampere).blockKV, 128)
+      << "the rule's first tile changed: pick a spec that spills again";
   JitCompiler jit(JitOptions{dir, true});
   JitStats before = JitCompiler::stats();
   Status status;
@@ -393,19 +418,9 @@ TEST_F(JitCache, SpillingTileFallsBack) {
   EXPECT_EQ(warm.metadata().blockKV, 64) << "the cache keeps the fallback's kernel";
   EXPECT_EQ(JitCompiler::stats().nvrtcRuns - before.nvrtcRuns, 2);
 
-  // With backward: the deferred modules are the fallback source's. A warm kernel finds that
-  // source again (its deferred modules hit the cold kernel's cache entry: no NVRTC run), rather
-  // than compiling the first, spilling source's.
-  Kernel cold = jit.compileText(spec, ampere, &status, /*withBackward=*/true);
-  ASSERT_TRUE(status) << status.message;
+  // With backward: the deferred modules are the fallback source's.
+  auto [cold, again] = coldAndWarmWithDeferred(jit, spec, ampere);
   EXPECT_EQ(cold.metadata().blockKV, 64);
-  ASSERT_TRUE(cold.compileDeferred());
-  const long long runs = JitCompiler::stats().nvrtcRuns;
-  Kernel again = jit.compileText(spec, ampere, &status, /*withBackward=*/true);
-  ASSERT_TRUE(status) << status.message;
-  ASSERT_TRUE(again.compileDeferred());
-  EXPECT_EQ(JitCompiler::stats().nvrtcRuns, runs) << "the warm kernel's deferred modules were "
-                                                     "compiled again: from another source";
   ASSERT_EQ(again.moduleCount(), cold.moduleCount());
   for (size_t i = 0; i < again.moduleCount(); ++i) EXPECT_EQ(again.cubin(i), cold.cubin(i)) << i;
 }
@@ -420,34 +435,23 @@ TEST_F(JitCache, SpillFallbackTakesATileOfOtherWarps) {
   const Target ampere = *Target::byName("sm_80", nullptr);
   const char* spec = "name: spill_warps\nhead_dim: 192\nhead_dim_v: 128\ndtype: bf16\nheads: 8\n"
                      "mask: causal\n";
-  Compiler pipeline;
-  Diagnostics diags;
-  std::optional<CompiledKernel> first =
-      pipeline.compile(*parseSpecText(spec, "<spec>", diags), ampere, Stage::TiledIR, {}, diags);
-  ASSERT_TRUE(first) << renderAll(diags);
-  EXPECT_EQ(first->warps, 4) << "the rule's first tile changed: pick a spec that spills again";
+  const CompiledKernel first = firstTile(spec, ampere);
+  EXPECT_EQ(first.warps, 4) << "the rule's first tile changed: pick a spec that spills again";
   JitCompiler jit(JitOptions{dir, true});
   JitStats before = JitCompiler::stats();
   Status status;
   Kernel kernel = jit.compileText(spec, ampere, &status);
   ASSERT_TRUE(status) << status.message;
-  EXPECT_EQ(kernel.metadata().blockQ, first->blockQ);
-  EXPECT_EQ(kernel.metadata().blockKV, first->blockKV);
+  EXPECT_EQ(kernel.metadata().blockQ, first.blockQ);
+  EXPECT_EQ(kernel.metadata().blockKV, first.blockKV);
   EXPECT_EQ(kernel.metadata().threads, 256);
   EXPECT_EQ(JitCompiler::stats().nvrtcRuns - before.nvrtcRuns, 2);
 
-  // With backward, warm: the deferred modules are found again from the fallback's source (by its
-  // threads too, since its B_r, B_c and shared memory are the first tile's).
-  Kernel cold = jit.compileText(spec, ampere, &status, /*withBackward=*/true);
-  ASSERT_TRUE(status) << status.message;
+  // With backward, warm: the fallback's source is found by its threads too, since its B_r, B_c
+  // and shared memory are the first tile's.
+  auto [cold, again] = coldAndWarmWithDeferred(jit, spec, ampere);
   EXPECT_EQ(cold.metadata().threads, 256);
-  ASSERT_TRUE(cold.compileDeferred());
-  const long long runs = JitCompiler::stats().nvrtcRuns;
-  Kernel again = jit.compileText(spec, ampere, &status, /*withBackward=*/true);
-  ASSERT_TRUE(status) << status.message;
-  ASSERT_TRUE(again.compileDeferred());
-  EXPECT_EQ(JitCompiler::stats().nvrtcRuns, runs) << "the warm kernel's deferred modules were "
-                                                     "compiled again: from another source";
+  EXPECT_EQ(again.metadata().threads, 256);
 }
 
 // The backward spill fallback (Pipeline.h backwardSpillRetry): head dim 216 causal on sm_80
@@ -458,16 +462,15 @@ TEST_F(JitCache, BackwardSpillFallbackKeepsFewerKvRows) {
   const attnc::testing::ScratchDir dir("jit-spill-bwd", /*create=*/false);
   const Target ampere = *Target::byName("sm_80", nullptr);
   const char* spec = "name: spill_bwd\nhead_dim: 216\ndtype: bf16\nheads: 4\nmask: causal\n";
-  Compiler pipeline;
-  Diagnostics diags;
   CompileOptions withBackward;
   withBackward.backward = true;
-  std::optional<CompiledKernel> first = pipeline.compile(*parseSpecText(spec, "<spec>", diags),
-                                                         ampere, Stage::CUDA, withBackward, diags);
-  ASSERT_TRUE(first && first->backward) << renderAll(diags);
-  EXPECT_EQ(first->backward->kvBlockKV, 64) << "the rule's first tile changed: pick a spec that "
-                                               "spills again";
+  const CompiledKernel first = firstTile(spec, ampere, withBackward);
+  ASSERT_TRUE(first.backward);
+  EXPECT_EQ(first.backward->kvBlockKV, 64) << "the rule's first tile changed: pick a spec that "
+                                              "spills again";
   // The whole unit through the pipeline (as `attnc compile --backward --emit cubin`).
+  Compiler pipeline;
+  Diagnostics diags;
   std::optional<CompiledKernel> binary = pipeline.compile(*parseSpecText(spec, "<spec>", diags),
                                                           ampere, Stage::Binary, withBackward, diags);
   ASSERT_TRUE(binary && binary->backward) << renderAll(diags);
@@ -476,19 +479,10 @@ TEST_F(JitCache, BackwardSpillFallbackKeepsFewerKvRows) {
   EXPECT_NE(binary->backwardDerivation.front().find("backward spill fallback"), std::string::npos);
 
   JitCompiler jit(JitOptions{dir, true});
-  Status status;
-  Kernel cold = jit.compileText(spec, ampere, &status, /*withBackward=*/true);
-  ASSERT_TRUE(status) << status.message;
-  ASSERT_TRUE(cold.metadata().backward);
+  auto [cold, again] = coldAndWarmWithDeferred(jit, spec, ampere);
+  ASSERT_TRUE(cold.metadata().backward && again.metadata().backward);
   EXPECT_EQ(cold.metadata().backward->kvBlockKV, 32);
-  ASSERT_TRUE(cold.compileDeferred());
-  const long long runs = JitCompiler::stats().nvrtcRuns;
-  Kernel again = jit.compileText(spec, ampere, &status, /*withBackward=*/true);
-  ASSERT_TRUE(status) << status.message;
   EXPECT_EQ(again.metadata().backward->kvBlockKV, 32) << "the cache keeps the fallback's kernel";
-  ASSERT_TRUE(again.compileDeferred());
-  EXPECT_EQ(JitCompiler::stats().nvrtcRuns, runs) << "the warm kernel's deferred modules were "
-                                                     "compiled again: from another source";
 }
 
 }  // namespace

@@ -198,8 +198,9 @@ def AttnDeriveBackward : Pass<"attn-derive-backward", "::mlir::ModuleOp"> {
     Option<"regsPerThread", "regs-per-thread", "int64_t", "255",
            "Most 32-bit registers one thread may use.">,
     Option<"spillReserve", "spill-reserve", "int64_t", "0",
-           "Registers per thread the sm_80 family's dK/dV tile rule reserves beyond its own "
-           "(the backward spill fallback, compiler/Pipeline.h).">
+           "Registers per thread the sm_80 family's dK/dV tile rule reserves beyond its own, "
+           "and the sm_90a dQ kernel's kv tile leaves free (the backward spill fallback, "
+           "compiler/Pipeline.h).">
   ];
 }
 
