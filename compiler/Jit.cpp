@@ -95,9 +95,9 @@ bool forwardSpills(const std::vector<NvrtcResult>& results, const std::string& e
   return false;
 }
 
-// Whether the sm_80 family's dK/dV kernel, among the programs compiled, spills (what the backward
-// spill fallback answers; Pipeline.h backwardKVSpills over a whole unit's report).
-bool backwardKVSpills(const std::vector<NvrtcResult>& results, const CompiledKernel& source) {
+// Whether an entry the backward spill fallback watches (Pipeline.h backwardFallbackEntries), among
+// the programs compiled, spills (Pipeline.h backwardFallbackSpills over a whole unit's report).
+bool backwardFallbackSpills(const std::vector<NvrtcResult>& results, const CompiledKernel& source) {
   if (!source.backward) return false;
   for (const char* suffix : backwardFallbackEntries(*source.backward))
     if (forwardSpills(results, source.backward->entryStem + suffix)) return true;
@@ -270,9 +270,9 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
     if (Status failed = nvrtcFailure(results, spec.name); !failed) return failed;
     // The spill fallback (Pipeline.h) on the forward entry's report: the kernel cached under this
     // spec's key is the first derived tile that does not spill (or the last one tried).
-    // Then the backward spill fallback on the dK/dV kernel's, where the sm_80 family's serves.
+    // Then the backward spill fallback on the entries it watches (Pipeline.h).
     for (bool backwardKV : {false, true})
-      while (backwardKV ? backwardKVSpills(results, *source)
+      while (backwardKV ? backwardFallbackSpills(results, *source)
                         : forwardSpills(results, source->entry)) {
         CompileOptions retried;
         std::optional<CompiledKernel> again = nextCandidate(*source, &retried, backwardKV);

@@ -213,7 +213,7 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
         return again;
       }
     }
-  if (backwardKVSpills(kernel))
+  if (backwardFallbackSpills(kernel))
     if (std::optional<CompileOptions> retry = backwardSpillRetry(spec, target, options, kernel)) {
       Diagnostics ignored;
       if (std::optional<CompiledKernel> again = compile(spec, target, stage, *retry, ignored)) {
@@ -231,7 +231,7 @@ std::vector<const char*> backwardFallbackEntries(const BackwardSource& backward)
   return suffixes;
 }
 
-bool backwardKVSpills(const CompiledKernel& kernel) {
+bool backwardFallbackSpills(const CompiledKernel& kernel) {
   if (!kernel.backward) return false;
   for (const char* suffix : backwardFallbackEntries(*kernel.backward))
     if (auto it = kernel.backwardResources.find(kernel.backward->entryStem + suffix);

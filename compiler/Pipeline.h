@@ -27,8 +27,9 @@ struct CompileOptions {
   // Registers per thread the tile rule reserves beyond its own (attn-select-tiles spill-reserve).
   // compile() sets it itself when a derived forward tile spills (kSpillFallbackStep at a time).
   long long spillReserve = 0;
-  // The same for the sm_80 family's dK/dV kernel (attn-derive-backward spill-reserve): compile()
-  // sets it when that kernel, derived, spills (the backward spill fallback).
+  // The same for the backward's sm_80-family dK/dV kernel and sm_90a dQ kernel
+  // (attn-derive-backward spill-reserve): compile() sets it when one of them spills (the
+  // backward spill fallback, backwardFallbackEntries).
   long long backwardSpillReserve = 0;
   long long summaryQLen = 0;          // count tile classes for these lengths (explain)
   long long summaryKVLen = 0;
@@ -83,14 +84,13 @@ struct CompiledKernel {
 constexpr long long kSpillFallbackStep = 8;
 constexpr long long kSpillFallbackMax = 96;
 
-struct CompiledKernel;
 // The entries the backward spill fallback watches: those the default backward launches whose
 // tiles the fallback's reserve can change, the sm_80 family's dK/dV kernel (`_kv`, or `_kv_nodq`
 // with a separate dQ) and the sm_90a dQ kernel (`_q`, with a separate dQ). (The deterministic
 // mode's own entries are left out: the JIT compiles them on first use, after the fallback.)
 std::vector<const char*> backwardFallbackEntries(const BackwardSource& backward);
 // Whether ptxas' report has one of them spilling: what the backward spill fallback answers.
-bool backwardKVSpills(const CompiledKernel& kernel);
+bool backwardFallbackSpills(const CompiledKernel& kernel);
 
 class Compiler {
 public:
@@ -111,9 +111,10 @@ public:
   std::optional<CompileOptions> spillRetry(const Spec& spec, const Target& target,
                                            const CompileOptions& options,
                                            const CompiledKernel& spilled);
-  // The backward spill fallback's next options after `spilled`, whose sm_80-family dK/dV kernel
-  // spills: the first larger backwardSpillReserve, up to kSpillFallbackMax, whose dK/dV tile
-  // (kept rows, shared memory) differs; nullopt when there is none.
+  // The backward spill fallback's next options after `spilled`, one of whose watched entries
+  // spills: the first larger backwardSpillReserve, up to kSpillFallbackMax, whose sm_80-family
+  // dK/dV tile (kept rows, shared memory) or sm_90a dQ kernel's kv tile differs, with the same
+  // kernels serving; nullopt when there is none.
   std::optional<CompileOptions> backwardSpillRetry(const Spec& spec, const Target& target,
                                                    const CompileOptions& options,
                                                    const CompiledKernel& spilled);

@@ -74,7 +74,7 @@ def plan(subset):
     # The padded split with dK over four chunks (three loaded) and dV over two.
     groups.append(("causal", (192, 128), "bf16", [(127, 1000), (1000, 1000)], 2))
     # A head dim of three chunks beside a narrow d_v: the dQ columns need a fourth K chunk
-    # (sm90/bwd_config.h kTileChunks; until 2026-12-04 these failed to compile).
+    # (sm90/bwd_config.h keyTileChunks; until 2026-12-04 these failed to compile).
     groups.append(("causal", (192, 64), "bf16", [(127, 1000), (1000, 1000)], 1))
     groups.append(("causal", (136, 64), "fp16", [(1000, 129)], 1))
     # The backward spill fallback (compiler/Pipeline.h): ALiBi at hd192 spilled in the sm_90a dQ

@@ -475,7 +475,7 @@ TEST_F(JitCache, BackwardSpillFallbackKeepsFewerKvRows) {
                                                           ampere, Stage::Binary, withBackward, diags);
   ASSERT_TRUE(binary && binary->backward) << renderAll(diags);
   EXPECT_EQ(binary->backward->kvBlockKV, 32);
-  EXPECT_FALSE(backwardKVSpills(*binary));
+  EXPECT_FALSE(backwardFallbackSpills(*binary));
   EXPECT_NE(binary->backwardDerivation.front().find("backward spill fallback"), std::string::npos);
 
   JitCompiler jit(JitOptions{dir, true});

@@ -1,6 +1,5 @@
 // attn-derive-backward: attn.tiled_forward -> a sibling attn.tiled_backward whose score_grad
 // region is the symbolic derivative of the score region.
-#include "llvm/Support/FormatVariadic.h"
 #include "dialects/Attn/Transforms/Passes.h"
 #include "dialects/Attn/Transforms/ScoreGradient.h"
 #include "dialects/Attn/Transforms/TileRule.h"
@@ -8,6 +7,7 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #define DEBUG_TYPE "attn-derive-backward"
 
@@ -45,8 +45,9 @@ struct AttnDeriveBackward final : mlir::attn::impl::AttnDeriveBackwardBase<AttnD
       bool dropout = forward.getDropout().convertToDouble() > 0;
       int64_t extra = epilogueRegisters(dropout, loads, DropoutPass::Backward) +
                       (maskOps > 4 ? 4 * (maskOps - 4) : 0);
-      // (spillReserve: the backward spill fallback's registers, which only the sm_80 family's
-      // dK/dV rule reads through the epilogue's count; the sm_90a rule keeps its own reserve)
+      // (spillReserve: the backward spill fallback's registers, which the sm_80 family's dK/dV
+      // rule reads through the epilogue's count and the sm_90a dQ kernel's rule against its kv
+      // tile, backwardSpillReserve below; the sm_90a dK/dV rule keeps its own reserve)
       TileProblem problem{int64_t(forward.getHeadDim()), int64_t(forward.getHeadDimV()),
                           int64_t(forward.getElementType().getIntOrFloatBitWidth() / 8), 0, 0,
                           extra + int64_t(spillReserve)};

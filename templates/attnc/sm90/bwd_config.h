@@ -54,10 +54,10 @@ ATTNC_HD constexpr int splitChunks(int headDim, int consumers, bool split) {
 }
 // The 64-column chunks of the K and Q tiles: the head dim's (splitChunks with the split); without
 // the split, also room for both consumers' dQ columns, which are whole chunks above 64 columns
-// (dqColumns): head dims 129-192 beside a d_v narrow enough for the plain kernel (d_v = 64) give
+// (dqColumns): head dims 129-192 beside a d_v narrow enough for the plain kernel (d_v up to 64) give
 // each consumer 128 dQ columns over a K tile of three chunks, so the tile gets a fourth, which
 // TMA never writes and the kernel zeroes once (backward.h zeroPaddingChunks), as the split's.
-ATTNC_HD constexpr int kTileChunks(int headDim, int consumers, bool split) {
+ATTNC_HD constexpr int keyTileChunks(int headDim, int consumers, bool split) {
   return split ? splitChunks(headDim, consumers, true)
                : maxOf(ceilDiv(headDim, 64), ceilDiv(dqColumns(headDim, consumers) * consumers, 64));
 }
@@ -76,7 +76,7 @@ ATTNC_HD constexpr bool splitFits(int headDim, int headDimV, int consumers) {
 ATTNC_HD constexpr int bwdSmemBytes(int headDim, int headDimV, int consumers, int stages,
                                     bool split = false) {
   const int chunks =
-      kTileChunks(headDim, consumers, split) + splitChunks(headDimV, consumers, split);
+      keyTileChunks(headDim, consumers, split) + splitChunks(headDimV, consumers, split);
   return 1024 + bwdKvRows(consumers, split) * chunks * 128 + stages * kBwdBlockQ * chunks * 128 +
          2 * consumers * 64 * kBwdBlockQ * 2 +
          (split ? 0 : consumers * 64 * dqColumns(headDim, consumers) * 4) + stages * kBwdBlockQ * 8 +
@@ -151,8 +151,8 @@ struct BwdConfig {
   static constexpr int kDvTiles = bwdColumns(HeadDimV, Consumers, Split) / 8;
 
   // 64-column chunks of the K / Q and V / dO tiles (padded with the split, and for dQ's columns:
-  // kTileChunks, splitChunks)
-  static constexpr int kKChunks = kTileChunks(HeadDim, Consumers, Split);
+  // keyTileChunks, splitChunks)
+  static constexpr int kKChunks = keyTileChunks(HeadDim, Consumers, Split);
   static constexpr int kVChunks = splitChunks(HeadDimV, Consumers, Split);
   // the chunks TMA loads (the rest of a padded tile is zeroed once, backward.h)
   static constexpr int kKLoadChunks = ceilDiv(HeadDim, 64);
