@@ -218,7 +218,8 @@ TEST(HopperTileRule, BackwardTakesTheWgmmaKernelWhereItsRegistersFit) {
   int hopper = 0;
   for (int64_t d = 16; d <= 256; d += 8) {
     // head_dim_v != head_dim takes the same kernel: dK is d wide, dV d_v wide.
-    for (int64_t dv : {d, std::max<int64_t>(16, d / 2 / 8 * 8), std::min<int64_t>(256, 2 * d)}) {
+    for (int64_t dv : {d, std::max<int64_t>(16, d / 2 / 8 * 8), std::min<int64_t>(256, 2 * d),
+                       int64_t(64), int64_t(8)}) {
       for (int64_t extra : {int64_t(0), int64_t(16), int64_t(-1)}) {
         SCOPED_TRACE(testing::Message() << "d " << d << " dv " << dv << " extra " << extra);
         TileProblem problem{d, dv, 2, 0, 0, 0, 0};
@@ -238,6 +239,11 @@ TEST(HopperTileRule, BackwardTakesTheWgmmaKernelWhereItsRegistersFit) {
         EXPECT_EQ(choice->kvKernel, fits ? "sm90" : "sm80");
         if (choice->kvKernel != "sm90") continue;
         EXPECT_EQ(choice->hopperSplit, split);
+        // BwdConfig's static_assert: both consumers' dQ columns (whole 64-column chunks above
+        // 64) inside the K tile, whose chunks the shared memory above counts (keyTileChunks; at
+        // head dims 136-192 beside d_v <= 64 the tile once kept three and NVRTC failed).
+        EXPECT_LE(attnc::sm90::dqColumns(int(d), 2) * 2,
+                  64 * attnc::sm90::keyTileChunks(int(d), 2, split));
         ++hopper;
         EXPECT_GE(choice->hopperStages, 2);
         EXPECT_LE(choice->hopperStages, 4);
