@@ -87,8 +87,8 @@ std::vector<NvrtcResult> compileEntryGroups(Nvrtc& nvrtc, const std::string& cud
   return results;
 }
 
-// Whether the kernel's forward entry, in whichever program holds it, spills to local memory.
-bool forwardSpills(const std::vector<NvrtcResult>& results, const std::string& entry) {
+// Whether a kernel entry, in whichever program holds it, spills to local memory.
+bool entrySpills(const std::vector<NvrtcResult>& results, const std::string& entry) {
   for (const NvrtcResult& result : results)
     if (auto it = result.resources.find(entry); it != result.resources.end())
       return spills(it->second);
@@ -100,7 +100,7 @@ bool forwardSpills(const std::vector<NvrtcResult>& results, const std::string& e
 bool backwardFallbackSpills(const std::vector<NvrtcResult>& results, const CompiledKernel& source) {
   if (!source.backward) return false;
   for (const char* suffix : backwardFallbackEntries(*source.backward))
-    if (forwardSpills(results, source.backward->entryStem + suffix)) return true;
+    if (entrySpills(results, source.backward->entryStem + suffix)) return true;
   return false;
 }
 
@@ -273,7 +273,7 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
     // Then the backward spill fallback on the entries it watches (Pipeline.h).
     for (bool backwardKV : {false, true})
       while (backwardKV ? backwardFallbackSpills(results, *source)
-                        : forwardSpills(results, source->entry)) {
+                        : entrySpills(results, source->entry)) {
         CompileOptions retried;
         std::optional<CompiledKernel> again = nextCandidate(*source, &retried, backwardKV);
         if (!again) break;

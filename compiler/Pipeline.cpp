@@ -205,22 +205,20 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
       if (auto it = result.resources.find(kernel.backward->entryStem + suffix);
           it != result.resources.end())
         kernel.backwardResources[it->first] = it->second;
-  if (spills(kernel.resources))
-    if (std::optional<CompileOptions> retry = spillRetry(spec, target, options, kernel)) {
-      Diagnostics ignored;  // (a retry that fails keeps the kernel that spills)
+  // The spill fallback on the forward entry, then the backward's on the entries it watches.
+  for (bool backward : {false, true}) {
+    std::optional<CompileOptions> retry;
+    if (!backward && spills(kernel.resources))
+      retry = spillRetry(spec, target, options, kernel);
+    else if (backward && backwardFallbackSpills(kernel))
+      retry = backwardSpillRetry(spec, target, options, kernel);
+    Diagnostics ignored;  // (a retry that fails keeps the kernel that spills)
+    if (retry)
       if (std::optional<CompiledKernel> again = compile(spec, target, stage, *retry, ignored)) {
         again->nvrtcSeconds += kernel.nvrtcSeconds;
         return again;
       }
-    }
-  if (backwardFallbackSpills(kernel))
-    if (std::optional<CompileOptions> retry = backwardSpillRetry(spec, target, options, kernel)) {
-      Diagnostics ignored;
-      if (std::optional<CompiledKernel> again = compile(spec, target, stage, *retry, ignored)) {
-        again->nvrtcSeconds += kernel.nvrtcSeconds;
-        return again;
-      }
-    }
+  }
   return kernel;
 }
 

@@ -45,12 +45,9 @@ struct AttnDeriveBackward final : mlir::attn::impl::AttnDeriveBackwardBase<AttnD
       bool dropout = forward.getDropout().convertToDouble() > 0;
       int64_t extra = epilogueRegisters(dropout, loads, DropoutPass::Backward) +
                       (maskOps > 4 ? 4 * (maskOps - 4) : 0);
-      // (spillReserve: the backward spill fallback's registers, which the sm_80 family's dK/dV
-      // rule reads through the epilogue's count and the sm_90a dQ kernel's rule against its kv
-      // tile, backwardSpillReserve below; the sm_90a dK/dV rule keeps its own reserve)
       TileProblem problem{int64_t(forward.getHeadDim()), int64_t(forward.getHeadDimV()),
                           int64_t(forward.getElementType().getIntOrFloatBitWidth() / 8), 0, 0,
-                          extra + int64_t(spillReserve)};
+                          extra};
       // The sm_90a dK/dV kernel's epilogue, calibrated with ptxas (CUDA 13.0) on the examples at
       // hd128, whose accumulators leave no register to spare: up to 8 mask operations fit; each
       // further mask operation costs 4 registers. Dropout (its keep bits are made while S^T and

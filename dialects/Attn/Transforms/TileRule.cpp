@@ -526,12 +526,8 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
          "and the default one keeps the dK/dV kernel's dQ");
     return;
   }
-  // (with the backward spill fallback's reserve, the largest kv tile whose model leaves it free)
-  int64_t dqBlockKV = attnc::sm90::dqKernelBlockKV(int(d));
-  while (problem.backwardSpillReserve > 0 && dqBlockKV > 32 &&
-         attnc::sm90::dqKernelRegisters(int(d), int(dqBlockKV)) + problem.backwardSpillReserve >
-             attnc::sm90::kDqKernelLive)
-    dqBlockKV /= 2;
+  const int64_t dqBlockKV =
+      attnc::sm90::dqKernelBlockKV(int(d), int(problem.backwardSpillReserve));
   auto dqSmem = [&](int64_t stages) {
     return int64_t(attnc::sm90::dqKernelSmemBytes(int(d), int(dv), int(dqBlockKV), int(stages)));
   };
@@ -579,7 +575,9 @@ FailureOr<BackwardTileChoice> mlir::attn::deriveBackwardTiles(const TileProblem&
   // Calibrated against ptxas (CUDA 13.0) over head dims 64..256, five epilogues and both targets:
   // no configuration inside the budget spilled (docs/pipeline.md); the example compiles check it.
   const int64_t fa = llvm::divideCeil(m, 4 * dMax);
-  const int64_t budget = target.regsPerThread + 1 - problem.epilogueRegisters;
+  // (the backward spill fallback's reserve counts with the epilogue here)
+  const int64_t epilogue = problem.epilogueRegisters + problem.backwardSpillReserve;
+  const int64_t budget = target.regsPerThread + 1 - epilogue;
   struct KVTiles {
     int64_t blockQ = 0, blockKV = 0, stages = 0, smem = 0, registers = 0;
   };
@@ -605,7 +603,7 @@ FailureOr<BackwardTileChoice> mlir::attn::deriveBackwardTiles(const TileProblem&
         break;
       }
       rejected += llvm::formatv("{0}B_c {1}, B_r {2}: {3}", rejected.empty() ? "" : "; ", blockKV,
-                                blockQ, candidate.registers + problem.epilogueRegisters);
+                                blockQ, candidate.registers + epilogue);
     }
   }
   if (!fewest.blockKV) return failure();
@@ -620,10 +618,9 @@ FailureOr<BackwardTileChoice> mlir::attn::deriveBackwardTiles(const TileProblem&
       accumulators,
       kvSlices(kv.blockQ, kv.blockKV) > 1 ? "2 S^T slices" : "1 S^T slice",
       kv.registers - accumulators,
-      problem.epilogueRegisters
-          ? llvm::formatv(" + {0} for the epilogue", problem.epilogueRegisters).str()
+      epilogue ? llvm::formatv(" + {0} for the epilogue", epilogue).str()
           : std::string(),
-      kv.registers + problem.epilogueRegisters, overBudget ? ">" : "<=", target.regsPerThread + 1,
+      kv.registers + epilogue, overBudget ? ">" : "<=", target.regsPerThread + 1,
       rejected.empty() ? "" : " (over it: " + rejected + ")",
       overBudget ? "; nothing fits, so the fewest registers (ptxas may spill)" : ""));
   note(llvm::formatv("backward KV kernel shared memory: {0} Q/dO buffer(s), {1} B <= {2} B",

@@ -39,9 +39,9 @@ struct TileProblem {
   // (forward and dK/dV kernel: two stages without it; deriveHopperTiles and
   // deriveHopperBackwardTiles).
   bool dropout = false, maskReadsInputs = false, scoreHook = false;
-  // The backward spill fallback's registers (attn-derive-backward spill-reserve) for the sm_90a dQ
-  // kernel, whose kv tile then shrinks; the sm_80 family's dK/dV rule takes them through
-  // epilogueRegisters.
+  // The backward spill fallback's registers (attn-derive-backward spill-reserve): the sm_80
+  // family's dK/dV rule counts them with the epilogue, the sm_90a dQ kernel's kv tile leaves them
+  // free.
   int64_t backwardSpillReserve = 0;
 };
 

@@ -203,10 +203,11 @@ constexpr int kDqKernelLive = 176;
 ATTNC_HD constexpr int dqKernelRegisters(int headDim, int blockKV) {
   return roundUp(headDim, 8) / 2 + blockKV + blockKV / 4;
 }
-ATTNC_HD constexpr int dqKernelBlockKV(int headDim) {
-  return dqKernelRegisters(headDim, 128) <= kDqKernelLive  ? 128
-         : dqKernelRegisters(headDim, 64) <= kDqKernelLive ? 64
-                                                            : 32;
+ATTNC_HD constexpr int dqKernelBlockKV(int headDim, int reserve = 0) {
+  // (reserve: registers left free beyond the model, the backward spill fallback's)
+  return dqKernelRegisters(headDim, 128) + reserve <= kDqKernelLive  ? 128
+         : dqKernelRegisters(headDim, 64) + reserve <= kDqKernelLive ? 64
+                                                                      : 32;
 }
 // Shared memory: 1024 bytes of alignment slack, Q and dO of the block's 128 rows (kept for the
 // whole loop), per stage a K and a V tile (128-byte-swizzled boxes 64 elements wide), and per
