@@ -74,9 +74,19 @@ def plan(subset):
     # The padded split with dK over four chunks (three loaded) and dV over two.
     groups.append(("causal", (192, 128), "bf16", [(127, 1000), (1000, 1000)], 2))
     # A head dim of three chunks beside a narrow d_v: the dQ columns need a fourth K chunk
-    # (sm90/bwd_config.h keyTileChunks; until 2026-12-04 these failed to compile).
+    # (sm90/bwd_config.h keyTileChunks; until 2026-12-04 these failed to compile), which with dQ's
+    # fp32 tiles leaves no room, so the dK/dV kernel runs without dQ beside the dQ kernel
+    # (BwdConfig SeparateDq; until then the sm80 dK/dV kernel served them), here with 3 and 2
+    # stages, a window, a prefix, dropout, a score hook, GQA and an odd last kv block (the second
+    # consumer without rows: the staged dK/dV stores' barrier).
     groups.append(("causal", (192, 64), "bf16", [(127, 1000), (1000, 1000)], 1))
     groups.append(("causal", (136, 64), "fp16", [(1000, 129)], 1))
+    groups.append(("window64", (176, 80), "bf16", [(129, 1000), (1000, 1000)], 1))
+    groups.append(("prefix50", (136, 112), "bf16", [(1000, 1000)], 1))
+    groups.append(("dropout0.1", (200, 48), "bf16", [(300, 300)], 1))
+    groups.append(("softcap", (160, 32), "bf16", [(129, 1000)], 1))
+    groups.append(("gqa8", (184, 16), "bf16", [(1000, 1000)], 1))
+    groups.append(("causal", (152, 96), "bf16", [(1000, 1000 - 40)], 1))
     # The backward spill fallback (compiler/Pipeline.h): ALiBi at hd192 spilled in the sm_90a dQ
     # kernel of the split's default backward, which now takes kv tiles of 32 keys.
     groups.append(("alibi", 192, "bf16", [(129, 1000), (1000, 1000)], 1))

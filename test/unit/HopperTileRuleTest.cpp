@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
 #include <utility>
 
 #include <vector>
@@ -231,19 +232,34 @@ TEST(HopperTileRule, BackwardTakesTheWgmmaKernelWhereItsRegistersFit) {
         const int64_t splitNeeded = attnc::sm90::bwdConsumerRegisters(int(d), int(dv), true) + 32 + extra;
         const bool split = needed > 240 && attnc::sm90::splitFits(int(d), int(dv), 2) &&
                            attnc::sm90::bwdConsumerRegisters(int(d), int(dv)) + 32 > 240;
+        // Where the plain kernel's dQ (its fp32 tiles and dQ's K chunks) is what does not fit,
+        // it runs without dQ beside the sm_90a dQ kernel (BwdConfig SeparateDq).
+        const bool dqKernelFits =
+            extra >= 0 && attnc::sm90::dqKernelSmemBytes(int(d), int(dv),
+                                                         attnc::sm90::dqKernelBlockKV(int(d)), 2) <=
+                              target.smemPerBlock;
+        const bool separate =
+            !split && dqKernelFits &&
+            attnc::sm90::bwdSmemBytes(int(d), int(dv), 2, 2) > target.smemPerBlock &&
+            attnc::sm90::bwdSmemBytes(int(d), int(dv), 2, 2, false, true) <= target.smemPerBlock;
         auto smem = [&](int stages) {
-          return attnc::sm90::bwdSmemBytes(int(d), int(dv), 2, stages, split);
+          return attnc::sm90::bwdSmemBytes(int(d), int(dv), 2, stages, split, separate);
         };
         const bool fits = extra >= 0 && (split ? splitNeeded : needed) <= 240 &&
                           smem(2) <= target.smemPerBlock;
         EXPECT_EQ(choice->kvKernel, fits ? "sm90" : "sm80");
         if (choice->kvKernel != "sm90") continue;
         EXPECT_EQ(choice->hopperSplit, split);
+        EXPECT_EQ(choice->hopperSeparateDq, split || separate);
         // BwdConfig's static_assert: both consumers' dQ columns (whole 64-column chunks above
         // 64) inside the K tile, whose chunks the shared memory above counts (keyTileChunks; at
-        // head dims 136-192 beside d_v <= 64 the tile once kept three and NVRTC failed).
-        EXPECT_LE(attnc::sm90::dqColumns(int(d), 2) * 2,
-                  64 * attnc::sm90::keyTileChunks(int(d), 2, split));
+        // head dims 136-192 beside d_v <= 64 the tile once kept three and NVRTC failed); none
+        // without dQ.
+        if (!separate)
+          EXPECT_LE(attnc::sm90::dqColumns(int(d), 2) * 2,
+                    64 * attnc::sm90::keyTileChunks(int(d), 2, split));
+        else
+          EXPECT_EQ(attnc::sm90::keyTileChunks(int(d), 2, false, true), (d + 63) / 64);
         ++hopper;
         EXPECT_GE(choice->hopperStages, 2);
         EXPECT_LE(choice->hopperStages, 4);
@@ -311,6 +327,41 @@ TEST(HopperTileRule, BackwardTakesTheWgmmaKernelWhereItsRegistersFit) {
   // A head dim of at most 64 columns has no chunk a consumer could take whole.
   EXPECT_FALSE(attnc::sm90::splitFits(64, 64, 2));
   EXPECT_TRUE(attnc::sm90::splitFits(192, 128, 2));
+}
+
+// Head dims 129-256 beside a narrow d_v, whose plain dK/dV kernel fits its registers but not, with
+// its dQ (fp32 tiles and a fourth K chunk for dQ's columns), the shared memory: the kernel without
+// dQ (BwdConfig SeparateDq) and the sm_90a dQ kernel, in the default backward too. A mask that
+// reads declared inputs has no sm_90a dQ kernel, so the sm80 dK/dV kernel keeps serving it.
+TEST(HopperTileRule, NarrowDvBesideAWideHeadDimRunsWithoutItsDq) {
+  const TileTarget target = tileTarget("sm_90a");
+  for (auto [d, dv, stages] : {std::tuple{192, 64, 3}, std::tuple{136, 112, 2},
+                               std::tuple{176, 80, 2}, std::tuple{200, 48, 2}}) {
+    SCOPED_TRACE(testing::Message() << "d " << d << " dv " << dv);
+    TileProblem problem{d, dv, 2, 0, 0, 0, 0};
+    mlir::FailureOr<BackwardTileChoice> c = deriveBackwardTiles(problem, target);
+    ASSERT_TRUE(mlir::succeeded(c));
+    EXPECT_EQ(c->kvKernel, "sm90");
+    EXPECT_FALSE(c->hopperSplit);
+    EXPECT_TRUE(c->hopperSeparateDq);
+    EXPECT_GT(c->hopperQSmemBytes, 0);
+    EXPECT_EQ(c->hopperStages, stages);
+    EXPECT_GT(attnc::sm90::bwdSmemBytes(d, dv, 2, 2), target.smemPerBlock);
+    EXPECT_EQ(c->hopperSmemBytes, attnc::sm90::bwdSmemBytes(d, dv, 2, stages, false, true));
+    TileProblem document = problem;
+    document.maskReadsInputs = true;
+    EXPECT_EQ(deriveBackwardTiles(document, target)->kvKernel, "sm80");
+  }
+  using Narrow = attnc::sm90::BwdConfig<attnc::bf16, 192, 64, 2, 3, false, true>;
+  static_assert(Narrow::kKChunks == 3 && Narrow::kKLoadChunks == 3 && Narrow::kDqTileBytes == 0 &&
+                    Narrow::kSmemBytes == attnc::sm90::bwdSmemBytes(192, 64, 2, 3, false, true) &&
+                    attnc::sm90::QStagedRowsFit<Narrow>::value,
+                "(192, 64) without dQ: three K chunks, no dQ tiles, dK and dV staged in the Q tiles");
+  // d_v = d keeps the plain kernel's dQ up to 128 and takes the split above (as before).
+  for (int64_t d : {64, 128, 192}) {
+    TileProblem same{d, d, 2, 0, 0, 0, 0};
+    EXPECT_EQ(deriveBackwardTiles(same, target)->hopperSeparateDq, d > 128) << d;
+  }
 }
 
 // The head-dim split's dQ reduction: simulate a warp's lanes swapping halves of one n8 tile (the

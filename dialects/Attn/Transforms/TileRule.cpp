@@ -475,14 +475,41 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
   }
   const int64_t model = split ? splitModel : plainModel;
   const int64_t needed = model + reserve;
+  // The sm_90a dQ kernel (bwd_q.h), derived below: whether it can serve, and its kv tile.
+  // Not for a mask that reads declared inputs: its producer warp would walk the kv tiles over the
+  // inputs' summaries itself (the backward has no precomputed classes along the keys), which
+  // spilled within its 24 registers (document, CUDA 13.0).
+  const int64_t dqBlockKV =
+      attnc::sm90::dqKernelBlockKV(int(d), int(problem.backwardSpillReserve));
+  auto dqSmem = [&](int64_t stages) {
+    return int64_t(attnc::sm90::dqKernelSmemBytes(int(d), int(dv), int(dqBlockKV), int(stages)));
+  };
+  const bool dqKernelFits = !problem.maskReadsInputs && dqSmem(2) <= target.smemPerBlock;
+  // separateDq: the plain kernel without dQ (bwd_config.h SeparateDq), beside the dQ kernel, where
+  // the plain kernel's dQ tiles and dQ columns are what does not fit (head dims 129-192 beside a
+  // narrow d_v: a fourth K chunk for dQ's columns and 64 KiB of fp32 dQ tiles).
+  bool separateDq = false;
   auto smem = [&](int64_t stages) {
-    return int64_t(attnc::sm90::bwdSmemBytes(int(d), int(dv), int(consumers), int(stages), split));
+    return int64_t(
+        attnc::sm90::bwdSmemBytes(int(d), int(dv), int(consumers), int(stages), split, separateDq));
   };
   if (smem(2) > target.smemPerBlock) {
-    note(llvm::formatv("sm_90a dK/dV kernel: shared memory with 2 stages {0} B > {1} B: the sm80 "
-                       "dK/dV kernel below serves",
-                       smem(2), target.smemPerBlock));
-    return;
+    const int64_t withDq = smem(2);
+    separateDq = !split && dqKernelFits;
+    if (!separateDq || smem(2) > target.smemPerBlock) {
+      separateDq = false;
+      note(llvm::formatv("sm_90a dK/dV kernel: shared memory with 2 stages {0} B > {1} B{2}: the "
+                         "sm80 dK/dV kernel below serves",
+                         withDq, target.smemPerBlock,
+                         split || !dqKernelFits ? ""
+                                                : llvm::formatv(", and {0} B without its dQ",
+                                                                smem(2)).str()));
+      return;
+    }
+    note(llvm::formatv("sm_90a dK/dV kernel: shared memory with 2 stages {0} B > {1} B with its "
+                       "dQ (fp32 dQ tiles, K chunks for dQ's columns), {2} B without: dK and dV "
+                       "alone, dQ from the sm_90a dQ kernel",
+                       withDq, target.smemPerBlock, smem(2)));
   }
   // hd128 without dropout or the split keeps two Q/dO stages where three fit (hd128KeepsTwoStages).
   const bool twoStages = !split && hd128KeepsTwoStages(problem);
@@ -491,6 +518,7 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
     ++stages;
   choice.kvKernel = "sm90";
   choice.hopperSplit = split;
+  choice.hopperSeparateDq = separateDq;  // (the split's separate dQ is set with the dQ kernel below)
   choice.hopperStages = stages;
   choice.hopperSmemBytes = smem(stages);
   note(llvm::formatv("sm_90a dK/dV kernel: {0} consumer warpgroups x 64 kv rows{11} = {1} kept K/V rows, "
@@ -517,20 +545,12 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
            : llvm::formatv("sm_90a dK/dV kernel: no ping-pong ({0})", noTurns).str());
 
   // The sm_90a dQ kernel (bwd_q.h): with the wgmma dK/dV kernel, for its `_kv_nodq` partner.
-  // Not for a mask that reads declared inputs: its producer warp would walk the kv tiles over the
-  // inputs' summaries itself (the backward has no precomputed classes along the keys), which
-  // spilled within its 24 registers (document, CUDA 13.0).
   if (problem.maskReadsInputs) {
     note("sm_90a dQ kernel: the mask reads declared inputs, whose kv-tile walk its producer warp "
          "cannot make within 24 registers: the sm80 dQ kernel serves the deterministic backward, "
          "and the default one keeps the dK/dV kernel's dQ");
     return;
   }
-  const int64_t dqBlockKV =
-      attnc::sm90::dqKernelBlockKV(int(d), int(problem.backwardSpillReserve));
-  auto dqSmem = [&](int64_t stages) {
-    return int64_t(attnc::sm90::dqKernelSmemBytes(int(d), int(dv), int(dqBlockKV), int(stages)));
-  };
   if (dqSmem(2) > target.smemPerBlock) {
     note(llvm::formatv("sm_90a dQ kernel: shared memory with 2 stages {0} B > {1} B: the sm80 dQ "
                        "kernel serves the deterministic backward",
@@ -542,14 +562,16 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
   choice.hopperQBlockKV = dqBlockKV;
   choice.hopperQStages = dqStages;
   choice.hopperQSmemBytes = dqSmem(dqStages);
-  choice.hopperSeparateDq = attnc::sm90::separateDqKernel(split);
+  choice.hopperSeparateDq = separateDq || attnc::sm90::separateDqKernel(split);
   note(llvm::formatv("sm_90a dQ kernel: 2 consumer warpgroups x 64 q rows, kv tiles of {0} keys "
                      "(registers {1}: dQ, S, dP, dS <= {2}), {3} K/V stages, {4} B <= {5} B shared; "
                      "{6}",
                      dqBlockKV, attnc::sm90::dqKernelRegisters(int(d), int(dqBlockKV)),
                      attnc::sm90::kDqKernelLive, dqStages, choice.hopperQSmemBytes,
                      target.smemPerBlock,
-                     choice.hopperSeparateDq
+                     separateDq ? "the default backward too: dK/dV without dQ (above), then "
+                                  "this kernel"
+                     : choice.hopperSeparateDq
                          ? "the default backward too: dK/dV without dQ, then this kernel (the "
                            "split's dQ reductions into dq_accum are what held it back)"
                          : "the deterministic backward; the default one keeps the dK/dV kernel's "

@@ -215,9 +215,9 @@ ATTNC_DEVICE BlockCoord kvBlockCoord(const BwdParams& p) {
 // barrier kTurnBarrier + consumer.
 constexpr int kTurnBarrier = 3;
 // Each consumer's barrier of its 128 threads around the staged dK and dV stores (storeRowsStaged):
-// kStoreBarrier + consumer; with the head-dim split, which stages them in the stages' Q tiles,
-// kStoreBarrier holds both consumers until neither reads a stage, and each then uses
-// kStoreBarrier + 1 + consumer.
+// kStoreBarrier + consumer; with the head-dim split or a separate dQ, which stage them in the
+// stages' Q tiles, kStoreBarrier holds the consumers until neither reads a stage, and each then
+// uses kStoreBarrier + 1 + consumer.
 constexpr int kStoreBarrier = 5;
 
 // The producer warp: K and V once, then for every (query head, q tile) pair of the stream Q, dO
@@ -304,6 +304,7 @@ ATTNC_DEVICE void produceBackward(const BwdParamsTma& pt, const BackwardSmem<Con
 // Grid (ceil(kv_len / BlockKV), heads_kv, batch), block kThreads, dynamic smem kSmemBytes.
 template <class Config, class Variant, bool WriteDQ>
 ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
+  static_assert(!(WriteDQ && Config::kSeparateDq), "a SeparateDq layout has no room for dQ");
   using Element = typename Config::Element;
   using Tri = expr::Tri;
   constexpr int kN = Config::kNTiles;
@@ -799,20 +800,24 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   const int b = end.b, hKv = end.h;
   Element* dkRows = static_cast<Element*>(p.dk) + b * p.dk_stride_b + hKv * p.dk_stride_h + dkCol0;
   Element* dvRows = static_cast<Element*>(p.dv) + b * p.dv_stride_b + hKv * p.dv_stride_h + dvCol0;
-  if constexpr (StagedRowsFit<Config>::value || SplitStagedRowsFit<Config>::value) {
+  if constexpr (StagedRowsFit<Config>::value || QStagedRowsFit<Config>::value) {
     // Through shared memory, so that the global stores are whole rows: the consumer's dQ tile, free
-    // once every warp's dQ reductions have read it; with the split (no dQ tile), the Q tile of the
-    // stage with the consumer's index, once neither consumer reads any stage (they share the 64 kv
-    // rows, so both are here).
+    // once every warp's dQ reductions have read it; with the split or a separate dQ (no dQ tile),
+    // the Q tile of the stage with the consumer's index, once neither consumer reads any stage
+    // (the split's share the 64 kv rows, so both are here; without the split the second consumer
+    // has returned above if none of its rows is in the sequence: its GEMMs' results are dropped,
+    // so the first one need not wait for them).
+    constexpr bool kThroughQ = QStagedRowsFit<Config>::value;
+    const int storers = Config::kSplit || kv0 + 64 < p.kv_len ? 128 * Config::kConsumers : 128;
     const u32 staging = [&] {
-      if constexpr (Config::kSplit)
+      if constexpr (kThroughQ)
         return smem.q(group);
       else
         return smem.dq(group);
     }();
-    const int barrier = Config::kSplit ? kStoreBarrier + 1 + group : kStoreBarrier + group;
-    if constexpr (Config::kSplit)
-      namedBarrierSync(kStoreBarrier, 128 * Config::kConsumers);
+    const int barrier = kThroughQ ? kStoreBarrier + 1 + group : kStoreBarrier + group;
+    if constexpr (kThroughQ)
+      namedBarrierSync(kStoreBarrier, storers);
     else
       namedBarrierSync(barrier, 128);
     storeRowsStaged(dkRows + i64(groupKv) * p.dk_stride_s, p.dk_stride_s, dk, p.scale,

@@ -54,12 +54,14 @@ ATTNC_HD constexpr int splitChunks(int headDim, int consumers, bool split) {
 }
 // The 64-column chunks of the K and Q tiles: the head dim's (splitChunks with the split); without
 // the split, also room for both consumers' dQ columns, which are whole chunks above 64 columns
-// (dqColumns): head dims 129-192 beside a d_v narrow enough for the plain kernel (d_v up to 64) give
-// each consumer 128 dQ columns over a K tile of three chunks, so the tile gets a fourth, which
-// TMA never writes and the kernel zeroes once (backward.h zeroPaddingChunks), as the split's.
-ATTNC_HD constexpr int keyTileChunks(int headDim, int consumers, bool split) {
-  return split ? splitChunks(headDim, consumers, true)
-               : maxOf(ceilDiv(headDim, 64), ceilDiv(dqColumns(headDim, consumers) * consumers, 64));
+// (dqColumns): head dims 129-192 give each consumer 128 dQ columns over a K tile of three chunks,
+// so the tile gets a fourth, which TMA never writes and the kernel zeroes once (backward.h
+// zeroPaddingChunks), as the split's. Not with a separate dQ (SeparateDq below: the kernel
+// computes no dQ).
+ATTNC_HD constexpr int keyTileChunks(int headDim, int consumers, bool split, bool separateDq = false) {
+  return split        ? splitChunks(headDim, consumers, true)
+         : separateDq ? ceilDiv(headDim, 64)
+                      : maxOf(ceilDiv(headDim, 64), ceilDiv(dqColumns(headDim, consumers) * consumers, 64));
 }
 ATTNC_HD constexpr bool splitFits(int headDim, int headDimV, int consumers) {
   return dqColumns(headDim, consumers) == 64 * splitChunks(headDim, consumers, true) / consumers &&
@@ -71,16 +73,16 @@ ATTNC_HD constexpr bool splitFits(int headDim, int headDimV, int consumers) {
 // two buffers of dS^T, one 64 x 64 tile per consumer each (with the split, whose consumers share
 // their rows: the block's dS^T and P^T); one fp32 dQ tile (64 x dqColumns) per
 // consumer, except with the split (its dQ goes to dq_accum by vector reductions from registers:
-// hd256's tiles leave no room for it); per stage two mbarriers and a schedule slot, K/V's mbarrier
-// and two per dS^T buffer.
+// hd256's tiles leave no room for it) and with a separate dQ (no dQ at all); per stage two
+// mbarriers and a schedule slot, K/V's mbarrier and two per dS^T buffer.
 ATTNC_HD constexpr int bwdSmemBytes(int headDim, int headDimV, int consumers, int stages,
-                                    bool split = false) {
-  const int chunks =
-      keyTileChunks(headDim, consumers, split) + splitChunks(headDimV, consumers, split);
+                                    bool split = false, bool separateDq = false) {
+  const int chunks = keyTileChunks(headDim, consumers, split, separateDq) +
+                     splitChunks(headDimV, consumers, split);
   return 1024 + bwdKvRows(consumers, split) * chunks * 128 + stages * kBwdBlockQ * chunks * 128 +
          2 * consumers * 64 * kBwdBlockQ * 2 +
-         (split ? 0 : consumers * 64 * dqColumns(headDim, consumers) * 4) + stages * kBwdBlockQ * 8 +
-         8 * (1 + 2 * stages + 4) + 16 * stages;
+         (split || separateDq ? 0 : consumers * 64 * dqColumns(headDim, consumers) * 4) +
+         stages * kBwdBlockQ * 8 + 8 * (1 + 2 * stages + 4) + 16 * stages;
 }
 
 // Registers a consumer thread keeps, as modelled: the dK and dV accumulators (64 rows x its head-dim
@@ -127,7 +129,13 @@ struct DqPairReduction {
 // Element: attnc::bf16 or attnc::half. HeadDim, HeadDimV: multiples of 8 in [8, 256] whose
 // accumulators fit (the tile rule checks bwdConsumerRegisters). Stages: Q/dO tiles in flight.
 // Split: the consumers share their kv rows and split dK's and dV's columns (bwdKvRows).
-template <class Element_, int HeadDim, int HeadDimV, int Consumers, int Stages, bool Split = false>
+// SeparateDq (not with Split, whose layout has no dQ tile anyway): the kernel is only ever the
+// `_kv_nodq` entry, dQ coming from the dQ kernel (bwd_q.h), so the layout has neither the fp32 dQ
+// tiles nor K and Q chunks for dQ's columns: head dims 129-192 beside a narrow d_v fit with it and
+// not without (attn-derive-backward; dK and dV then go out through the stages' Q tiles, as the
+// split's do).
+template <class Element_, int HeadDim, int HeadDimV, int Consumers, int Stages, bool Split = false,
+          bool SeparateDq = false>
 struct BwdConfig {
   using Element = Element_;
   static constexpr int kHeadDim = HeadDim;
@@ -135,6 +143,7 @@ struct BwdConfig {
   static constexpr int kConsumers = Consumers;
   static constexpr int kBlockQ = kBwdBlockQ;
   static constexpr bool kSplit = Split;
+  static constexpr bool kSeparateDq = SeparateDq;
   static constexpr int kBlockKV = bwdKvRows(Consumers, Split);  // wgmma's M: 64 rows a warpgroup
   static constexpr int kStages = Stages;
   static constexpr int kThreads = 128 * (Consumers + 1);
@@ -152,7 +161,7 @@ struct BwdConfig {
 
   // 64-column chunks of the K / Q and V / dO tiles (padded with the split, and for dQ's columns:
   // keyTileChunks, splitChunks)
-  static constexpr int kKChunks = keyTileChunks(HeadDim, Consumers, Split);
+  static constexpr int kKChunks = keyTileChunks(HeadDim, Consumers, Split, SeparateDq);
   static constexpr int kVChunks = splitChunks(HeadDimV, Consumers, Split);
   // the chunks TMA loads (the rest of a padded tile is zeroed once, backward.h)
   static constexpr int kKLoadChunks = ceilDiv(HeadDim, 64);
@@ -166,15 +175,16 @@ struct BwdConfig {
   static constexpr int kVLoadBytes = kBlockKV * kVLoadChunks * 128;  // V
   static constexpr int kStageLoadBytes = kBlockQ * (kKLoadChunks + kVLoadChunks) * 128;  // Q + dO
   static constexpr int kDsBytes = 64 * kBlockQ * 2;          // one consumer's dS^T, 64 x 64
-  // one consumer's dQ columns, fp32 (none with the split: vector reductions from registers)
-  static constexpr int kDqTileBytes = Split ? 0 : 64 * kDqN * 4;
+  // one consumer's dQ columns, fp32 (none with the split: vector reductions from registers; none
+  // with a separate dQ)
+  static constexpr int kDqTileBytes = Split || SeparateDq ? 0 : 64 * kDqN * 4;
   static constexpr int kStatsBytes = kBlockQ * 8;            // log2 LSE and delta of a q tile
   static constexpr int kBarrierBytes = 8 * (1 + 2 * Stages + 4) + 16 * Stages;
   static constexpr int kAlignSlack = 1024;
   static constexpr int kSmemBytes = kAlignSlack + kKBytes + kVBytes + Stages * kStageBytes +
                                     2 * Consumers * kDsBytes + Consumers * kDqTileBytes +
                                     Stages * kStatsBytes + kBarrierBytes;
-  static_assert(kSmemBytes == bwdSmemBytes(HeadDim, HeadDimV, Consumers, Stages, Split),
+  static_assert(kSmemBytes == bwdSmemBytes(HeadDim, HeadDimV, Consumers, Stages, Split, SeparateDq),
                 "the layout above and bwdSmemBytes() disagree");
 
   // The producer keeps 24 registers (setmaxnreg's least), so the consumers get 240: with 232 ptxas
@@ -185,7 +195,8 @@ struct BwdConfig {
   static_assert(HeadDim % 8 == 0 && HeadDim >= 8 && HeadDim <= 256, "head_dim: multiple of 8 in 8..256");
   static_assert(HeadDimV % 8 == 0 && HeadDimV >= 8 && HeadDimV <= 256,
                 "head_dim_v: multiple of 8 in 8..256");
-  static_assert(kDqN * Consumers <= 64 * kKChunks, "dQ's columns stay inside the K tile");
+  static_assert(SeparateDq || kDqN * Consumers <= 64 * kKChunks, "dQ's columns stay inside the K tile");
+  static_assert(!(Split && SeparateDq), "the split's layout has no dQ tile: SeparateDq is the plain kernel's");
   static_assert(Consumers == kBwdConsumers, "two consumer warpgroups: dQ's columns are split between them");
   static_assert(Stages >= 2, "one Q/dO tile loading while another is read");
   static_assert(!Split || splitFits(HeadDim, HeadDimV, Consumers),
@@ -290,12 +301,13 @@ struct StagedRowsFit {
                                 64 * 8 * Config::kDvTiles * 2 <= Config::kDqTileBytes;
 };
 
-// With the head-dim split, which has no dQ tile, whether a consumer's dK and dV columns fit the Q
-// tile of the stage with its index, where storeRowsStaged puts them once no stage is read.
+// With the head-dim split or a separate dQ, which have no dQ tile, whether a consumer's dK and dV
+// columns fit the Q tile of the stage with its index, where storeRowsStaged puts them once no
+// stage is read.
 template <class Config>
-struct SplitStagedRowsFit {
+struct QStagedRowsFit {
   static constexpr bool value =
-      Config::kSplit && Config::kStages >= Config::kConsumers &&
+      (Config::kSplit || Config::kSeparateDq) && Config::kStages >= Config::kConsumers &&
       64 * 16 * maxOf(Config::kDkTiles, Config::kDvTiles) <= Config::kQBytes;
 };
 
