@@ -40,7 +40,10 @@ def plan(subset):
                 ("document_causal", 256, "bf16", [(129, 300)], 1),
                 # the sm_90a dQ kernel (bwd_q.h) with a score hook and with dropout
                 ("softcap", 256, "bf16", [(300, 129)], 1),
-                ("dropout0.1", 128, "bf16", [(129, 300)], 1)]
+                ("dropout0.1", 128, "bf16", [(129, 300)], 1),
+                # the dK/dV kernel without dQ (bwd_config.h SeparateDq), its last kv block's
+                # second consumer without rows
+                ("causal", (192, 64), "bf16", [(300, 129)], 1)]
     lens = [(1, 1), (17, 17), (127, 1000), (1000, 127), (1000, 1000)]
     groups = []
     swept = (32, 64, 72, 96, 128, 136, 160, 192, 256)  # at every length below; the other head dims at the end
