@@ -43,7 +43,9 @@ def plan(subset):
                 ("dropout0.1", 128, "bf16", [(129, 300)], 1),
                 # the dK/dV kernel without dQ (bwd_config.h SeparateDq), its last kv block's
                 # second consumer without rows
-                ("causal", (192, 64), "bf16", [(300, 129)], 1)]
+                ("causal", (192, 64), "bf16", [(300, 129)], 1),
+                # the split beside a head dim padded to two chunks
+                ("causal", (64, 256), "bf16", [(129, 300)], 1)]
     lens = [(1, 1), (17, 17), (127, 1000), (1000, 127), (1000, 1000)]
     groups = []
     swept = (32, 64, 72, 96, 128, 136, 160, 192, 256)  # at every length below; the other head dims at the end
@@ -90,6 +92,19 @@ def plan(subset):
     groups.append(("softcap", (160, 32), "bf16", [(129, 1000)], 1))
     groups.append(("gqa8", (184, 16), "bf16", [(1000, 1000)], 1))
     groups.append(("causal", (152, 96), "bf16", [(1000, 1000 - 40)], 1))
+    # The split beside a head dim of at most 64 columns, padded to two chunks (bwd_config.h
+    # splitColumns: the second consumer's share all padding), where the plain kernel's registers
+    # do not fit: a narrow d_v (with the split's own dQ under a document mask, which has no dQ
+    # kernel) and a narrow head dim (beside the dQ kernel, its kv tile halved to fit the shared
+    # memory); until 2026-12-04 the sm80 dK/dV kernel served these. And the plain kernel's
+    # deterministic dQ kernel with its kv tile halved, (16, 224).
+    groups.append(("causal", (256, 64), "bf16", [(127, 1000), (1000, 1000)], 1))
+    groups.append(("causal", (64, 256), "bf16", [(1000, 127), (1000, 1000)], 1))
+    groups.append(("dropout0.1", (232, 24), "bf16", [(300, 300)], 1))
+    groups.append(("window64", (40, 224), "bf16", [(129, 1000)], 1))
+    groups.append(("document_causal", (256, 48), "bf16", [(129, 1000), (1000, 1000)], 1))
+    groups.append(("alibi", (8, 248), "fp16", [(1000, 129)], 1))
+    groups.append(("causal", (16, 224), "bf16", [(129, 1000)], 1))
     # The backward spill fallback (compiler/Pipeline.h): ALiBi at hd192 spilled in the sm_90a dQ
     # kernel of the split's default backward, which now takes kv tiles of 32 keys.
     groups.append(("alibi", 192, "bf16", [(129, 1000), (1000, 1000)], 1))

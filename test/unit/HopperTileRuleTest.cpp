@@ -230,14 +230,17 @@ TEST(HopperTileRule, BackwardTakesTheWgmmaKernelWhereItsRegistersFit) {
         // The whole head dims per consumer where they fit, else the head-dim split where it fits.
         const int64_t needed = attnc::sm90::bwdConsumerRegisters(int(d), int(dv)) + 32 + extra;
         const int64_t splitNeeded = attnc::sm90::bwdConsumerRegisters(int(d), int(dv), true) + 32 + extra;
-        const bool split = needed > 240 && attnc::sm90::splitFits(int(d), int(dv), 2) &&
-                           attnc::sm90::bwdConsumerRegisters(int(d), int(dv)) + 32 > 240;
-        // Where the plain kernel's dQ (its fp32 tiles and dQ's K chunks) is what does not fit,
-        // it runs without dQ beside the sm_90a dQ kernel (BwdConfig SeparateDq).
         const bool dqKernelFits =
             extra >= 0 && attnc::sm90::dqKernelSmemBytes(int(d), int(dv),
                                                          attnc::sm90::dqKernelBlockKV(int(d)), 2) <=
                               target.smemPerBlock;
+        // The split where dK and dV are what does not fit; a head dim of at most 64 columns has
+        // no dQ share a consumer could take whole, so there only beside the dQ kernel.
+        const bool split = needed > 240 &&
+                           (attnc::sm90::splitDqFits(int(d), 2) || dqKernelFits) &&
+                           attnc::sm90::bwdConsumerRegisters(int(d), int(dv)) + 32 > 240;
+        // Where the plain kernel's dQ (its fp32 tiles and dQ's K chunks) is what does not fit,
+        // it runs without dQ beside the sm_90a dQ kernel (BwdConfig SeparateDq).
         const bool separate =
             !split && dqKernelFits &&
             attnc::sm90::bwdSmemBytes(int(d), int(dv), 2, 2) > target.smemPerBlock &&
@@ -324,9 +327,28 @@ TEST(HopperTileRule, BackwardTakesTheWgmmaKernelWhereItsRegistersFit) {
   static_assert(Hd192::kKChunks == 4 && Hd192::kKLoadChunks == 3 && Hd192::kDkTiles == 16 &&
                     Hd192::kQKSteps == 12,
                 "hd192's split: four chunks in shared memory, three loaded, 12 k16 steps of S^T");
-  // A head dim of at most 64 columns has no chunk a consumer could take whole.
-  EXPECT_FALSE(attnc::sm90::splitFits(64, 64, 2));
-  EXPECT_TRUE(attnc::sm90::splitFits(192, 128, 2));
+  // A head dim of at most 64 columns has no dQ share a consumer could take whole: the split's
+  // own dQ does not fit there, but with the dQ kernel the split serves (its shares padded to a
+  // chunk each, the second all padding), e.g. at (256, 64) and (64, 256), where the plain kernel's
+  // registers do not fit.
+  EXPECT_FALSE(attnc::sm90::splitDqFits(64, 2));
+  EXPECT_TRUE(attnc::sm90::splitDqFits(192, 2));
+  EXPECT_EQ(attnc::sm90::splitColumns(48, 2), 64);
+  for (auto [d, dv] : {std::pair{256, 64}, std::pair{64, 256}, std::pair{8, 248}, std::pair{248, 8}}) {
+    TileProblem narrow{d, dv, 2, 0, 0, 0, 0};
+    mlir::FailureOr<BackwardTileChoice> c = deriveBackwardTiles(narrow, target);
+    EXPECT_EQ(c->kvKernel, "sm90") << d << " " << dv;
+    EXPECT_TRUE(c->hopperSplit) << d << " " << dv;
+    EXPECT_TRUE(c->hopperSeparateDq) << d << " " << dv;
+    TileProblem document = narrow;
+    document.maskReadsInputs = true;
+    EXPECT_EQ(deriveBackwardTiles(document, target)->kvKernel, d <= 64 ? "sm80" : "sm90")
+        << d << " " << dv;
+  }
+  using Padded = attnc::sm90::BwdConfig<attnc::bf16, 256, 64, 2, 2, true>;
+  static_assert(Padded::kDkTiles == 16 && Padded::kDvTiles == 8 && Padded::kVChunks == 2 &&
+                    Padded::kVLoadChunks == 1,
+                "(256, 64)'s split: d_v padded to two chunks, 64 columns a consumer");
 }
 
 // Head dims 129-256 beside a narrow d_v, whose plain dK/dV kernel fits its registers but not, with

@@ -425,20 +425,37 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
     return;
   }
   const int64_t reserve = kHopperBwdReserveRegisters + problem.hopperBackwardExtra;
+  // The sm_90a dQ kernel (bwd_q.h), derived below: whether it can serve, and its kv tile.
+  // Not for a mask that reads declared inputs: its producer warp would walk the kv tiles over the
+  // inputs' summaries itself (the backward has no precomputed classes along the keys), which
+  // spilled within its 24 registers (document, CUDA 13.0).
+  // Its kv tile: by its registers, then halved (to 32 at least) while two stages of K and V beside
+  // Q and dO do not fit (a narrow head dim beside a wide d_v: (8, 248) takes 64 keys for 128).
+  const int64_t registerBlockKV =
+      attnc::sm90::dqKernelBlockKV(int(d), int(problem.backwardSpillReserve));
+  int64_t dqBlockKV = registerBlockKV;
+  auto dqSmem = [&](int64_t stages) {
+    return int64_t(attnc::sm90::dqKernelSmemBytes(int(d), int(dv), int(dqBlockKV), int(stages)));
+  };
+  while (dqBlockKV > 32 && dqSmem(2) > target.smemPerBlock) dqBlockKV /= 2;
+  const bool dqKernelFits = !problem.maskReadsInputs && dqSmem(2) <= target.smemPerBlock;
   const int64_t plainModel = attnc::sm90::bwdConsumerRegisters(int(d), int(dv));
   const int64_t plainNeeded = plainModel + reserve;
   // The head-dim split (bwd_config.h: the consumers share 64 kv rows, each keeping its share of
   // dK's and dV's columns) where the plain kernel does not fit: only where dK and dV are what does
   // not fit (the plain kernel without the epilogue), in whole 64-column chunks per consumer (three
-  // chunks padded to four, bwd_config.h splitChunks). Calibrated with ptxas (CUDA 13.0) at
+  // chunks padded to four, one to two, bwd_config.h splitChunks; a head dim of at most 64 columns
+  // has no dQ share a consumer could take whole, so there the dQ kernel must serve:
+  // splitDqFits). Calibrated with ptxas (CUDA 13.0) at
   // hd136-256 and (192, 128), bf16 and fp16: causal, window, prefix, ALiBi, additive and tanh
   // scores, dropout and document masks compile without spills (until 2026-12-03, when each
   // consumer computed the whole S^T and dP^T, dropout, softcap and document spilled and took the
   // sm80 kernel), and so does custom_mask, whose epilogue the model charges 16 (192 + 32 + 16 =
   // 240); a larger charge takes the sm80 kernel.
   const bool tryingSplit = plainNeeded > available;
-  const bool splitAllowed = tryingSplit && attnc::sm90::splitFits(int(d), int(dv), int(consumers)) &&
-                            plainModel + kHopperBwdReserveRegisters > available;
+  const bool splitAllowed =
+      tryingSplit && (attnc::sm90::splitDqFits(int(d), int(consumers)) || dqKernelFits) &&
+      plainModel + kHopperBwdReserveRegisters > available;
   const int64_t splitModel = attnc::sm90::bwdConsumerRegisters(int(d), int(dv), true);
   const bool split = splitAllowed && splitModel + reserve <= available;
   // Where the plain kernel does not fit: the registers it would need, then what serves instead.
@@ -469,22 +486,12 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
     note(overBudget +
          llvm::formatv(": the head-dim split, the consumers sharing 64 kv rows and each keeping {0} "
                        "of dK's{2} and {1} of dV's{3} columns (S^T and dP^T halved between them along the q tile)",
-                       attnc::sm90::dqColumns(int(d), int(consumers)),
-                       attnc::sm90::dqColumns(int(dv), int(consumers)), padded(d), padded(dv))
+                       attnc::sm90::splitColumns(int(d), int(consumers)),
+                       attnc::sm90::splitColumns(int(dv), int(consumers)), padded(d), padded(dv))
              .str());
   }
   const int64_t model = split ? splitModel : plainModel;
   const int64_t needed = model + reserve;
-  // The sm_90a dQ kernel (bwd_q.h), derived below: whether it can serve, and its kv tile.
-  // Not for a mask that reads declared inputs: its producer warp would walk the kv tiles over the
-  // inputs' summaries itself (the backward has no precomputed classes along the keys), which
-  // spilled within its 24 registers (document, CUDA 13.0).
-  const int64_t dqBlockKV =
-      attnc::sm90::dqKernelBlockKV(int(d), int(problem.backwardSpillReserve));
-  auto dqSmem = [&](int64_t stages) {
-    return int64_t(attnc::sm90::dqKernelSmemBytes(int(d), int(dv), int(dqBlockKV), int(stages)));
-  };
-  const bool dqKernelFits = !problem.maskReadsInputs && dqSmem(2) <= target.smemPerBlock;
   // separateDq: the plain kernel without dQ (bwd_config.h SeparateDq), beside the dQ kernel, where
   // the plain kernel's dQ tiles and dQ columns are what does not fit (head dims 129-192 beside a
   // narrow d_v: a fourth K chunk for dQ's columns and 64 KiB of fp32 dQ tiles).
@@ -564,8 +571,8 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
   choice.hopperQSmemBytes = dqSmem(dqStages);
   choice.hopperSeparateDq = separateDq || attnc::sm90::separateDqKernel(split);
   note(llvm::formatv("sm_90a dQ kernel: 2 consumer warpgroups x 64 q rows, kv tiles of {0} keys "
-                     "(registers {1}: dQ, S, dP, dS <= {2}), {3} K/V stages, {4} B <= {5} B shared; "
-                     "{6}",
+                     "(registers {1}: dQ, S, dP, dS <= {2}{7}), {3} K/V stages, {4} B <= {5} B "
+                     "shared; {6}",
                      dqBlockKV, attnc::sm90::dqKernelRegisters(int(d), int(dqBlockKV)),
                      attnc::sm90::kDqKernelLive, dqStages, choice.hopperQSmemBytes,
                      target.smemPerBlock,
@@ -575,7 +582,12 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
                          ? "the default backward too: dK/dV without dQ, then this kernel (the "
                            "split's dQ reductions into dq_accum are what held it back)"
                          : "the deterministic backward; the default one keeps the dK/dV kernel's "
-                           "dQ reductions"));
+                           "dQ reductions",
+                     dqBlockKV < registerBlockKV
+                         ? llvm::formatv("; {0} keys fit the registers, not the shared memory",
+                                         registerBlockKV)
+                               .str()
+                         : std::string()));
 }
 
 }  // namespace

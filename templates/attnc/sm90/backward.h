@@ -390,7 +390,7 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   const u32 kTile = __shfl_sync(0xffffffffu, smem.k() + u32(64 * rowGroup * kSwizzleRowBytes), 0);
   const u32 vTile = __shfl_sync(0xffffffffu, smem.v() + u32(64 * rowGroup * kSwizzleRowBytes), 0);
   // The first of this consumer's dK and dV columns, and their offsets in the Q and dO tiles (whole
-  // 64-column chunks: bwd_config.h splitFits): 0 without the split.
+  // 64-column chunks: bwd_config.h splitColumns): 0 without the split.
   const int dkCol0 = Config::kSplit ? group * kDkN : 0;
   const int dvCol0 = Config::kSplit ? group * kDvN : 0;
   const u32 qColumns = u32((dkCol0 / kChunkElements) * kBlockQ * kSwizzleRowBytes);
@@ -410,7 +410,9 @@ ATTNC_DEVICE void backwardKV(const BwdParamsTma& pt, unsigned char* smemRaw) {
   // the block's dS^T; B the K tile's columns, MN-major.
   // With the split, the kDqN columns go in parts of 64 (one K chunk each), one after another:
   // hd256's 128 at once did not fit beside dK and dV (ptxas serialized every wgmma).
-  constexpr int kDqParts = Config::kSplit ? Config::kDqN / kChunkElements : 1;
+  static_assert(!(WriteDQ && Config::kSplit) || splitDqFits(Config::kHeadDim, Config::kConsumers),
+                "the split's own dQ needs whole chunks of dQ columns a consumer");
+  constexpr int kDqParts = Config::kSplit ? maxOf(1, Config::kDqN / kChunkElements) : 1;
   constexpr int kDqPartN = Config::kDqN / kDqParts;
   float dq[1][kDqPartN / 8][4];
   // With the split in two parts (hd160-256 with WriteDQ): the second part's accumulators, whose

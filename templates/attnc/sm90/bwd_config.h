@@ -44,13 +44,21 @@ ATTNC_HD constexpr int dqColumns(int headDim, int consumers) {
 // (backward.h zeroPaddingChunks), so the last consumer's dK, dV and dQ GEMMs also run over zero
 // columns, whose results are never stored (splitChunks).
 ATTNC_HD constexpr int bwdKvRows(int consumers, bool split) { return split ? 64 : 64 * consumers; }
-ATTNC_HD constexpr int bwdColumns(int headDim, int consumers, bool split) {
-  return split ? dqColumns(headDim, consumers) : roundUp(headDim, 16);
-}
 // The 64-column chunks of a K, V, Q or dO tile in shared memory: with the split, padded to a
 // multiple of the consumers.
 ATTNC_HD constexpr int splitChunks(int headDim, int consumers, bool split) {
   return split ? roundUp(ceilDiv(headDim, 64), consumers) : ceilDiv(headDim, 64);
+}
+// A consumer's share of a head dim's columns with the split: whole chunks of the padded tile, the
+// dqColumns() share above 64 columns. A head dim of at most 64 columns is padded to two chunks, so
+// the second consumer's share is all padding: its dV (or dK) GEMM runs over zero columns of dO (or
+// Q) and nothing of it is stored. That is what the split is for at head dims 200-256 beside a d_v
+// of at most 64 and at 8-64 beside a d_v of 200-256, where the plain kernel's registers do not fit.
+ATTNC_HD constexpr int splitColumns(int headDim, int consumers) {
+  return 64 * splitChunks(headDim, consumers, true) / consumers;
+}
+ATTNC_HD constexpr int bwdColumns(int headDim, int consumers, bool split) {
+  return split ? splitColumns(headDim, consumers) : roundUp(headDim, 16);
 }
 // The 64-column chunks of the K and Q tiles: the head dim's (splitChunks with the split); without
 // the split, also room for both consumers' dQ columns, which are whole chunks above 64 columns
@@ -63,9 +71,11 @@ ATTNC_HD constexpr int keyTileChunks(int headDim, int consumers, bool split, boo
          : separateDq ? ceilDiv(headDim, 64)
                       : maxOf(ceilDiv(headDim, 64), ceilDiv(dqColumns(headDim, consumers) * consumers, 64));
 }
-ATTNC_HD constexpr bool splitFits(int headDim, int headDimV, int consumers) {
-  return dqColumns(headDim, consumers) == 64 * splitChunks(headDim, consumers, true) / consumers &&
-         dqColumns(headDimV, consumers) == 64 * splitChunks(headDimV, consumers, true) / consumers;
+// Whether the split's own dQ (its `_kv` entry: each consumer's dqColumns() share in 64-column
+// parts, from registers into dq_accum) is whole chunks: a head dim above 64 columns. Below it the
+// split serves only beside the sm_90a dQ kernel (separateDqKernel), its `_kv_nodq` entry alone.
+ATTNC_HD constexpr bool splitDqFits(int headDim, int consumers) {
+  return dqColumns(headDim, consumers) == splitColumns(headDim, consumers);
 }
 
 // Shared memory: 1024 bytes of alignment slack; the block's K and V (kept for the whole loop); per
@@ -199,7 +209,8 @@ struct BwdConfig {
   static_assert(!(Split && SeparateDq), "the split's layout has no dQ tile: SeparateDq is the plain kernel's");
   static_assert(Consumers == kBwdConsumers, "two consumer warpgroups: dQ's columns are split between them");
   static_assert(Stages >= 2, "one Q/dO tile loading while another is read");
-  static_assert(!Split || splitFits(HeadDim, HeadDimV, Consumers),
+  static_assert(!Split || bwdColumns(HeadDim, Consumers, Split) % 64 == 0 &&
+                               bwdColumns(HeadDimV, Consumers, Split) % 64 == 0,
                 "a consumer's share of the head dims is whole 64-column chunks");
 };
 
