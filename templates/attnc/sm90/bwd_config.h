@@ -32,8 +32,8 @@ ATTNC_HD constexpr int dqColumns(int headDim, int consumers) {
 
 // The head-dim split (Split): where a consumer cannot hold dK and dV of its 64 kv rows over the
 // whole head dims (hd256: 256 registers a thread for them alone; hd160-192: 160-192), the
-// consumers share the same 64 kv rows and each keeps the dK and dV columns of its dqColumns()
-// share, as it does for dQ. Each computes S^T, dP^T and dS^T for half of the q tile's columns
+// consumers share the same 64 kv rows and each keeps the dK and dV columns of its splitColumns()
+// share, its dqColumns() share as for dQ above 64 columns. Each computes S^T, dP^T and dS^T for half of the q tile's columns
 // (wgmma N = 32), and both halves of P^T and dS^T meet in shared memory, where both consumers'
 // dV, dK and dQ GEMMs read them (each consumer waits for the other's half every q tile). Until
 // 2026-12-03 each consumer computed S^T and dP^T in full (7 GEMMs' work for 5, no waiting);
