@@ -334,7 +334,8 @@ TEST(HopperTileRule, BackwardTakesTheWgmmaKernelWhereItsRegistersFit) {
   EXPECT_FALSE(attnc::sm90::splitDqFits(64, 2));
   EXPECT_TRUE(attnc::sm90::splitDqFits(192, 2));
   EXPECT_EQ(attnc::sm90::splitColumns(48, 2), 64);
-  for (auto [d, dv] : {std::pair{256, 64}, std::pair{64, 256}, std::pair{8, 248}, std::pair{248, 8}}) {
+  for (auto [d, dv] :
+       {std::pair{256, 64}, std::pair{64, 256}, std::pair{8, 248}, std::pair{248, 8}}) {
     TileProblem narrow{d, dv, 2, 0, 0, 0, 0};
     mlir::FailureOr<BackwardTileChoice> c = deriveBackwardTiles(narrow, target);
     EXPECT_EQ(c->kvKernel, "sm90") << d << " " << dv;
@@ -378,7 +379,7 @@ TEST(HopperTileRule, NarrowDvBesideAWideHeadDimRunsWithoutItsDq) {
   static_assert(Narrow::kKChunks == 3 && Narrow::kKLoadChunks == 3 && Narrow::kDqTileBytes == 0 &&
                     Narrow::kSmemBytes == attnc::sm90::bwdSmemBytes(192, 64, 2, 3, false, true) &&
                     attnc::sm90::QStagedRowsFit<Narrow>::value,
-                "(192, 64) without dQ: three K chunks, no dQ tiles, dK and dV staged in the Q tiles");
+                "(192, 64) without dQ: three K chunks, no dQ tiles, dK and dV staged in Q tiles");
   // d_v = d keeps the plain kernel's dQ up to 128 and takes the split above (as before).
   for (int64_t d : {64, 128, 192}) {
     TileProblem same{d, d, 2, 0, 0, 0, 0};

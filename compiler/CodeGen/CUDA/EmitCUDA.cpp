@@ -614,7 +614,8 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
       // hopper_split: absent in tiled IR written before the head-dim split.
       auto splitAttr = tiles.getAs<IntegerAttr>("hopper_split");
       const bool split = splitAttr && splitAttr.getInt() != 0;
-      // Without the split, a separate dQ is also the dK/dV kernel's layout (bwd_config.h SeparateDq).
+      // Without the split, a separate dQ is also the dK/dV kernel's layout (bwd_config.h
+      // SeparateDq).
       auto separateAttr = tiles.getAs<IntegerAttr>("hopper_separate_dq");
       const bool plainSeparateDq = !split && separateAttr && separateAttr.getInt() != 0;
       os << llvm::formatv("using BwdHopperConfig = attnc::sm90::BwdConfig<{0}, {1}, {2}, {3}, {4}{5}>;\n",

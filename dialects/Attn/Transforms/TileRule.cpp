@@ -525,7 +525,8 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
     ++stages;
   choice.kvKernel = "sm90";
   choice.hopperSplit = split;
-  choice.hopperSeparateDq = separateDq;  // (the split's separate dQ is set with the dQ kernel below)
+  // (the split's separate dQ is set with the dQ kernel below)
+  choice.hopperSeparateDq = separateDq;
   choice.hopperStages = stages;
   choice.hopperSmemBytes = smem(stages);
   note(llvm::formatv("sm_90a dK/dV kernel: {0} consumer warpgroups x 64 kv rows{11} = {1} kept K/V rows, "

@@ -33,9 +33,10 @@ ATTNC_HD constexpr int dqColumns(int headDim, int consumers) {
 // The head-dim split (Split): where a consumer cannot hold dK and dV of its 64 kv rows over the
 // whole head dims (hd256: 256 registers a thread for them alone; hd160-192: 160-192), the
 // consumers share the same 64 kv rows and each keeps the dK and dV columns of its splitColumns()
-// share, its dqColumns() share as for dQ above 64 columns. Each computes S^T, dP^T and dS^T for half of the q tile's columns
-// (wgmma N = 32), and both halves of P^T and dS^T meet in shared memory, where both consumers'
-// dV, dK and dQ GEMMs read them (each consumer waits for the other's half every q tile). Until
+// share (above 64 columns its dqColumns() share, as for dQ). Each computes S^T, dP^T and dS^T for
+// half of the q tile's columns (wgmma N = 32), and both halves of P^T and dS^T meet in shared
+// memory, where both consumers' dV, dK and dQ GEMMs read them (each consumer waits for the
+// other's half every q tile). Until
 // 2026-12-03 each consumer computed S^T and dP^T in full (7 GEMMs' work for 5, no waiting);
 // halving them measured hd256 full +9.6%, causal +5.1%, hd192 causal +5.9% on the H200
 // (docs/perf/H200-backward.md). A share is whole
@@ -66,10 +67,12 @@ ATTNC_HD constexpr int bwdColumns(int headDim, int consumers, bool split) {
 // so the tile gets a fourth, which TMA never writes and the kernel zeroes once (backward.h
 // zeroPaddingChunks), as the split's. Not with a separate dQ (SeparateDq below: the kernel
 // computes no dQ).
-ATTNC_HD constexpr int keyTileChunks(int headDim, int consumers, bool split, bool separateDq = false) {
+ATTNC_HD constexpr int keyTileChunks(int headDim, int consumers, bool split,
+                                     bool separateDq = false) {
   return split        ? splitChunks(headDim, consumers, true)
          : separateDq ? ceilDiv(headDim, 64)
-                      : maxOf(ceilDiv(headDim, 64), ceilDiv(dqColumns(headDim, consumers) * consumers, 64));
+                      : maxOf(ceilDiv(headDim, 64),
+                              ceilDiv(dqColumns(headDim, consumers) * consumers, 64));
 }
 // Whether the split's own dQ (its `_kv` entry: each consumer's dqColumns() share in 64-column
 // parts, from registers into dq_accum) is whole chunks: a head dim above 64 columns. Below it the
@@ -205,8 +208,10 @@ struct BwdConfig {
   static_assert(HeadDim % 8 == 0 && HeadDim >= 8 && HeadDim <= 256, "head_dim: multiple of 8 in 8..256");
   static_assert(HeadDimV % 8 == 0 && HeadDimV >= 8 && HeadDimV <= 256,
                 "head_dim_v: multiple of 8 in 8..256");
-  static_assert(SeparateDq || kDqN * Consumers <= 64 * kKChunks, "dQ's columns stay inside the K tile");
-  static_assert(!(Split && SeparateDq), "the split's layout has no dQ tile: SeparateDq is the plain kernel's");
+  static_assert(SeparateDq || kDqN * Consumers <= 64 * kKChunks,
+                "dQ's columns stay inside the K tile");
+  static_assert(!(Split && SeparateDq),
+                "the split's layout has no dQ tile: SeparateDq is the plain kernel's");
   static_assert(Consumers == kBwdConsumers, "two consumer warpgroups: dQ's columns are split between them");
   static_assert(Stages >= 2, "one Q/dO tile loading while another is read");
   static_assert(!Split || bwdColumns(HeadDim, Consumers, Split) % 64 == 0 &&
