@@ -1,10 +1,12 @@
-"""The backward (and forward) of (head_dim, head_dim_v) pairs, causal bf16, in alternating batches
-of several attnc builds and of cuDNN (torch SDPA's backend, where it takes the pair): per pair each
-one's median TFLOP/s and the ratios to the first build. For changes that move a pair from one
-kernel to another (which `attnc explain --backward` names), measured in one process so that all see
-the same clocks. dQ, dK and dV of every build are checked against the first build's.
+"""The backward (and forward) of (head_dim, head_dim_v) pairs, causal bf16 (or a causal document
+mask, --docs), in alternating batches of several attnc builds and of cuDNN (torch SDPA's backend,
+where it takes the pair): per pair each one's median TFLOP/s and the ratios to the first build.
+For changes that move a pair from one kernel to another (which `attnc explain --backward` names),
+measured in one process so that all see the same clocks. dQ, dK and dV of every build are
+checked against the first build's.
 
-  python3 bench/head_dim_pairs.py --lib A.so [--lib B.so] [--pair 192,64]... [--n 4096] [--rounds 16]
+  python3 bench/head_dim_pairs.py --lib A.so [--lib B.so] [--pair 192,64]... [--n 4096]
+      [--rounds 16] [--docs 8]
 
 FLOPs: forward 2 B H N^2 (d + d_v) x the unmasked fraction, backward 2.5 x that (for d = d_v, the
 bench rows' 4 B H N^2 d).
@@ -25,9 +27,11 @@ import attnc_ctypes  # noqa: E402
 import bench_forward as bf  # noqa: E402
 
 
-def spec(d, dv, heads):
+def spec(d, dv, heads, docs):
+    mask = ("mask: {document: doc, causal: true}\ninputs:\n  doc: {dtype: i32, dims: [pos]}\n"
+            if docs else "mask: causal\n")
     return (f"name: pair_{d}_{dv}\nhead_dim: {d}\nhead_dim_v: {dv}\ndtype: bf16\n"
-            f"heads: {heads}\nmask: causal\n")
+            f"heads: {heads}\n{mask}")
 
 
 def main():
@@ -38,12 +42,23 @@ def main():
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=16)
+    ap.add_argument("--docs", type=int, default=0,
+                    help="a causal document mask of this many equal documents instead of causal "
+                         "(no cuDNN; the backward bench's document row at --docs 8 --n 8192)")
     args = ap.parse_args()
     pairs = [tuple(int(x) for x in p.split(",")) for p in (args.pair or ["192,64", "136,112", "176,80"])]
     dev = torch.device("cuda")
     libs = [attnc_ctypes.Library(os.path.abspath(p)) for p in args.lib]
     B, H, N = args.batch, args.heads, args.n
-    frac = (N + 1) / (2 * N)  # causal, q_len == kv_len
+    docs = args.docs
+    doc = None
+    if docs:
+        doc = (torch.arange(N, device=dev, dtype=torch.int32) * docs // N).contiguous()
+        lens = torch.bincount(doc.long()).double()
+        frac = float((lens * (lens + 1) / 2).sum()) / (N * N)
+    else:
+        frac = (N + 1) / (2 * N)  # causal, q_len == kv_len
+    inputs = [(doc, "pos")] if docs else []
     print(f"| pair (d, d_v) | pass | " + " | ".join(f"{chr(65 + i)}" for i in range(len(libs))) +
           " | cuDNN | " + " | ".join(f"{chr(65 + i)}/A" for i in range(1, len(libs))) + " | A/cuDNN |")
     print("|---|---|" + "---:|" * (2 * len(libs) + 1))
@@ -57,14 +72,15 @@ def main():
         passes = {"forward": ([], fwd_flops), "backward": ([], 2.5 * fwd_flops)}
         grads = []
         for lib in libs:
-            kern = lib.compile_text(spec(d, dv, H), backward=True)
+            kern = lib.compile_text(spec(d, dv, H, docs), backward=True)
             o = torch.empty(B, H, N, dv, device=dev, dtype=torch.bfloat16)
             lse = torch.empty(B, H, N, device=dev, dtype=torch.float32)
-            fargs = kern.make_args(q, k, v, o, lse, layout="bhsd")
+            fargs = kern.make_args(q, k, v, o, lse, inputs, layout="bhsd")
             dq, dk, dv_ = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
             ws = torch.empty(kern.backward_workspace_bytes(B, N), device=dev, dtype=torch.uint8)
             kern.launch(fargs)
-            bargs = kern.make_backward_args(q, k, v, o, do, lse, dq, dk, dv_, layout="bhsd", workspace=ws)
+            bargs = kern.make_backward_args(q, k, v, o, do, lse, dq, dk, dv_, inputs, layout="bhsd",
+                                            workspace=ws)
             for t in (dq, dk, dv_):
                 t.fill_(float("nan"))
             kern.launch_backward(bargs)
@@ -81,6 +97,8 @@ def main():
         # cuDNN, where SDPA's backend takes the pair.
         leaves = [t.detach().requires_grad_() for t in (q, k, v)]
         try:
+            if docs:
+                raise ValueError("cuDNN has no document mask")
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                 out = F.scaled_dot_product_attention(*leaves, is_causal=True)
                 torch.autograd.grad(out, leaves, do, retain_graph=True)
@@ -110,7 +128,8 @@ def main():
                   " | ".join(ratios) + f" | {vs} |", flush=True)
     for i, p in enumerate(args.lib):
         print(f"- {chr(65 + i)}: {p}")
-    print(f"- causal bf16, B={B}, H={H}, N={N}, BHSD; TFLOP/s = 2 B H N^2 (d + d_v) x {frac:.4f} "
+    mask = f"document x{docs} causal (equal documents)" if docs else "causal"
+    print(f"- {mask} bf16, B={B}, H={H}, N={N}, BHSD; TFLOP/s = 2 B H N^2 (d + d_v) x {frac:.4f} "
           f"(x 2.5 backward) / median time of {args.rounds} alternating batches of >= 3 ms")
 
 

@@ -105,6 +105,15 @@ def plan(subset):
     groups.append(("document_causal", (256, 48), "bf16", [(129, 1000), (1000, 1000)], 1))
     groups.append(("alibi", (8, 248), "fp16", [(1000, 129)], 1))
     groups.append(("causal", (16, 224), "bf16", [(129, 1000)], 1))
+    # The sm_90a dQ kernel under masks that read declared inputs (its producer walks their
+    # summaries with 40 registers, bwd_config.h kDqInputsProducerRegisters; until 2026-12-04 the
+    # sm80 dQ kernel served them): the split's default backward at hd192, the dK/dV kernel without
+    # dQ at (192, 64), and the deterministic mode wherever (document_causal and head_document at
+    # hd64 above too).
+    groups.append(("document_causal", 192, "bf16", [(129, 1000), (1000, 1000)], 1))
+    groups.append(("document_causal", (192, 64), "bf16", [(1000, 1000)], 1))
+    groups.append(("head_document", (136, 112), "bf16", [(1000, 129)], 1))
+    groups.append(("document_causal", 128, "fp16", [(1000, 1000)], 2))
     # The backward spill fallback (compiler/Pipeline.h): ALiBi at hd192 spilled in the sm_90a dQ
     # kernel of the split's default backward, which now takes kv tiles of 32 keys.
     groups.append(("alibi", 192, "bf16", [(129, 1000), (1000, 1000)], 1))

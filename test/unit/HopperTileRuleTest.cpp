@@ -206,6 +206,22 @@ TEST(HopperTileRule, TheDqKernelServesWhereTheSplitDoes) {
   EXPECT_EQ(doc->kvKernel, "sm90");
   EXPECT_EQ(doc->hopperQSmemBytes, 0);
   EXPECT_FALSE(doc->hopperSeparateDq);
+  // A mask that reads declared inputs up to head dim 192: the dQ kernel with its producer at 40
+  // registers, its consumers at 232, the model 8 lower (hd128: still 64 keys; hd192: 32 for 64);
+  // the deterministic backward takes it, the default one keeps the dK/dV kernel's dQ below the
+  // split and takes it with the split.
+  for (auto [d, blockKV, separate] : {std::tuple{128, 64, false}, std::tuple{192, 32, true}}) {
+    TileProblem inputs{d, d, 2, 0, 0, 0, 0};
+    inputs.maskReadsInputs = true;
+    mlir::FailureOr<BackwardTileChoice> c = deriveBackwardTiles(inputs, target);
+    EXPECT_TRUE(c->hopperQWalksInputs) << d;
+    EXPECT_EQ(c->hopperQBlockKV, blockKV) << d;
+    EXPECT_EQ(c->hopperSeparateDq, separate) << d;
+  }
+  static_assert(attnc::sm90::DqConfig<attnc::bf16, 128, 128, 64, 4, true>::kProducerRegisters == 40 &&
+                    attnc::sm90::DqConfig<attnc::bf16, 128, 128, 64, 4, true>::kConsumerRegisters ==
+                        232,
+                "the dQ kernel's producer that walks the inputs' summaries keeps 40 registers");
   static_assert(attnc::sm90::DqConfig<attnc::bf16, 256, 256, 32, 3>::kSmemBytes == 230480 &&
                     attnc::sm90::DqConfig<attnc::bf16, 128, 128, 64, 4>::kSmemBytes == 197736,
                 "DqConfig's layout and dqKernelSmemBytes agree");
@@ -341,10 +357,14 @@ TEST(HopperTileRule, BackwardTakesTheWgmmaKernelWhereItsRegistersFit) {
     EXPECT_EQ(c->kvKernel, "sm90") << d << " " << dv;
     EXPECT_TRUE(c->hopperSplit) << d << " " << dv;
     EXPECT_TRUE(c->hopperSeparateDq) << d << " " << dv;
+    // Under a mask that reads declared inputs: beside the dQ kernel, whose producer walks the
+    // inputs' summaries, where the head dim is at most 192; else the split's own dQ.
     TileProblem document = narrow;
     document.maskReadsInputs = true;
-    EXPECT_EQ(deriveBackwardTiles(document, target)->kvKernel, d <= 64 ? "sm80" : "sm90")
-        << d << " " << dv;
+    mlir::FailureOr<BackwardTileChoice> doc = deriveBackwardTiles(document, target);
+    EXPECT_EQ(doc->kvKernel, "sm90") << d << " " << dv;
+    EXPECT_EQ(doc->hopperSeparateDq, d <= 192) << d << " " << dv;
+    EXPECT_EQ(doc->hopperQWalksInputs, d <= 192) << d << " " << dv;
   }
   using Padded = attnc::sm90::BwdConfig<attnc::bf16, 256, 64, 2, 2, true>;
   static_assert(Padded::kDkTiles == 16 && Padded::kDvTiles == 8 && Padded::kVChunks == 2 &&
@@ -371,9 +391,11 @@ TEST(HopperTileRule, NarrowDvBesideAWideHeadDimRunsWithoutItsDq) {
     EXPECT_EQ(c->hopperStages, stages);
     EXPECT_GT(attnc::sm90::bwdSmemBytes(d, dv, 2, 2), target.smemPerBlock);
     EXPECT_EQ(c->hopperSmemBytes, attnc::sm90::bwdSmemBytes(d, dv, 2, stages, false, true));
+    // Under a mask that reads declared inputs the dQ kernel serves up to head dim 192 (its
+    // producer walking the inputs' summaries with 40 registers); above, the sm80 dK/dV kernel.
     TileProblem document = problem;
     document.maskReadsInputs = true;
-    EXPECT_EQ(deriveBackwardTiles(document, target)->kvKernel, "sm80");
+    EXPECT_EQ(deriveBackwardTiles(document, target)->kvKernel, d <= 192 ? "sm90" : "sm80");
   }
   using Narrow = attnc::sm90::BwdConfig<attnc::bf16, 192, 64, 2, 3, false, true>;
   static_assert(Narrow::kKChunks == 3 && Narrow::kKLoadChunks == 3 && Narrow::kDqTileBytes == 0 &&

@@ -632,9 +632,12 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
       // hopper_q_smem_bytes: absent in tiled IR written before the sm_90a dQ kernel.
       auto qSmem = tiles.getAs<IntegerAttr>("hopper_q_smem_bytes");
       if (qSmem && qSmem.getInt() > 0) {
-        os << llvm::formatv("using DqHopperConfig = attnc::sm90::DqConfig<{0}, {1}, {2}, {3}, {4}>;\n",
+        // hopper_q_walks_inputs: absent in tiled IR written before the dQ kernel took such masks.
+        auto walksAttr = tiles.getAs<IntegerAttr>("hopper_q_walks_inputs");
+        const bool walksInputs = walksAttr && walksAttr.getInt() != 0;
+        os << llvm::formatv("using DqHopperConfig = attnc::sm90::DqConfig<{0}, {1}, {2}, {3}, {4}{5}>;\n",
                             element, op.getHeadDim(), op.getHeadDimV(), tile("hopper_q_block_kv"),
-                            tile("hopper_q_stages"));
+                            tile("hopper_q_stages"), walksInputs ? ", true" : "");
         os << "static_assert(DqHopperConfig::kSmemBytes == " << qSmem.getInt()
            << ", \"attn-derive-backward and the sm_90a dQ template disagree on shared memory\");\n";
         info.qKernel = "sm90";

@@ -425,20 +425,25 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
     return;
   }
   const int64_t reserve = kHopperBwdReserveRegisters + problem.hopperBackwardExtra;
-  // The sm_90a dQ kernel (bwd_q.h), derived below: whether it can serve, and its kv tile.
-  // Not for a mask that reads declared inputs: its producer warp would walk the kv tiles over the
-  // inputs' summaries itself (the backward has no precomputed classes along the keys), which
-  // spilled within its 24 registers (document, CUDA 13.0).
+  // The sm_90a dQ kernel (bwd_q.h), derived below: whether it can serve, and its kv tile. For a
+  // mask that reads declared inputs its producer warp walks the kv tiles over the inputs'
+  // summaries itself (the backward has no precomputed classes along the keys) with 40 registers,
+  // which leaves the consumers 8 fewer (bwd_config.h kDqInputsProducerRegisters), up to head dim
+  // 192.
+  const int64_t inputsReserve =
+      problem.maskReadsInputs ? attnc::sm90::kDqKernelLive - attnc::sm90::kDqKernelInputsLive : 0;
   // Its kv tile: by its registers, then halved (to 32 at least) while two stages of K and V beside
   // Q and dO do not fit (a narrow head dim beside a wide d_v: (8, 248) takes 64 keys for 128).
   const int64_t registerBlockKV =
-      attnc::sm90::dqKernelBlockKV(int(d), int(problem.backwardSpillReserve));
+      attnc::sm90::dqKernelBlockKV(int(d), int(problem.backwardSpillReserve + inputsReserve));
   int64_t dqBlockKV = registerBlockKV;
   auto dqSmem = [&](int64_t stages) {
     return int64_t(attnc::sm90::dqKernelSmemBytes(int(d), int(dv), int(dqBlockKV), int(stages)));
   };
   while (dqBlockKV > 32 && dqSmem(2) > target.smemPerBlock) dqBlockKV /= 2;
-  const bool dqKernelFits = !problem.maskReadsInputs && dqSmem(2) <= target.smemPerBlock;
+  const bool dqKernelFits =
+      (!problem.maskReadsInputs || d <= attnc::sm90::kDqKernelInputsMaxHeadDim) &&
+      dqSmem(2) <= target.smemPerBlock;
   const int64_t plainModel = attnc::sm90::bwdConsumerRegisters(int(d), int(dv));
   const int64_t plainNeeded = plainModel + reserve;
   // The head-dim split (bwd_config.h: the consumers share 64 kv rows, each keeping its share of
@@ -505,12 +510,20 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
     separateDq = !split && dqKernelFits;
     if (!separateDq || smem(2) > target.smemPerBlock) {
       separateDq = false;
+      // Why the form without dQ does not serve either.
+      std::string withoutDq;
+      if (!split && dqKernelFits)
+        withoutDq = llvm::formatv(", and {0} B without its dQ", smem(2)).str();
+      else if (!split && problem.maskReadsInputs)
+        withoutDq = llvm::formatv(", and the dQ kernel that would make dQ without it takes no "
+                                  "mask that reads declared inputs above head dim {0}",
+                                  attnc::sm90::kDqKernelInputsMaxHeadDim)
+                        .str();
+      else if (!split)
+        withoutDq = ", and the dQ kernel that would make dQ without it does not fit";
       note(llvm::formatv("sm_90a dK/dV kernel: shared memory with 2 stages {0} B > {1} B{2}: the "
                          "sm80 dK/dV kernel below serves",
-                         withDq, target.smemPerBlock,
-                         split || !dqKernelFits ? ""
-                                                : llvm::formatv(", and {0} B without its dQ",
-                                                                smem(2)).str()));
+                         withDq, target.smemPerBlock, withoutDq));
       return;
     }
     note(llvm::formatv("sm_90a dK/dV kernel: shared memory with 2 stages {0} B > {1} B with its "
@@ -553,10 +566,13 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
            : llvm::formatv("sm_90a dK/dV kernel: no ping-pong ({0})", noTurns).str());
 
   // The sm_90a dQ kernel (bwd_q.h): with the wgmma dK/dV kernel, for its `_kv_nodq` partner.
-  if (problem.maskReadsInputs) {
-    note("sm_90a dQ kernel: the mask reads declared inputs, whose kv-tile walk its producer warp "
-         "cannot make within 24 registers: the sm80 dQ kernel serves the deterministic backward, "
-         "and the default one keeps the dK/dV kernel's dQ");
+  if (problem.maskReadsInputs && d > attnc::sm90::kDqKernelInputsMaxHeadDim) {
+    note(llvm::formatv("sm_90a dQ kernel: the mask reads declared inputs, whose kv-tile walk its "
+                       "producer warp makes with {0} registers, which leaves its consumers too few "
+                       "above head dim {1}: the sm80 dQ kernel serves the deterministic backward, "
+                       "and the default one keeps the dK/dV kernel's dQ",
+                       attnc::sm90::kDqInputsProducerRegisters,
+                       attnc::sm90::kDqKernelInputsMaxHeadDim));
     return;
   }
   if (dqSmem(2) > target.smemPerBlock) {
@@ -571,11 +587,13 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
   choice.hopperQStages = dqStages;
   choice.hopperQSmemBytes = dqSmem(dqStages);
   choice.hopperSeparateDq = separateDq || attnc::sm90::separateDqKernel(split);
+  choice.hopperQWalksInputs = problem.maskReadsInputs;
   note(llvm::formatv("sm_90a dQ kernel: 2 consumer warpgroups x 64 q rows, kv tiles of {0} keys "
-                     "(registers {1}: dQ, S, dP, dS <= {2}{7}), {3} K/V stages, {4} B <= {5} B "
+                     "(registers {1}: dQ, S, dP, dS <= {2}{7}{8}), {3} K/V stages, {4} B <= {5} B "
                      "shared; {6}",
                      dqBlockKV, attnc::sm90::dqKernelRegisters(int(d), int(dqBlockKV)),
-                     attnc::sm90::kDqKernelLive, dqStages, choice.hopperQSmemBytes,
+                     attnc::sm90::kDqKernelLive - inputsReserve, dqStages,
+                     choice.hopperQSmemBytes,
                      target.smemPerBlock,
                      separateDq ? "the default backward too: dK/dV without dQ (above), then "
                                   "this kernel"
@@ -587,6 +605,11 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
                      dqBlockKV < registerBlockKV
                          ? llvm::formatv("; {0} keys fit the registers, not the shared memory",
                                          registerBlockKV)
+                               .str()
+                         : std::string(),
+                     problem.maskReadsInputs
+                         ? llvm::formatv(", the producer keeping {0} to walk the inputs' summaries",
+                                         attnc::sm90::kDqInputsProducerRegisters)
                                .str()
                          : std::string()));
 }

@@ -250,9 +250,21 @@ ATTNC_HD constexpr int dqKernelSmemBytes(int headDim, int headDimV, int blockKV,
 // at 30% of cycles, hd256 full N=4K, ncu). Measured on the H200, 2026-12-03: docs/perf/H200-backward.md.
 ATTNC_HD constexpr bool separateDqKernel(bool split) { return split; }
 
+// The registers the dQ kernel's producer keeps where the mask reads declared inputs: its first
+// warp walks the kv tiles over the inputs' block summaries itself (the backward has no
+// precomputed classes along the keys), which spilled 128-164 bytes within 24 registers (document,
+// CUDA 13.0) and none within 40; the consumers then get 232 (consumerRegisters), which the tile
+// rule's model accounts for (kDqKernelInputsLive) up to head dim 192 (at 256 the consumers
+// spilled 72 bytes).
+constexpr int kDqInputsProducerRegisters = 40;
+constexpr int kDqKernelInputsLive = kDqKernelLive - 8;
+constexpr int kDqKernelInputsMaxHeadDim = 192;
+
 // Element: attnc::bf16 or attnc::half. HeadDim, HeadDimV: multiples of 8 in [8, 256]. BlockKV:
-// keys per kv tile (dqKernelBlockKV). Stages: K/V tile pairs in flight (>= 2).
-template <class Element_, int HeadDim, int HeadDimV, int BlockKV, int Stages>
+// keys per kv tile (dqKernelBlockKV). Stages: K/V tile pairs in flight (>= 2). WalksInputs: the
+// mask reads declared inputs, whose summaries the producer walks (kDqInputsProducerRegisters).
+template <class Element_, int HeadDim, int HeadDimV, int BlockKV, int Stages,
+          bool WalksInputs = false>
 struct DqConfig {
   using Element = Element_;
   static constexpr int kHeadDim = HeadDim;
@@ -283,8 +295,9 @@ struct DqConfig {
   static_assert(kSmemBytes == dqKernelSmemBytes(HeadDim, HeadDimV, BlockKV, Stages),
                 "the layout above and dqKernelSmemBytes() disagree");
 
-  static constexpr int kProducerRegisters = producerRegisters();
-  static constexpr int kConsumerRegisters = consumerRegisters(kConsumers);
+  static constexpr int kProducerRegisters =
+      WalksInputs ? kDqInputsProducerRegisters : producerRegisters();
+  static constexpr int kConsumerRegisters = consumerRegisters(kConsumers, kProducerRegisters);
 
   static_assert(HeadDim % 8 == 0 && HeadDim >= 8 && HeadDim <= 256, "head_dim: multiple of 8 in 8..256");
   static_assert(HeadDimV % 8 == 0 && HeadDimV >= 8 && HeadDimV <= 256,
