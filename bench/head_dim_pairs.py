@@ -6,7 +6,7 @@ measured in one process so that all see the same clocks. dQ, dK and dV of every 
 checked against the first build's.
 
   python3 bench/head_dim_pairs.py --lib A.so [--lib B.so] [--pair 192,64]... [--n 4096]
-      [--rounds 16] [--docs 8]
+      [--rounds 16] [--docs 8] [--deterministic]
 
 FLOPs: forward 2 B H N^2 (d + d_v) x the unmasked fraction, backward 2.5 x that (for d = d_v, the
 bench rows' 4 B H N^2 d).
@@ -45,6 +45,8 @@ def main():
     ap.add_argument("--docs", type=int, default=0,
                     help="a causal document mask of this many equal documents instead of causal "
                          "(no cuDNN; the backward bench's document row at --docs 8 --n 8192)")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="time the deterministic backward (dQ without atomics) instead")
     args = ap.parse_args()
     pairs = [tuple(int(x) for x in p.split(",")) for p in (args.pair or ["192,64", "136,112", "176,80"])]
     dev = torch.device("cuda")
@@ -77,10 +79,11 @@ def main():
             lse = torch.empty(B, H, N, device=dev, dtype=torch.float32)
             fargs = kern.make_args(q, k, v, o, lse, inputs, layout="bhsd")
             dq, dk, dv_ = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-            ws = torch.empty(kern.backward_workspace_bytes(B, N), device=dev, dtype=torch.uint8)
+            ws = torch.empty(kern.backward_workspace_bytes(B, N, args.deterministic), device=dev,
+                             dtype=torch.uint8)
             kern.launch(fargs)
             bargs = kern.make_backward_args(q, k, v, o, do, lse, dq, dk, dv_, inputs, layout="bhsd",
-                                            workspace=ws)
+                                            deterministic=args.deterministic, workspace=ws)
             for t in (dq, dk, dv_):
                 t.fill_(float("nan"))
             kern.launch_backward(bargs)
@@ -129,6 +132,8 @@ def main():
     for i, p in enumerate(args.lib):
         print(f"- {chr(65 + i)}: {p}")
     mask = f"document x{docs} causal (equal documents)" if docs else "causal"
+    if args.deterministic:
+        mask += ", the deterministic backward"
     print(f"- {mask} bf16, B={B}, H={H}, N={N}, BHSD; TFLOP/s = 2 B H N^2 (d + d_v) x {frac:.4f} "
           f"(x 2.5 backward) / median time of {args.rounds} alternating batches of >= 3 ms")
 

@@ -586,7 +586,9 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
   choice.hopperQBlockKV = dqBlockKV;
   choice.hopperQStages = dqStages;
   choice.hopperQSmemBytes = dqSmem(dqStages);
-  choice.hopperSeparateDq = separateDq || attnc::sm90::separateDqKernel(split);
+  choice.hopperSeparateDq =
+      separateDq || attnc::sm90::separateDqKernel(split, problem.maskReadsInputs,
+                                                  attnc::sm90::splitDqFits(int(d), int(consumers)));
   choice.hopperQWalksInputs = problem.maskReadsInputs;
   note(llvm::formatv("sm_90a dQ kernel: 2 consumer warpgroups x 64 q rows, kv tiles of {0} keys "
                      "(registers {1}: dQ, S, dP, dS <= {2}{7}{8}), {3} K/V stages, {4} B <= {5} B "

@@ -248,7 +248,13 @@ ATTNC_HD constexpr int dqKernelSmemBytes(int headDim, int headDimV, int blockKV,
 // instead of the dK/dV kernel's own dQ: with the head-dim split, whose dQ reductions (64 x
 // head_dim floats into dq_accum per 64 kv rows and q tile) hold the kernel back (the tensor pipe
 // at 30% of cycles, hd256 full N=4K, ncu). Measured on the H200, 2026-12-03: docs/perf/H200-backward.md.
-ATTNC_HD constexpr bool separateDqKernel(bool split) { return split; }
+// Not under a mask that reads declared inputs where the split's own dQ fits (splitDqFits): there
+// the dQ kernel's producer walks the inputs' summaries, and document hd192 ran 0.85x the split's
+// own dQ (160: 1.01x; docs/perf/H200-backward.md, 2026-12-04).
+ATTNC_HD constexpr bool separateDqKernel(bool split, bool maskReadsInputs = false,
+                                         bool splitOwnDqFits = true) {
+  return split && (!maskReadsInputs || !splitOwnDqFits);
+}
 
 // The registers the dQ kernel's producer keeps where the mask reads declared inputs: its first
 // warp walks the kv tiles over the inputs' block summaries itself (the backward has no
