@@ -45,7 +45,10 @@ def plan(subset):
                 # second consumer without rows
                 ("causal", (192, 64), "bf16", [(300, 129)], 1),
                 # the split beside a head dim padded to two chunks
-                ("causal", (64, 256), "bf16", [(129, 300)], 1)]
+                ("causal", (64, 256), "bf16", [(129, 300)], 1),
+                # the dQ kernel whose producer walks a document mask's summaries (the default
+                # backward and, in the same case, the deterministic one)
+                ("document_causal", (192, 64), "bf16", [(300, 129)], 1)]
     lens = [(1, 1), (17, 17), (127, 1000), (1000, 127), (1000, 1000)]
     groups = []
     swept = (32, 64, 72, 96, 128, 136, 160, 192, 256)  # at every length below; the other head dims at the end
