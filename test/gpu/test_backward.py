@@ -117,6 +117,9 @@ def plan(subset):
     groups.append(("document_causal", (192, 64), "bf16", [(1000, 1000)], 1))
     groups.append(("head_document", (136, 112), "bf16", [(1000, 129)], 1))
     groups.append(("document_causal", 128, "fp16", [(1000, 1000)], 2))
+    groups.append(("key_ranges", 128, "bf16", [(1000, 1000)], 2))
+    groups.append(("weight_mask", 96, "bf16", [(129, 1000)], 1))
+    groups.append(("document_many", 64, "bf16", [(1000, 1000)], 1))
     # The backward spill fallback (compiler/Pipeline.h): ALiBi at hd192 spilled in the sm_90a dQ
     # kernel of the split's default backward, which now takes kv tiles of 32 keys.
     groups.append(("alibi", 192, "bf16", [(129, 1000), (1000, 1000)], 1))
