@@ -599,6 +599,9 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
                      target.smemPerBlock,
                      separateDq ? "the default backward too: dK/dV without dQ (above), then "
                                   "this kernel"
+                     : choice.hopperSeparateDq && !attnc::sm90::splitDqFits(int(d), int(consumers))
+                         ? "the default backward too: dK/dV without dQ, then this kernel (the "
+                           "split's own dQ needs a head dim above 64 columns)"
                      : choice.hopperSeparateDq
                          ? "the default backward too: dK/dV without dQ, then this kernel (the "
                            "split's dQ reductions into dq_accum are what held it back)"
