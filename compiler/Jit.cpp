@@ -95,13 +95,12 @@ bool entrySpills(const std::vector<NvrtcResult>& results, const std::string& ent
   return false;
 }
 
-// Whether an entry the backward spill fallback watches (Pipeline.h backwardFallbackEntries), among
-// the programs compiled, spills (Pipeline.h backwardFallbackSpills over a whole unit's report).
+// Whether an entry the backward spill fallback watches (Pipeline.h), among the programs compiled,
+// spills.
 bool backwardFallbackSpills(const std::vector<NvrtcResult>& results, const CompiledKernel& source) {
-  if (!source.backward) return false;
-  for (const char* suffix : backwardFallbackEntries(*source.backward))
-    if (entrySpills(results, source.backward->entryStem + suffix)) return true;
-  return false;
+  return source.backward &&
+         backwardFallbackSpills(*source.backward,
+                                [&](const std::string& entry) { return entrySpills(results, entry); });
 }
 
 // Everything the cubins depend on: the generated source and the templates it includes, the NVRTC

@@ -230,12 +230,11 @@ std::vector<const char*> backwardFallbackEntries(const BackwardSource& backward)
 }
 
 bool backwardFallbackSpills(const CompiledKernel& kernel) {
-  if (!kernel.backward) return false;
-  for (const char* suffix : backwardFallbackEntries(*kernel.backward))
-    if (auto it = kernel.backwardResources.find(kernel.backward->entryStem + suffix);
-        it != kernel.backwardResources.end() && spills(it->second))
-      return true;
-  return false;
+  return kernel.backward &&
+         backwardFallbackSpills(*kernel.backward, [&](const std::string& entry) {
+           auto it = kernel.backwardResources.find(entry);
+           return it != kernel.backwardResources.end() && spills(it->second);
+         });
 }
 
 std::optional<CompileOptions> Compiler::backwardSpillRetry(const Spec& spec, const Target& target,

@@ -89,7 +89,14 @@ constexpr long long kSpillFallbackMax = 96;
 // with a separate dQ) and the sm_90a dQ kernel (`_q`, with a separate dQ). (The deterministic
 // mode's own entries are left out: the JIT compiles them on first use, after the fallback.)
 std::vector<const char*> backwardFallbackEntries(const BackwardSource& backward);
-// Whether ptxas' report has one of them spilling: what the backward spill fallback answers.
+// Whether one of them spills, by `entrySpills(entry name)` (a report of ptxas'): what the backward
+// spill fallback answers, here over a compiled unit's report, in the JIT over its programs'.
+template <class EntrySpills>
+bool backwardFallbackSpills(const BackwardSource& backward, const EntrySpills& entrySpills) {
+  for (const char* suffix : backwardFallbackEntries(backward))
+    if (entrySpills(backward.entryStem + suffix)) return true;
+  return false;
+}
 bool backwardFallbackSpills(const CompiledKernel& kernel);
 
 class Compiler {

@@ -497,40 +497,40 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
   }
   const int64_t model = split ? splitModel : plainModel;
   const int64_t needed = model + reserve;
+  // The layout's shared memory with `stages` Q/dO stages, with or without the kernel's own dQ.
+  auto layoutBytes = [&](int64_t stages, bool withoutDq) {
+    return int64_t(attnc::sm90::bwdSmemBytes(int(d), int(dv), int(consumers), int(stages), split,
+                                             withoutDq));
+  };
   // separateDq: the plain kernel without dQ (bwd_config.h SeparateDq), beside the dQ kernel, where
   // the plain kernel's dQ tiles and dQ columns are what does not fit (head dims 129-192 beside a
   // narrow d_v: a fourth K chunk for dQ's columns and 64 KiB of fp32 dQ tiles).
-  bool separateDq = false;
-  auto smem = [&](int64_t stages) {
-    return int64_t(
-        attnc::sm90::bwdSmemBytes(int(d), int(dv), int(consumers), int(stages), split, separateDq));
-  };
+  const int64_t withDq = layoutBytes(2, false), withoutDq = layoutBytes(2, true);
+  const bool separateDq = withDq > target.smemPerBlock && !split && dqKernelFits &&
+                          withoutDq <= target.smemPerBlock;
+  auto smem = [&](int64_t stages) { return layoutBytes(stages, separateDq); };
   if (smem(2) > target.smemPerBlock) {
-    const int64_t withDq = smem(2);
-    separateDq = !split && dqKernelFits;
-    if (!separateDq || smem(2) > target.smemPerBlock) {
-      separateDq = false;
-      // Why the form without dQ does not serve either.
-      std::string withoutDq;
-      if (!split && dqKernelFits)
-        withoutDq = llvm::formatv(", and {0} B without its dQ", smem(2)).str();
-      else if (!split && problem.maskReadsInputs)
-        withoutDq = llvm::formatv(", and the dQ kernel that would make dQ without it takes no "
-                                  "mask that reads declared inputs above head dim {0}",
-                                  attnc::sm90::kDqKernelInputsMaxHeadDim)
-                        .str();
-      else if (!split)
-        withoutDq = ", and the dQ kernel that would make dQ without it does not fit";
-      note(llvm::formatv("sm_90a dK/dV kernel: shared memory with 2 stages {0} B > {1} B{2}: the "
-                         "sm80 dK/dV kernel below serves",
-                         withDq, target.smemPerBlock, withoutDq));
-      return;
-    }
+    // Why the form without dQ does not serve either.
+    std::string why;
+    if (!split && dqKernelFits)
+      why = llvm::formatv(", and {0} B without its dQ", withoutDq).str();
+    else if (!split && problem.maskReadsInputs)
+      why = llvm::formatv(", and the dQ kernel that would make dQ without it takes no mask that "
+                          "reads declared inputs above head dim {0}",
+                          attnc::sm90::kDqKernelInputsMaxHeadDim)
+                .str();
+    else if (!split)
+      why = ", and the dQ kernel that would make dQ without it does not fit";
+    note(llvm::formatv("sm_90a dK/dV kernel: shared memory with 2 stages {0} B > {1} B{2}: the "
+                       "sm80 dK/dV kernel below serves",
+                       withDq, target.smemPerBlock, why));
+    return;
+  }
+  if (separateDq)
     note(llvm::formatv("sm_90a dK/dV kernel: shared memory with 2 stages {0} B > {1} B with its "
                        "dQ (fp32 dQ tiles, K chunks for dQ's columns), {2} B without: dK and dV "
                        "alone, dQ from the sm_90a dQ kernel",
-                       withDq, target.smemPerBlock, smem(2)));
-  }
+                       withDq, target.smemPerBlock, withoutDq));
   // hd128 without dropout or the split keeps two Q/dO stages where three fit (hd128KeepsTwoStages).
   const bool twoStages = !split && hd128KeepsTwoStages(problem);
   int64_t stages = 2;
@@ -587,8 +587,7 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
   choice.hopperQStages = dqStages;
   choice.hopperQSmemBytes = dqSmem(dqStages);
   choice.hopperSeparateDq =
-      separateDq || attnc::sm90::separateDqKernel(split, problem.maskReadsInputs,
-                                                  attnc::sm90::splitDqFits(int(d), int(consumers)));
+      separateDq || attnc::sm90::separateDqKernel(split, problem.maskReadsInputs, int(d));
   choice.hopperQWalksInputs = problem.maskReadsInputs;
   note(llvm::formatv("sm_90a dQ kernel: 2 consumer warpgroups x 64 q rows, kv tiles of {0} keys "
                      "(registers {1}: dQ, S, dP, dS <= {2}{7}{8}), {3} K/V stages, {4} B <= {5} B "

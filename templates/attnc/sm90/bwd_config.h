@@ -251,9 +251,8 @@ ATTNC_HD constexpr int dqKernelSmemBytes(int headDim, int headDimV, int blockKV,
 // Not under a mask that reads declared inputs where the split's own dQ fits (splitDqFits): there
 // the dQ kernel's producer walks the inputs' summaries, and document hd192 ran 0.85x the split's
 // own dQ (160: 1.01x; docs/perf/H200-backward.md, 2026-12-04).
-ATTNC_HD constexpr bool separateDqKernel(bool split, bool maskReadsInputs = false,
-                                         bool splitOwnDqFits = true) {
-  return split && (!maskReadsInputs || !splitOwnDqFits);
+ATTNC_HD constexpr bool separateDqKernel(bool split, bool maskReadsInputs, int headDim) {
+  return split && (!maskReadsInputs || !splitDqFits(headDim, kBwdConsumers));
 }
 
 // The registers the dQ kernel's producer keeps where the mask reads declared inputs: its first
@@ -263,7 +262,8 @@ ATTNC_HD constexpr bool separateDqKernel(bool split, bool maskReadsInputs = fals
 // rule's model accounts for (kDqKernelInputsLive) up to head dim 192 (at 256 the consumers
 // spilled 72 bytes).
 constexpr int kDqInputsProducerRegisters = 40;
-constexpr int kDqKernelInputsLive = kDqKernelLive - 8;
+constexpr int kDqKernelInputsLive =
+    kDqKernelLive - (consumerRegisters(2) - consumerRegisters(2, kDqInputsProducerRegisters));
 constexpr int kDqKernelInputsMaxHeadDim = 192;
 
 // Element: attnc::bf16 or attnc::half. HeadDim, HeadDimV: multiples of 8 in [8, 256]. BlockKV:
