@@ -80,6 +80,7 @@ struct Kernel::Impl {
     bool backwardResolved = false;
     cu::Function backward[5] = {};
     cu::Function backwardTileClasses = nullptr;  // <stem>_tile_classes, with tile classes
+    cu::Function backwardQTileClasses = nullptr;  // <stem>_q_tile_classes, with them and an sm_90a _q
     std::string backwardError;
     // The deterministic mode's entries (kv_nodq, q), resolved on its first launch (they may be in
     // a deferred module, loaded into the context then).
@@ -367,6 +368,10 @@ struct Kernel::Impl {
     if (!m.tileClassesEntry.empty()) {
       const std::string name = b.entryStem + "_tile_classes";
       if (!getFunction(driver, *entry, name, &entry->backwardTileClasses, &why)) return fail(why);
+      if (b.qKernel == "sm90" &&
+          !getFunction(driver, *entry, b.entryStem + "_q_tile_classes",
+                       &entry->backwardQTileClasses, &why))
+        return fail(why);
     }
     return entry;
   }
@@ -811,51 +816,77 @@ void setSharedFields(Params& p, const KernelMetadata& m, const Args& args) {
   }
 }
 
+// One tile-classes entry's launch (tile_classes.h) and where its output goes: `rows` rows of
+// first/last live tile and of `words` class words, which `bounds`, `classWords` and `wordCount`
+// (fields of the launch's parameters) are pointed at; with `groupWords` > 0 (the sm_90a forward)
+// rows of that many words of its consumer warpgroups' classes follow, at *groups; with `order`, an
+// int a row after them (the forward's q tile order).
+struct TileClassOutput {
+  cu::Function entry = nullptr;
+  std::string name;
+  i64 rows = 0;
+  int words = 0;
+  const int** bounds = nullptr;
+  const u32** classWords = nullptr;
+  int* wordCount = nullptr;
+  int groupWords = 0;
+  const u32** groups = nullptr;
+  int* groupWordCount = nullptr;
+  const int** order = nullptr;
+
+  size_t boundsBytes() const { return align256(size_t(rows) * 2 * sizeof(int)); }
+  size_t wordsBytes() const { return align256(size_t(rows) * size_t(words) * sizeof(u32)); }
+  size_t groupBytes() const { return align256(size_t(rows) * size_t(groupWords) * sizeof(u32)); }
+  size_t orderBytes() const { return order ? align256(size_t(rows) * sizeof(int)) : 0; }
+  size_t bytes() const { return boundsBytes() + wordsBytes() + groupBytes() + orderBytes(); }
+};
+
 // The summaries of the declared inputs the mask reads (Impl::summarize: on `stream`, the
-// InputRefs pointed at them; *lock held until the kernels using them are enqueued), then, where the
-// image has a tile-classes entry (`classes`, called `name`), that entry's output after them in
-// the same buffer (tile_classes.h): `rows` rows of first/last live tile and of `words` class
-// words, which `bounds`, `classWords` and `wordCount` (fields of p) are pointed at; the entry is
-// launched on `stream` with p. A kernel with such an entry reads them instead of classifying
-// tiles itself, so they are not optional. With `groupWords` > 0 (the sm_90a forward), rows of
-// that many words of its consumer warpgroups' classes follow, at *groups.
+// InputRefs pointed at them; *lock held until the kernels using them are enqueued), then each of
+// `outputs` whose entry the image has, after them in the same buffer, each entry launched on
+// `stream` with p once p points at all of them. A kernel whose unit has such an entry reads them
+// instead of classifying tiles itself, so they are not optional.
 template <class Params>
 Status summarizeAndClassify(Kernel::Impl& impl, const DriverApi& driver, cu::Context context,
-                            const Kernel::Impl::Loaded& loaded, Params& p, cu::Function classes,
-                            const std::string& name, i64 rows, int words, const int*& bounds,
-                            const u32*& classWords, int& wordCount, cu::Stream stream,
-                            std::unique_lock<std::mutex>* lock, int groupWords = 0,
-                            const u32** groups = nullptr, int* groupWordCount = nullptr,
-                            const int** order = nullptr, DeviceBuffer* own = nullptr) {
-  const size_t boundsBytes = align256(size_t(rows) * 2 * sizeof(int));
-  const size_t wordsBytes = align256(size_t(rows) * size_t(words) * sizeof(u32));
-  const size_t groupBytes = align256(size_t(rows) * size_t(groupWords) * sizeof(u32));
-  const size_t orderBytes = order ? size_t(rows) * sizeof(int) : 0;
-  const size_t bytes = classes ? boundsBytes + wordsBytes + groupBytes + orderBytes : 0;
+                            const Kernel::Impl::Loaded& loaded, Params& p,
+                            std::vector<TileClassOutput> outputs, cu::Stream stream,
+                            std::unique_lock<std::mutex>* lock, DeviceBuffer* own = nullptr) {
+  outputs.erase(std::remove_if(outputs.begin(), outputs.end(),
+                               [](const TileClassOutput& o) { return !o.entry; }),
+                outputs.end());
+  size_t bytes = 0;
+  for (const TileClassOutput& o : outputs) bytes += o.bytes();
   char* buffer = nullptr;
   if (Status status = impl.summarize(driver, context, loaded, p.inputs, p.batch, p.q_len, p.kv_len,
                                      stream, lock, bytes, &buffer, own);
       !status)
     return status;
-  if (!classes) return Status::success();
+  if (outputs.empty()) return Status::success();
   const std::string& kernel = loaded.image->metadata.name;
   if (!buffer)
     return Status::error("kernel '" + kernel + "': its tile classes need the input summaries, and "
                          "the launch made none");
-  bounds = reinterpret_cast<const int*>(buffer);
-  classWords = reinterpret_cast<const u32*>(buffer + boundsBytes);
-  wordCount = words;
-  if (groupWords > 0) {
-    *groups = reinterpret_cast<const u32*>(buffer + boundsBytes + wordsBytes);
-    *groupWordCount = groupWords;
+  for (const TileClassOutput& o : outputs) {
+    *o.bounds = reinterpret_cast<const int*>(buffer);
+    *o.classWords = reinterpret_cast<const u32*>(buffer + o.boundsBytes());
+    *o.wordCount = o.words;
+    if (o.groupWords > 0) {
+      *o.groups = reinterpret_cast<const u32*>(buffer + o.boundsBytes() + o.wordsBytes());
+      *o.groupWordCount = o.groupWords;
+    }
+    if (o.order)
+      *o.order = reinterpret_cast<const int*>(buffer + o.boundsBytes() + o.wordsBytes() +
+                                              o.groupBytes());
+    buffer += o.bytes();
   }
-  if (order) *order = reinterpret_cast<const int*>(buffer + boundsBytes + wordsBytes + groupBytes);
-  void* params[] = {&p};
-  std::string error;
-  if (!driver.check(driver.cuLaunchKernel(classes, tileClassBlocks(rows), 1, 1, kTileClassThreads,
-                                          1, 1, 0, stream, params, nullptr),
-                    ("cuLaunchKernel(" + name + ")").c_str(), &error))
-    return Status::error("kernel '" + kernel + "': " + error);
+  for (const TileClassOutput& o : outputs) {
+    void* params[] = {&p};
+    std::string error;
+    if (!driver.check(driver.cuLaunchKernel(o.entry, tileClassBlocks(o.rows), 1, 1,
+                                            kTileClassThreads, 1, 1, 0, stream, params, nullptr),
+                      ("cuLaunchKernel(" + o.name + ")").c_str(), &error))
+      return Status::error("kernel '" + kernel + "': " + error);
+  }
   return Status::success();
 }
 
@@ -969,13 +1000,22 @@ Status launchInputWork(Kernel::Impl& impl, const DriverApi& driver, cu::Context 
   // Tile classes: rows (b, h, q tile) of kv tiles, 2 bits a tile; for the sm_90a kernel also
   // 8 bits a tile of its consumer warpgroups' classes.
   const int heads = tileClassHeads(tiles);
-  if (Status status = summarizeAndClassify(
-          impl, driver, context, loaded, p, loaded.tileClasses, tiles.tileClassesEntry,
-          tileClassRows(p.batch, heads, p.q_len, tiles.blockQ),
-          tileClassWords(p.kv_len, tiles.blockKV), p.kv_tile_bounds, p.kv_tile_classes,
-          p.kv_class_words, stream, summaryLock,
-          tiles.forwardKernel == "sm90" ? tileGroupWords(p.kv_len, tiles.blockKV) : 0,
-          &p.kv_group_classes, &p.kv_group_words, orderTiles ? &p.q_tile_order : nullptr, own);
+  TileClassOutput classes;
+  classes.entry = loaded.tileClasses;
+  classes.name = tiles.tileClassesEntry;
+  classes.rows = tileClassRows(p.batch, heads, p.q_len, tiles.blockQ);
+  classes.words = tileClassWords(p.kv_len, tiles.blockKV);
+  classes.bounds = &p.kv_tile_bounds;
+  classes.classWords = &p.kv_tile_classes;
+  classes.wordCount = &p.kv_class_words;
+  if (tiles.forwardKernel == "sm90") {
+    classes.groupWords = tileGroupWords(p.kv_len, tiles.blockKV);
+    classes.groups = &p.kv_group_classes;
+    classes.groupWordCount = &p.kv_group_words;
+  }
+  if (orderTiles) classes.order = &p.q_tile_order;
+  if (Status status = summarizeAndClassify(impl, driver, context, loaded, p, {classes}, stream,
+                                           summaryLock, own);
       !status)
     return status;
   // The q tiles of each (b, h) longest kv range first, after the classes (tile_classes.h
@@ -995,19 +1035,35 @@ Status launchInputWork(Kernel::Impl& impl, const DriverApi& driver, cu::Context 
 // The backward's launches before its kernels, for masks that read declared inputs: the
 // summaries and the dK/dV kernel's tile classes, rows (b, h, kv tile of kvBlockKV) of q tiles, the
 // words a row sized for q tiles of 16 rows, the least any dK/dV kernel uses (its own q block is
-// not in the metadata). As launchInputWork, into the Kernel's per-stream buffer or `own`.
+// not in the metadata); with `dqKernel` (a launch that runs the sm_90a dQ kernel) also that
+// kernel's, rows (b, h, q tile of qBlockQ) of kv tiles of qBlockKV. As launchInputWork, into the
+// Kernel's per-stream buffer or `own`.
 Status launchBackwardInputWork(Kernel::Impl& impl, const DriverApi& driver, cu::Context context,
-                               const Kernel::Impl::Loaded& loaded, BwdParams& p,
+                               const Kernel::Impl::Loaded& loaded, BwdParams& p, bool dqKernel,
                                cu::Stream stream, std::unique_lock<std::mutex>* summaryLock,
                                DeviceBuffer* own) {
   const KernelMetadata& image = loaded.image->metadata;
   const BackwardMetadata& b = *image.backward;
-  return summarizeAndClassify(impl, driver, context, loaded, p, loaded.backwardTileClasses,
-                              b.entryStem + "_tile_classes",
-                              tileClassRows(p.batch, tileClassHeads(image), p.kv_len, b.kvBlockKV),
-                              tileClassWords(p.q_len, 16), p.q_tile_bounds, p.q_tile_classes,
-                              p.q_class_words, stream, summaryLock, 0, nullptr, nullptr, nullptr,
-                              own);
+  const int heads = tileClassHeads(image);
+  TileClassOutput kv;
+  kv.entry = loaded.backwardTileClasses;
+  kv.name = b.entryStem + "_tile_classes";
+  kv.rows = tileClassRows(p.batch, heads, p.kv_len, b.kvBlockKV);
+  kv.words = tileClassWords(p.q_len, 16);
+  kv.bounds = &p.q_tile_bounds;
+  kv.classWords = &p.q_tile_classes;
+  kv.wordCount = &p.q_class_words;
+  TileClassOutput q;
+  if (dqKernel && b.qKernel == "sm90") {
+    q.entry = loaded.backwardQTileClasses;
+    q.name = b.entryStem + "_q_tile_classes";
+    q.rows = tileClassRows(p.batch, heads, p.q_len, b.qBlockQ);
+    q.words = tileClassWords(p.kv_len, b.qBlockKV);
+    q.bounds = &p.kv_tile_bounds;
+    q.classWords = &p.kv_tile_classes;
+    q.wordCount = &p.kv_class_words;
+  }
+  return summarizeAndClassify(impl, driver, context, loaded, p, {kv, q}, stream, summaryLock, own);
 }
 
 // The fields of a launch's parameters that its input work sets (launchInputWork,
@@ -1026,6 +1082,9 @@ void copyInputWork(const BwdParams& from, BwdParams& to) {
   to.q_tile_bounds = from.q_tile_bounds;
   to.q_tile_classes = from.q_tile_classes;
   to.q_class_words = from.q_class_words;
+  to.kv_tile_bounds = from.kv_tile_bounds;
+  to.kv_tile_classes = from.kv_tile_classes;
+  to.kv_class_words = from.kv_class_words;
 }
 
 // p's input-work fields from a preparation (`made`: its parameters), if it was made in `context`.
@@ -1121,12 +1180,13 @@ Status Kernel::prepareInputs(const ForwardArgs& args, void* stream, PreparedInpu
       !status)
     return status;
   if (m.hasBackward()) {
-    // The backward's summaries and dK/dV tile classes, as Kernel::backward makes them.
+    // The backward's summaries and tile classes, as Kernel::backward makes them.
     const Impl::Loaded* withBackward = impl_->backwardFunctions(*driver, context, &error);
     if (!withBackward) return Status::error(error);
     setSharedFields(prepared->backwardParams, m, args);
+    // (the dQ kernel's too: the preparation may serve the deterministic backward)
     if (Status status = launchBackwardInputWork(
-            *impl_, *driver, context, *withBackward, prepared->backwardParams,
+            *impl_, *driver, context, *withBackward, prepared->backwardParams, /*dqKernel=*/true,
             static_cast<cu::Stream>(stream), nullptr, &prepared->backwardBuffer);
         !status)
       return status;
@@ -1300,12 +1360,14 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
   setStrides(args.dv, p.dv_stride_b, p.dv_stride_h, p.dv_stride_s);
   std::unique_lock<std::mutex> summaryLock;
   setSharedFields(p, m, args);
-  // The summaries and the dK/dV kernel's tile classes: prepared, or made now.
+  // The summaries and the dK/dV kernel's tile classes (and the sm_90a dQ kernel's, where it runs):
+  // prepared, or made now.
   const PreparedInputs::Impl* prepared =
       args.prepared ? args.prepared->impl_.get() : nullptr;  // checked by validateBackward()
   if (Status status = prepared ? usePrepared(*prepared, prepared->backwardParams, context,
                                              "BackwardArgs.prepared: ", p)
                                : launchBackwardInputWork(*impl_, *driver, context, *loaded, p,
+                                                         separateDq,
                                                          static_cast<cu::Stream>(stream),
                                                          &summaryLock, nullptr);
       !status)

@@ -136,7 +136,7 @@ attn.tiled_forward @tiles_hd256_dropout attributes {dropout = 0.1, element_type 
 // The sm_90a dQ kernel serves the deterministic backward: kv tiles of 64 keys (dQ 64 + S, dP 128 +
 // dS 16 registers), 4 K/V stages.
 // HOPPER-SAME: sm_90a dQ kernel: 2 consumer warpgroups x 64 q rows, kv tiles of 64 keys (registers 144: dQ, S, dP, dS <= 176), 4 K/V stages, 197736 B <= 232448 B shared; the deterministic backward
-// HOPPER-SAME: hopper_q_block_kv = 64 : i64, hopper_q_smem_bytes = 197736 : i64, hopper_q_stages = 4 : i64, hopper_q_walks_inputs = 0 : i64, hopper_separate_dq = 0 : i64
+// HOPPER-SAME: hopper_q_block_kv = 64 : i64, hopper_q_smem_bytes = 197736 : i64, hopper_q_stages = 4 : i64, hopper_separate_dq = 0 : i64
 // HOPPER-SAME: hopper_smem_bytes = 198760 : i64, hopper_split = 0 : i64, hopper_stages = 2 : i64
 // HOPPER-SAME: kv_kernel = "sm90"
 attn.tiled_forward @hopper_hd128 attributes {dropout = 0.0, element_type = bf16, head_dim = 128,
@@ -171,7 +171,7 @@ attn.tiled_forward @hopper_dropout attributes {dropout = 0.1, element_type = bf1
 // With the split the default backward also takes the sm_90a dQ kernel (no dq_accum): kv tiles of
 // 32 keys (hd256's dQ alone is 128 registers), 3 K/V stages.
 // HOPPER-SAME: sm_90a dQ kernel: 2 consumer warpgroups x 64 q rows, kv tiles of 32 keys (registers 168: dQ, S, dP, dS <= 176), 3 K/V stages, 230480 B <= 232448 B shared; the default backward too
-// HOPPER-SAME: hopper_q_block_kv = 32 : i64, hopper_q_smem_bytes = 230480 : i64, hopper_q_stages = 3 : i64, hopper_q_walks_inputs = 0 : i64, hopper_separate_dq = 1 : i64
+// HOPPER-SAME: hopper_q_block_kv = 32 : i64, hopper_q_smem_bytes = 230480 : i64, hopper_q_stages = 3 : i64, hopper_separate_dq = 1 : i64
 // HOPPER-SAME: hopper_smem_bytes = 231528 : i64, hopper_split = 1 : i64, hopper_stages = 2 : i64
 // HOPPER-SAME: kv_kernel = "sm90"
 attn.tiled_forward @hopper_hd256 attributes {dropout = 0.0, element_type = bf16, head_dim = 256,

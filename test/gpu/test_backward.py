@@ -46,9 +46,11 @@ def plan(subset):
                 ("causal", (192, 64), "bf16", [(300, 129)], 1),
                 # the split beside a head dim padded to two chunks
                 ("causal", (64, 256), "bf16", [(129, 300)], 1),
-                # the dQ kernel whose producer walks a document mask's summaries (the default
-                # backward and, in the same case, the deterministic one)
-                ("document_causal", (192, 64), "bf16", [(300, 129)], 1)]
+                # the dQ kernel whose producer reads the launch's classes of its kv tiles under
+                # a document mask (the default backward and, in the same case, the deterministic
+                # one), and the dK/dV kernel without dQ beside it at a head dim above 192
+                ("document_causal", (192, 64), "bf16", [(300, 129)], 1),
+                ("document_causal", (224, 32), "bf16", [(129, 300)], 1)]
     lens = [(1, 1), (17, 17), (127, 1000), (1000, 127), (1000, 1000)]
     groups = []
     swept = (32, 64, 72, 96, 128, 136, 160, 192, 256)  # at every length below; the other head dims at the end
@@ -97,8 +99,8 @@ def plan(subset):
     groups.append(("causal", (152, 96), "bf16", [(1000, 1000 - 40)], 1))
     # The split beside a head dim of at most 64 columns, padded to two chunks (bwd_config.h
     # splitColumns: the second consumer's share all padding), where the plain kernel's registers
-    # do not fit: a narrow d_v (with the split's own dQ under a document mask, which has no dQ
-    # kernel) and a narrow head dim (beside the dQ kernel, its kv tile halved to fit the shared
+    # do not fit: a narrow d_v (with the split's own dQ under a document mask, separateDqKernel)
+    # and a narrow head dim (beside the dQ kernel, its kv tile halved to fit the shared
     # memory); until 2026-12-04 the sm80 dK/dV kernel served these. And the plain kernel's
     # deterministic dQ kernel with its kv tile halved, (16, 224).
     groups.append(("causal", (256, 64), "bf16", [(127, 1000), (1000, 1000)], 1))
@@ -108,13 +110,19 @@ def plan(subset):
     groups.append(("document_causal", (256, 48), "bf16", [(129, 1000), (1000, 1000)], 1))
     groups.append(("alibi", (8, 248), "fp16", [(1000, 129)], 1))
     groups.append(("causal", (16, 224), "bf16", [(129, 1000)], 1))
-    # The sm_90a dQ kernel under masks that read declared inputs (its producer walks their
-    # summaries with 40 registers, bwd_config.h kDqInputsProducerRegisters; until 2026-12-04 the
-    # sm80 dQ kernel served them): the split's default backward at hd192, the dK/dV kernel without
-    # dQ at (192, 64), and the deterministic mode wherever (document_causal and head_document at
-    # hd64 above too).
+    # The sm_90a dQ kernel under masks that read declared inputs (its producer reads the launch's
+    # classes of its kv tiles, `_bwd_q_tile_classes`; until 2026-12-04 the sm80 dQ kernel served
+    # them, then up to head dim 192 its producer walked the inputs' summaries): the split's default
+    # backward at hd192, the dK/dV kernel without dQ at (192, 64) and, above head dim 192 (where
+    # the sm80 dK/dV kernel served), at (224, 32) and (240, 8); the deterministic mode wherever
+    # (document_causal and head_document at hd64 above too), up to the widest pairs the dQ kernel
+    # takes (bwd_config.h dqKernelTakesInputMask: (232, 232), (256, 160)).
     groups.append(("document_causal", 192, "bf16", [(129, 1000), (1000, 1000)], 1))
     groups.append(("document_causal", (192, 64), "bf16", [(1000, 1000)], 1))
+    groups.append(("document_causal", (224, 32), "bf16", [(129, 1000), (1000, 1000)], 1))
+    groups.append(("head_document", (240, 8), "bf16", [(1000, 129)], 1))
+    groups.append(("document_causal", (232, 232), "bf16", [(1000, 1000)], 1))
+    groups.append(("document_causal", (256, 160), "bf16", [(129, 1000)], 1))
     groups.append(("head_document", (136, 112), "bf16", [(1000, 129)], 1))
     groups.append(("document_causal", 128, "fp16", [(1000, 1000)], 2))
     groups.append(("key_ranges", 128, "bf16", [(1000, 1000)], 2))

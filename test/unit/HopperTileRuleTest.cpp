@@ -200,28 +200,31 @@ TEST(HopperTileRule, TheDqKernelServesWhereTheSplitDoes) {
   TileProblem hd128{128, 128, 2, 0, 0, 0, 0};
   EXPECT_EQ(deriveBackwardTiles(hd128, target)->hopperQBlockKV, 64);
   EXPECT_FALSE(deriveBackwardTiles(hd128, target)->hopperSeparateDq);
+  // A mask that reads declared inputs: the dQ kernel's producer reads the launch's classes of its
+  // kv tiles (`_bwd_q_tile_classes`) within the same 24 registers, so the dQ kernel takes the
+  // same tiles, up to hd232 at any d_v (dqKernelTakesInputMask: its consumers spilled at
+  // (256, 256) under document); the deterministic backward takes it, the default one keeps the
+  // dK/dV kernel's dQ, the split's too (separateDqKernel: document hd192 ran 0.85x with the dQ
+  // kernel).
   TileProblem document = hd256;
   document.maskReadsInputs = true;
-  mlir::FailureOr<BackwardTileChoice> doc = deriveBackwardTiles(document, target);
-  EXPECT_EQ(doc->kvKernel, "sm90");
-  EXPECT_EQ(doc->hopperQSmemBytes, 0);
-  EXPECT_FALSE(doc->hopperSeparateDq);
-  // A mask that reads declared inputs up to head dim 192: the dQ kernel with its producer at 40
-  // registers, its consumers at 232, the model 8 lower (hd128: still 64 keys; hd192: 32 for 64);
-  // the deterministic backward takes it, the default one keeps the dK/dV kernel's dQ, the split's
-  // too (separateDqKernel: document hd192 ran 0.85x with the dQ kernel).
-  for (auto [d, blockKV, separate] : {std::tuple{128, 64, false}, std::tuple{192, 32, false}}) {
-    TileProblem inputs{d, d, 2, 0, 0, 0, 0};
+  EXPECT_EQ(deriveBackwardTiles(document, target)->kvKernel, "sm90");
+  EXPECT_EQ(deriveBackwardTiles(document, target)->hopperQSmemBytes, 0);
+  EXPECT_FALSE(deriveBackwardTiles(document, target)->hopperSeparateDq);
+  for (int64_t d : {64, 128, 192, 232}) {
+    TileProblem plain{d, d, 2, 0, 0, 0, 0};
+    TileProblem inputs = plain;
     inputs.maskReadsInputs = true;
     mlir::FailureOr<BackwardTileChoice> c = deriveBackwardTiles(inputs, target);
-    EXPECT_TRUE(c->hopperQWalksInputs) << d;
-    EXPECT_EQ(c->hopperQBlockKV, blockKV) << d;
-    EXPECT_EQ(c->hopperSeparateDq, separate) << d;
+    mlir::FailureOr<BackwardTileChoice> without = deriveBackwardTiles(plain, target);
+    EXPECT_EQ(c->kvKernel, "sm90") << d;
+    EXPECT_GT(c->hopperQSmemBytes, 0) << d;
+    EXPECT_EQ(c->hopperQBlockKV, d <= 176 ? without->hopperQBlockKV : 32) << d;
+    EXPECT_FALSE(c->hopperSeparateDq) << d;
   }
-  static_assert(attnc::sm90::DqConfig<attnc::bf16, 128, 128, 64, 4, true>::kProducerRegisters == 40 &&
-                    attnc::sm90::DqConfig<attnc::bf16, 128, 128, 64, 4, true>::kConsumerRegisters ==
-                        232,
-                "the dQ kernel's producer that walks the inputs' summaries keeps 40 registers");
+  static_assert(attnc::sm90::DqConfig<attnc::bf16, 128, 128, 64, 4>::kProducerRegisters ==
+                    attnc::sm90::producerRegisters(),
+                "the dQ kernel's producer keeps the least registers under every mask");
   static_assert(attnc::sm90::DqConfig<attnc::bf16, 256, 256, 32, 3>::kSmemBytes == 230480 &&
                     attnc::sm90::DqConfig<attnc::bf16, 128, 128, 64, 4>::kSmemBytes == 197736,
                 "DqConfig's layout and dqKernelSmemBytes agree");
@@ -357,14 +360,13 @@ TEST(HopperTileRule, BackwardTakesTheWgmmaKernelWhereItsRegistersFit) {
     EXPECT_EQ(c->kvKernel, "sm90") << d << " " << dv;
     EXPECT_TRUE(c->hopperSplit) << d << " " << dv;
     EXPECT_TRUE(c->hopperSeparateDq) << d << " " << dv;
-    // Under a mask that reads declared inputs: beside the dQ kernel, whose producer walks the
-    // inputs' summaries, where the head dim is at most 192; else the split's own dQ.
+    // Under a mask that reads declared inputs: beside the dQ kernel where the split's own dQ does
+    // not fit (a head dim of at most 64 columns), else the split's own dQ (separateDqKernel).
     TileProblem document = narrow;
     document.maskReadsInputs = true;
     mlir::FailureOr<BackwardTileChoice> doc = deriveBackwardTiles(document, target);
     EXPECT_EQ(doc->kvKernel, "sm90") << d << " " << dv;
     EXPECT_EQ(doc->hopperSeparateDq, d <= 192) << d << " " << dv;
-    EXPECT_EQ(doc->hopperQWalksInputs, d <= 192) << d << " " << dv;
   }
   using Padded = attnc::sm90::BwdConfig<attnc::bf16, 256, 64, 2, 2, true>;
   static_assert(Padded::kDkTiles == 16 && Padded::kDvTiles == 8 && Padded::kVChunks == 2 &&
@@ -374,8 +376,8 @@ TEST(HopperTileRule, BackwardTakesTheWgmmaKernelWhereItsRegistersFit) {
 
 // Head dims 129-256 beside a narrow d_v, whose plain dK/dV kernel fits its registers but not, with
 // its dQ (fp32 tiles and a fourth K chunk for dQ's columns), the shared memory: the kernel without
-// dQ (BwdConfig SeparateDq) and the sm_90a dQ kernel, in the default backward too. A mask that
-// reads declared inputs has no sm_90a dQ kernel, so the sm80 dK/dV kernel keeps serving it.
+// dQ (BwdConfig SeparateDq) and the sm_90a dQ kernel, in the default backward too, under every
+// mask.
 TEST(HopperTileRule, NarrowDvBesideAWideHeadDimRunsWithoutItsDq) {
   const TileTarget target = tileTarget("sm_90a");
   for (auto [d, dv, stages] : {std::tuple{192, 64, 3}, std::tuple{136, 112, 2},
@@ -391,11 +393,17 @@ TEST(HopperTileRule, NarrowDvBesideAWideHeadDimRunsWithoutItsDq) {
     EXPECT_EQ(c->hopperStages, stages);
     EXPECT_GT(attnc::sm90::bwdSmemBytes(d, dv, 2, 2), target.smemPerBlock);
     EXPECT_EQ(c->hopperSmemBytes, attnc::sm90::bwdSmemBytes(d, dv, 2, stages, false, true));
-    // Under a mask that reads declared inputs the dQ kernel serves up to head dim 192 (its
-    // producer walking the inputs' summaries with 40 registers); above, the sm80 dK/dV kernel.
+    // Under a mask that reads declared inputs too (the dQ kernel's producer reads precomputed
+    // classes of its kv tiles), its kv tile at most what 8 registers fewer allow.
     TileProblem document = problem;
     document.maskReadsInputs = true;
-    EXPECT_EQ(deriveBackwardTiles(document, target)->kvKernel, d <= 192 ? "sm90" : "sm80");
+    mlir::FailureOr<BackwardTileChoice> doc = deriveBackwardTiles(document, target);
+    EXPECT_EQ(doc->kvKernel, "sm90");
+    EXPECT_TRUE(doc->hopperSeparateDq);
+    EXPECT_EQ(doc->hopperQBlockKV,
+              std::min<int64_t>(c->hopperQBlockKV,
+                                attnc::sm90::dqKernelBlockKV(d, attnc::sm90::kDqKernelInputsReserve)));
+    EXPECT_EQ(doc->hopperStages, stages);
   }
   using Narrow = attnc::sm90::BwdConfig<attnc::bf16, 192, 64, 2, 3, false, true>;
   static_assert(Narrow::kKChunks == 3 && Narrow::kKLoadChunks == 3 && Narrow::kDqTileBytes == 0 &&
@@ -407,6 +415,44 @@ TEST(HopperTileRule, NarrowDvBesideAWideHeadDimRunsWithoutItsDq) {
     TileProblem same{d, d, 2, 0, 0, 0, 0};
     EXPECT_EQ(deriveBackwardTiles(same, target)->hopperSeparateDq, d > 128) << d;
   }
+}
+
+// Every (head_dim, head_dim_v) pair of multiples of 8 up to 256 takes the same backward kernels
+// and tiles under a mask that reads declared inputs as without one (the dQ kernel's producer
+// reads precomputed classes of its kv tiles, `_bwd_q_tile_classes`), but for the default
+// backward's dQ beside the split (separateDqKernel) and the dQ kernel at the widest pairs, whose
+// consumers spilled (dqKernelTakesInputMask; the split keeps its own dQ there).
+TEST(HopperTileRule, MasksThatReadInputsTakeTheSameBackwardKernels) {
+  const TileTarget target = tileTarget("sm_90a");
+  int sm90 = 0;
+  for (int64_t d = 8; d <= 256; d += 8)
+    for (int64_t dv = 8; dv <= 256; dv += 8) {
+      SCOPED_TRACE(testing::Message() << "d " << d << " dv " << dv);
+      TileProblem plain{d, dv, 2, 0, 0, 0, 0};
+      TileProblem inputs = plain;
+      inputs.maskReadsInputs = true;
+      mlir::FailureOr<BackwardTileChoice> a = deriveBackwardTiles(plain, target);
+      mlir::FailureOr<BackwardTileChoice> b = deriveBackwardTiles(inputs, target);
+      ASSERT_TRUE(mlir::succeeded(a) && mlir::succeeded(b));
+      ASSERT_EQ(b->kvKernel, a->kvKernel);
+      EXPECT_EQ(b->hopperSplit, a->hopperSplit);
+      EXPECT_EQ(b->hopperStages, a->hopperStages);
+      const bool takes = attnc::sm90::dqKernelTakesInputMask(int(d), int(dv));
+      EXPECT_EQ(b->hopperQSmemBytes > 0, takes);
+      if (takes) {
+        // the same kv tile but where the 8 registers kept for the inputs' reads halve it
+        const int64_t inputsTile =
+            attnc::sm90::dqKernelBlockKV(int(d), attnc::sm90::kDqKernelInputsReserve);
+        EXPECT_EQ(b->hopperQBlockKV, std::min<int64_t>(a->hopperQBlockKV, inputsTile));
+        if (b->hopperQBlockKV == a->hopperQBlockKV) EXPECT_EQ(b->hopperQStages, a->hopperQStages);
+      } else {
+        EXPECT_TRUE(a->hopperSplit && attnc::sm90::splitDqFits(int(d), 2));
+      }
+      EXPECT_EQ(b->hopperSeparateDq,
+                a->hopperSeparateDq && (!a->hopperSplit || !attnc::sm90::splitDqFits(int(d), 2)));
+      sm90 += b->kvKernel == "sm90";
+    }
+  EXPECT_EQ(sm90, 32 * 32);  // every pair: the wgmma dK/dV kernel
 }
 
 // The head-dim split's dQ reduction: simulate a warp's lanes swapping halves of one n8 tile (the

@@ -466,6 +466,67 @@ TEST(InputSummary, BackwardQTileWalkReadsPrecomputedClasses) {
   EXPECT_GT(visitedTiles, 200);
 }
 
+// The sm_90a dQ kernel's walk (kv tiles of one q tile of 128 rows, BwdParams::kv_tile_*) over a
+// row of precomputed classes visits exactly the kv tiles whose own class is live, with those
+// classes, and reads the kv rows, not the dK/dV kernel's q rows beside them; the sm80 dQ kernel's
+// walk (Precomputed false) never reads them.
+TEST(InputSummary, BackwardKvTileWalkReadsPrecomputedClasses) {
+  std::mt19937 rng(7);
+  constexpr int kBlock = 64;
+  using Tri = expr::Tri;
+  int visitedTiles = 0;
+  for (int round = 0; round < 60; ++round) {
+    BwdParams p = randomLengths<BwdParams>(rng);
+    const InputExtents e = expr::input_extents(p);
+    std::vector<int> doc = randomDocuments(rng, e.positions, round % 2 == 0);
+    std::vector<SummaryEntry> summaries;
+    p.inputs[0] = InputRef{doc.data(), 0, 0, 1, nullptr};
+    summaries = summarize<int>(p.inputs[0], e);
+    p.inputs[0].summary = summaries.data();
+    // The dK/dV kernel's rows, all empty: a walk reading them would visit nothing.
+    const std::vector<int> emptyBounds = {1 << 20, -1};
+    const std::vector<u32> emptyClasses(64, 0u);
+    p.q_tile_bounds = emptyBounds.data();
+    p.q_tile_classes = emptyClasses.data();
+    p.q_class_words = 1;
+    for (int q0 = 0; q0 < p.q_len; q0 += 128) {
+      const int q1 = std::min(p.q_len, q0 + 128) - 1;
+      const KvTiles<DocumentVariant, kBlock, BwdParams> search(p, 0, 0, q0, q1);
+      const int words = tileClassWords(p.kv_len, kBlock);
+      std::vector<int> rowBounds(2);
+      std::vector<u32> rowClasses(static_cast<size_t>(words));
+      tileClassRow(search, rowBounds.data(), rowClasses.data(), words);
+      p.kv_tile_bounds = rowBounds.data();
+      p.kv_tile_classes = rowClasses.data();
+      p.kv_class_words = words;
+      KvTiles<DocumentClassesVariant, kBlock, BwdParams> read(p, 0, 0, q0, q1);
+      static_assert(decltype(read)::kReadsClasses && !decltype(read)::kReadsGroupClasses,
+                    "the dQ kernel's walk reads precomputed classes (and no group classes)");
+      read.useTileClasses(0);
+      std::vector<int> readVisited, ownClassLive;
+      Tri cls;
+      for (int t = read.nextLive(read.first(), read.last(), cls); t <= read.last();
+           t = read.nextLive(t + 1, read.last(), cls)) {
+        readVisited.push_back(t);
+        ASSERT_EQ(cls, search.tileClass(t)) << "round " << round << " kv tile " << t;
+      }
+      for (int t = 0; t < search.numTiles; ++t)
+        if (search.tileClass(t) != Tri::False) ownClassLive.push_back(t);
+      ASSERT_EQ(readVisited, ownClassLive) << "round " << round << " rows from " << q0;
+      visitedTiles += int(readVisited.size());
+      // The sm80 dQ kernel's walk searches by itself, whatever the rows say.
+      p.kv_tile_bounds = emptyBounds.data();
+      p.kv_tile_classes = emptyClasses.data();
+      KvTiles<DocumentClassesVariant, kBlock, BwdParams, false> own(p, 0, 0, q0, q1);
+      static_assert(!decltype(own)::kReadsClasses, "Precomputed false never reads classes");
+      own.useTileClasses(0);
+      EXPECT_EQ(own.first(), search.first());
+      EXPECT_EQ(own.last(), search.last());
+    }
+  }
+  EXPECT_GT(visitedTiles, 200);
+}
+
 // tileOrderRank: a permutation of the q tiles, longest kv range first, ties by the
 // higher index first (the ordered grid's own order).
 TEST(TileOrder, LongestFirstPermutation) {

@@ -632,12 +632,9 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
       // hopper_q_smem_bytes: absent in tiled IR written before the sm_90a dQ kernel.
       auto qSmem = tiles.getAs<IntegerAttr>("hopper_q_smem_bytes");
       if (qSmem && qSmem.getInt() > 0) {
-        // hopper_q_walks_inputs: absent in tiled IR written before the dQ kernel took such masks.
-        auto walksAttr = tiles.getAs<IntegerAttr>("hopper_q_walks_inputs");
-        const bool walksInputs = walksAttr && walksAttr.getInt() != 0;
-        os << llvm::formatv("using DqHopperConfig = attnc::sm90::DqConfig<{0}, {1}, {2}, {3}, {4}{5}>;\n",
+        os << llvm::formatv("using DqHopperConfig = attnc::sm90::DqConfig<{0}, {1}, {2}, {3}, {4}>;\n",
                             element, op.getHeadDim(), op.getHeadDimV(), tile("hopper_q_block_kv"),
-                            tile("hopper_q_stages"), walksInputs ? ", true" : "");
+                            tile("hopper_q_stages"));
         os << "static_assert(DqHopperConfig::kSmemBytes == " << qSmem.getInt()
            << ", \"attn-derive-backward and the sm_90a dQ template disagree on shared memory\");\n";
         info.qKernel = "sm90";
@@ -749,6 +746,13 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
          << result.backward->entryStem << "_tile_classes(const attnc::BwdParams p) {\n"
          << "  attnc::writeTileClasses<Variant, " << kvConfig << "::kBlockQ, " << kvConfig
          << "::kBlockKV>(p);\n}\n";
+      // And for the sm_90a dQ kernel's (kv tiles per q tile), launched by a backward that runs it.
+      if (result.backward->qKernel == "sm90")
+        os << "extern \"C\" __global__ void __launch_bounds__(attnc::kTileClassThreads, 1) "
+           << result.backward->entryStem
+           << "_q_tile_classes(const attnc::BwdParams p) {\n"
+              "  attnc::writeTileClasses<Variant, DqHopperConfig::kBlockQ, "
+              "DqHopperConfig::kBlockKV, attnc::BwdParams, true>(p);\n}\n";
     }
   }
   if (openGroup >= 0) os << "#endif  // entry group " << openGroup << "\n";

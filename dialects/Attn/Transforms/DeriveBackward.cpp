@@ -99,7 +99,6 @@ struct AttnDeriveBackward final : mlir::attn::impl::AttnDeriveBackwardBase<AttnD
                         i64("hopper_split", tiles->hopperSplit ? 1 : 0),
                         i64("hopper_q_block_kv", tiles->hopperQBlockKV),
                         i64("hopper_q_stages", tiles->hopperQStages),
-                        i64("hopper_q_walks_inputs", tiles->hopperQWalksInputs ? 1 : 0),
                         i64("hopper_q_smem_bytes", tiles->hopperQSmemBytes),
                         i64("hopper_separate_dq", tiles->hopperSeparateDq ? 1 : 0),
                         b.getNamedAttr("derivation",

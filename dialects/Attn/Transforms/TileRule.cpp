@@ -426,12 +426,11 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
   }
   const int64_t reserve = kHopperBwdReserveRegisters + problem.hopperBackwardExtra;
   // The sm_90a dQ kernel (bwd_q.h), derived below: whether it can serve, and its kv tile. For a
-  // mask that reads declared inputs its producer warp walks the kv tiles over the inputs'
-  // summaries itself (the backward has no precomputed classes along the keys) with 40 registers,
-  // which leaves the consumers 8 fewer (bwd_config.h kDqInputsProducerRegisters), up to head dim
-  // 192.
+  // mask that reads declared inputs its producer warp reads the launch's precomputed classes of
+  // its kv tiles (`_bwd_q_tile_classes`) within its 24 registers, and its consumers' model keeps 8
+  // free for their reads of the inputs (bwd_config.h kDqKernelInputsReserve).
   const int64_t inputsReserve =
-      problem.maskReadsInputs ? attnc::sm90::kDqKernelLive - attnc::sm90::kDqKernelInputsLive : 0;
+      problem.maskReadsInputs ? attnc::sm90::kDqKernelInputsReserve : 0;
   // Its kv tile: by its registers, then halved (to 32 at least) while two stages of K and V beside
   // Q and dO do not fit (a narrow head dim beside a wide d_v: (8, 248) takes 64 keys for 128).
   const int64_t registerBlockKV =
@@ -441,9 +440,9 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
     return int64_t(attnc::sm90::dqKernelSmemBytes(int(d), int(dv), int(dqBlockKV), int(stages)));
   };
   while (dqBlockKV > 32 && dqSmem(2) > target.smemPerBlock) dqBlockKV /= 2;
-  const bool dqKernelFits =
-      (!problem.maskReadsInputs || d <= attnc::sm90::kDqKernelInputsMaxHeadDim) &&
-      dqSmem(2) <= target.smemPerBlock;
+  const bool dqKernelTakesMask =
+      !problem.maskReadsInputs || attnc::sm90::dqKernelTakesInputMask(int(d), int(dv));
+  const bool dqKernelFits = dqKernelTakesMask && dqSmem(2) <= target.smemPerBlock;
   const int64_t plainModel = attnc::sm90::bwdConsumerRegisters(int(d), int(dv));
   const int64_t plainNeeded = plainModel + reserve;
   // The head-dim split (bwd_config.h: the consumers share 64 kv rows, each keeping its share of
@@ -514,11 +513,6 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
     std::string why;
     if (!split && dqKernelFits)
       why = llvm::formatv(", and {0} B without its dQ", withoutDq).str();
-    else if (!split && problem.maskReadsInputs)
-      why = llvm::formatv(", and the dQ kernel that would make dQ without it takes no mask that "
-                          "reads declared inputs above head dim {0}",
-                          attnc::sm90::kDqKernelInputsMaxHeadDim)
-                .str();
     else if (!split)
       why = ", and the dQ kernel that would make dQ without it does not fit";
     note(llvm::formatv("sm_90a dK/dV kernel: shared memory with 2 stages {0} B > {1} B{2}: the "
@@ -566,13 +560,12 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
            : llvm::formatv("sm_90a dK/dV kernel: no ping-pong ({0})", noTurns).str());
 
   // The sm_90a dQ kernel (bwd_q.h): with the wgmma dK/dV kernel, for its `_kv_nodq` partner.
-  if (problem.maskReadsInputs && d > attnc::sm90::kDqKernelInputsMaxHeadDim) {
-    note(llvm::formatv("sm_90a dQ kernel: the mask reads declared inputs, whose kv-tile walk its "
-                       "producer warp makes with {0} registers, which leaves its consumers too few "
-                       "above head dim {1}: the sm80 dQ kernel serves the deterministic backward, "
-                       "and the default one keeps the dK/dV kernel's dQ",
-                       attnc::sm90::kDqInputsProducerRegisters,
-                       attnc::sm90::kDqKernelInputsMaxHeadDim));
+  if (!dqKernelTakesMask) {
+    note(llvm::formatv("sm_90a dQ kernel: the mask reads declared inputs, whose reads its consumers "
+                       "hold beside dQ's accumulators: 4 x {0} + {1} = {2} > 1184 spilled "
+                       "(bwd_config.h dqKernelTakesInputMask): the sm80 dQ kernel serves the "
+                       "deterministic backward, and the default one keeps the dK/dV kernel's dQ",
+                       d, dv, 4 * d + dv));
     return;
   }
   if (dqSmem(2) > target.smemPerBlock) {
@@ -588,7 +581,6 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
   choice.hopperQSmemBytes = dqSmem(dqStages);
   choice.hopperSeparateDq =
       separateDq || attnc::sm90::separateDqKernel(split, problem.maskReadsInputs, int(d));
-  choice.hopperQWalksInputs = problem.maskReadsInputs;
   note(llvm::formatv("sm_90a dQ kernel: 2 consumer warpgroups x 64 q rows, kv tiles of {0} keys "
                      "(registers {1}: dQ, S, dP, dS <= {2}{7}{8}), {3} K/V stages, {4} B <= {5} B "
                      "shared; {6}",
@@ -612,8 +604,10 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
                                .str()
                          : std::string(),
                      problem.maskReadsInputs
-                         ? llvm::formatv(", the producer keeping {0} to walk the inputs' summaries",
-                                         attnc::sm90::kDqInputsProducerRegisters)
+                         ? llvm::formatv(", {0} kept for the reads of the declared inputs the "
+                                         "mask makes; its producer reads the launch's classes of "
+                                         "its kv tiles",
+                                         attnc::sm90::kDqKernelInputsReserve)
                                .str()
                          : std::string()));
 }

@@ -83,9 +83,6 @@ struct BackwardTileChoice {
   // hopperSplit it is also the dK/dV kernel's layout (bwd_config.h SeparateDq: no room for dQ).
   int64_t hopperQBlockKV = 0, hopperQStages = 0, hopperQSmemBytes = 0;
   bool hopperSeparateDq = false;
-  // The mask reads declared inputs: the dQ kernel's producer walks their summaries with more
-  // registers (bwd_config.h kDqInputsProducerRegisters).
-  bool hopperQWalksInputs = false;
   std::vector<std::string> derivation;
 };
 

@@ -47,8 +47,10 @@ template <class Variant>
 ATTNC_HD i64 tileClassHeadRow(int b, int h, int heads_q) {
   return VariantMaskIgnoresHead<Variant>::value ? i64(b) : i64(b) * heads_q + h;
 }
-// The walks that read precomputed classes: the forward's along the keys (FwdParams::kv_tile_*)
-// and the dK/dV kernel's along the queries (BwdParams::q_tile_*).
+// The walks that read precomputed classes: the forward's along the keys (FwdParams::kv_tile_*),
+// and the backward's two: the dK/dV kernel's along the queries (BwdParams::q_tile_*) and the
+// sm_90a dQ kernel's along the keys (BwdParams::kv_tile_*; the sm80 dQ kernel's walk, with tiles
+// of its own, opts out: TileWalk's Precomputed).
 template <class P, bool AlongKeys>
 struct ParamsTileClasses {
   static constexpr bool value = false;
@@ -57,20 +59,54 @@ template <>
 struct ParamsTileClasses<FwdParams, true> {
   static constexpr bool value = true;
 };
-template <>
-struct ParamsTileClasses<BwdParams, false> {
+template <bool AlongKeys>
+struct ParamsTileClasses<BwdParams, AlongKeys> {
   static constexpr bool value = true;
 };
-ATTNC_HD const int* tileBoundsOf(const FwdParams& p) { return p.kv_tile_bounds; }
-ATTNC_HD const u32* tileClassesOf(const FwdParams& p) { return p.kv_tile_classes; }
-ATTNC_HD int tileClassWordsOf(const FwdParams& p) { return p.kv_class_words; }
-ATTNC_HD const int* tileBoundsOf(const BwdParams& p) { return p.q_tile_bounds; }
-ATTNC_HD const u32* tileClassesOf(const BwdParams& p) { return p.q_tile_classes; }
-ATTNC_HD int tileClassWordsOf(const BwdParams& p) { return p.q_class_words; }
+// Whether a launch's parameters carry FwdParams::kv_group_classes (the forward's only).
+template <class P>
+struct ParamsGroupClasses {
+  static constexpr bool value = false;
+};
+template <>
+struct ParamsGroupClasses<FwdParams> {
+  static constexpr bool value = true;
+};
+// A launch's rows of classes along one axis (AlongKeys: rows of kv tiles): the bounds, the class
+// words and the words a row has.
+template <bool AlongKeys>
+ATTNC_HD const int* tileBoundsOf(const FwdParams& p) {
+  static_assert(AlongKeys, "the forward's classes are along the keys");
+  return p.kv_tile_bounds;
+}
+template <bool AlongKeys>
+ATTNC_HD const u32* tileClassesOf(const FwdParams& p) {
+  static_assert(AlongKeys, "the forward's classes are along the keys");
+  return p.kv_tile_classes;
+}
+template <bool AlongKeys>
+ATTNC_HD int tileClassWordsOf(const FwdParams& p) {
+  static_assert(AlongKeys, "the forward's classes are along the keys");
+  return p.kv_class_words;
+}
+template <bool AlongKeys>
+ATTNC_HD const int* tileBoundsOf(const BwdParams& p) {
+  return AlongKeys ? p.kv_tile_bounds : p.q_tile_bounds;
+}
+template <bool AlongKeys>
+ATTNC_HD const u32* tileClassesOf(const BwdParams& p) {
+  return AlongKeys ? p.kv_tile_classes : p.q_tile_classes;
+}
+template <bool AlongKeys>
+ATTNC_HD int tileClassWordsOf(const BwdParams& p) {
+  return AlongKeys ? p.kv_class_words : p.q_class_words;
+}
 
 // Tiles of Block positions along the keys (AlongKeys) or the queries, for the fixed range
 // [fixedLo, fixedHi] of the other axis (clipped to its length - 1, fixedLo <= fixedHi).
-template <class Variant, int Block, class Params, bool AlongKeys>
+// Precomputed false: never reads the launch's classes (a walk whose tiles are not those the
+// classes were made for).
+template <class Variant, int Block, class Params, bool AlongKeys, bool Precomputed = true>
 struct TileWalk {
   using Tri = expr::Tri;
   using IntI = expr::IntI;
@@ -82,8 +118,10 @@ struct TileWalk {
   int numTiles;  // ceil(length() / Block)
   // Whether first(), last(), bounds() and nextLive() read the fixed range's row of precomputed
   // tile classes (useTileClasses) instead of evaluating the mask over intervals.
-  static constexpr bool kReadsClasses =
-      VariantTileClasses<Variant>::value && ParamsTileClasses<Params, AlongKeys>::value;
+  static constexpr bool kReadsClasses = Precomputed && VariantTileClasses<Variant>::value &&
+                                       ParamsTileClasses<Params, AlongKeys>::value;
+  // Whether groupClass() reads the launch's 64-row group classes (the forward's alone has them).
+  static constexpr bool kReadsGroupClasses = kReadsClasses && AlongKeys && ParamsGroupClasses<Params>::value;
   const int* boundsRow = nullptr;
   const u32* classRow = nullptr;
   const u32* groupRow = nullptr;  // FwdParams::kv_group_classes' row, where the launch made it
@@ -95,9 +133,9 @@ struct TileWalk {
   // The row (params.h) of the precomputed classes to read, where kReadsClasses.
   ATTNC_HD void useTileClasses(i64 row) {
     if constexpr (kReadsClasses) {
-      boundsRow = tileBoundsOf(p) + 2 * row;
-      classRow = tileClassesOf(p) + row * tileClassWordsOf(p);
-      if constexpr (AlongKeys) {
+      boundsRow = tileBoundsOf<AlongKeys>(p) + 2 * row;
+      classRow = tileClassesOf<AlongKeys>(p) + row * tileClassWordsOf<AlongKeys>(p);
+      if constexpr (kReadsGroupClasses) {
         if (p.kv_group_classes) groupRow = p.kv_group_classes + row * p.kv_group_words;
       }
     }
@@ -107,7 +145,7 @@ struct TileWalk {
   // empty or full for one consumer warpgroup's rows alone): read where kReadsClasses (the sm_90a
   // forward gets FwdParams::kv_group_classes), else the mask over rows [rowLo, rowHi].
   ATTNC_HD Tri groupClass(int t, int group, int rowLo, int rowHi) const {
-    if constexpr (kReadsClasses && AlongKeys) {
+    if constexpr (kReadsGroupClasses) {
       return groupClassOf(groupClassWord(t), t, group);
     } else {
       return classify(rowLo, rowHi, t * Block, tileEnd(t));
@@ -241,9 +279,9 @@ struct TileWalk {
   }
 };
 
-// The kv tiles of BlockKV keys that the q rows [qFirst, qLast] visit.
-template <class Variant, int BlockKV, class Params = FwdParams>
-using KvTiles = TileWalk<Variant, BlockKV, Params, true>;
+// The kv tiles of BlockKV keys that the q rows [qFirst, qLast] visit (Precomputed: TileWalk's).
+template <class Variant, int BlockKV, class Params = FwdParams, bool Precomputed = true>
+using KvTiles = TileWalk<Variant, BlockKV, Params, true, Precomputed>;
 
 // The q tiles of BlockQ rows (of one query head) that the keys [kFirst, kLast] visit.
 template <class Variant, int BlockQ, class Params>

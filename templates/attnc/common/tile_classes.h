@@ -112,10 +112,13 @@ ATTNC_DEVICE void writeTileOrder(const FwdParams& p) {
 }
 
 // With FwdParams: the forward's rows (b, h, q tile of BlockQ) of kv tiles (BlockKV). With
-// BwdParams: the dK/dV kernel's rows (b, h, kv tile of BlockKV) of q tiles (BlockQ).
-template <class Variant, int BlockQ, int BlockKV, class Params>
+// BwdParams: the dK/dV kernel's rows (b, h, kv tile of BlockKV) of q tiles (BlockQ), or with
+// AlongKeys the sm_90a dQ kernel's rows (b, h, q tile of BlockQ from row 0) of kv tiles (BlockKV).
+template <class Variant, int BlockQ, int BlockKV, class Params,
+          bool AlongKeys = ParamsGroupClasses<Params>::value>
 ATTNC_DEVICE void writeTileClasses(const Params& p) {
-  constexpr bool kAlongKeys = ParamsTileClasses<Params, true>::value;
+  constexpr bool kAlongKeys = AlongKeys;
+  static_assert(ParamsTileClasses<Params, kAlongKeys>::value, "these parameters have no such rows");
   constexpr int kFixedBlock = kAlongKeys ? BlockQ : BlockKV;
   constexpr int kWalkBlock = kAlongKeys ? BlockKV : BlockQ;
   using Walk = TileWalk<Variant, kWalkBlock, Params, kAlongKeys>;
@@ -125,16 +128,18 @@ ATTNC_DEVICE void writeTileClasses(const Params& p) {
   const int fixedTiles = ceilDiv(fixedLength, kFixedBlock);
   const int heads = tileClassHeads<Variant>(p.heads_q);
   const i64 rows = tileClassRows(p.batch, heads, fixedLength, kFixedBlock);
-  const int words = tileClassWordsOf(p);
-  int* bounds = const_cast<int*>(tileBoundsOf(p));
-  u32* classes = const_cast<u32*>(tileClassesOf(p));
+  const int words = tileClassWordsOf<kAlongKeys>(p);
+  int* bounds = const_cast<int*>(tileBoundsOf<kAlongKeys>(p));
+  u32* classes = const_cast<u32*>(tileClassesOf<kAlongKeys>(p));
   for (i64 row = i64(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows;
        row += i64(gridDim.x) * kWarps) {
     const int fixedTile = int(row % fixedTiles), bh = int(row / fixedTiles);
     const int b = bh / heads, h = bh % heads;
     // The forward's q tiles start where the kernel's do (qTileStart, block_order.h: end-aligned
-    // on the ordered grid, where the first row can be negative).
-    const int f0 = qTileStart<kAlongKeys && VariantOrderedGrid<Variant>::value>(
+    // on the ordered grid, where the first row can be negative); the dQ kernel's at multiples of
+    // BlockQ.
+    constexpr bool kForward = ParamsGroupClasses<Params>::value;
+    const int f0 = qTileStart<kForward && VariantOrderedGrid<Variant>::value>(
         fixedTile, fixedLength, kFixedBlock);
     const Walk tiles(p, b, h, maxOf(f0, 0), minOf(f0 + kFixedBlock, fixedLength) - 1);
     int first = tiles.numTiles, last = -1;
@@ -154,7 +159,7 @@ ATTNC_DEVICE void writeTileClasses(const Params& p) {
       const u32 word = __reduce_or_sync(0xffffu << (lane & 16), cls << tileClassShift(t));
       const int w = tileClassWord(t);
       if ((lane & 15) == 0 && w < words) rowClasses[w] = word;
-      if constexpr (kAlongKeys) {
+      if constexpr (kForward) {
         // The sm_90a forward's consumer warpgroups (64 rows each): a partial tile's class for
         // each group's rows, 8 bits a tile (params.h).
         if (p.kv_group_classes != nullptr) {

@@ -572,7 +572,8 @@ ATTNC_DEVICE void backwardQ(const BwdParams& p, unsigned char* smem) {
                        Config::kThreads>(doSmem, doG, p.do_stride_s, qRows, tid);
   cpAsyncCommit();
 
-  const KvTiles<Variant, Config::kBlockKV, BwdParams> tiles(p, b, h, q0, q0 + qRows - 1);
+  // (BwdParams::kv_tile_* are the sm_90a dQ kernel's, of other tiles: this walk searches.)
+  const KvTiles<Variant, Config::kBlockKV, BwdParams, false> tiles(p, b, h, q0, q0 + qRows - 1);
   const int lastTile = tiles.last();
   const Element* kG = static_cast<const Element*>(p.k) + b * p.k_stride_b + hKv * p.k_stride_h;
   const Element* vG = static_cast<const Element*>(p.v) + b * p.v_stride_b + hKv * p.v_stride_h;

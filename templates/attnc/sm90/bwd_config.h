@@ -249,28 +249,30 @@ ATTNC_HD constexpr int dqKernelSmemBytes(int headDim, int headDimV, int blockKV,
 // head_dim floats into dq_accum per 64 kv rows and q tile) hold the kernel back (the tensor pipe
 // at 30% of cycles, hd256 full N=4K, ncu). Measured on the H200, 2026-12-03: docs/perf/H200-backward.md.
 // Not under a mask that reads declared inputs where the split's own dQ fits (splitDqFits): there
-// the dQ kernel's producer walks the inputs' summaries, and document hd192 ran 0.85x the split's
-// own dQ (160: 1.01x; docs/perf/H200-backward.md, 2026-12-04).
+// document hd192 ran 0.85x the split's own dQ (160: 1.01x; docs/perf/H200-backward.md,
+// 2026-12-04), measured when the dQ kernel's producer still walked the inputs' summaries itself
+// (it reads precomputed classes since).
 ATTNC_HD constexpr bool separateDqKernel(bool split, bool maskReadsInputs, int headDim) {
   return split && (!maskReadsInputs || !splitDqFits(headDim, kBwdConsumers));
 }
 
-// The registers the dQ kernel's producer keeps where the mask reads declared inputs: its first
-// warp walks the kv tiles over the inputs' block summaries itself (the backward has no
-// precomputed classes along the keys), which spilled 128-164 bytes within 24 registers (document,
-// CUDA 13.0) and none within 40; the consumers then get 232 (consumerRegisters), which the tile
-// rule's model accounts for (kDqKernelInputsLive) up to head dim 192 (at 256 the consumers
-// spilled 72 bytes).
-constexpr int kDqInputsProducerRegisters = 40;
-constexpr int kDqKernelInputsLive =
-    kDqKernelLive - (consumerRegisters(2) - consumerRegisters(2, kDqInputsProducerRegisters));
-constexpr int kDqKernelInputsMaxHeadDim = 192;
+// Whether the dQ kernel serves a mask that reads declared inputs. Its producer reads the launch's
+// classes of its kv tiles (`_bwd_q_tile_classes`) within its usual registers, but its consumers
+// also hold the mask's reads of the inputs per element, which beside dQ's accumulators spilled
+// where 4 head_dim + head_dim_v > 1184: document, causal, bf16, B_c = 32, CUDA 13.0, 2026-12-04,
+// (240, 232) 4 bytes, (248, 200) 8, (256, 168) 4, (256, 200) 20, (256, 256) 44; none at
+// (240, 224), (248, 192), (256, 160), (232, 256) and the 24 pairs of 200-240 beside d_v 8-48.
+ATTNC_HD constexpr bool dqKernelTakesInputMask(int headDim, int headDimV) {
+  return 4 * headDim + headDimV <= 1184;
+}
+// Registers the rule keeps free in the dQ kernel's model (dqKernelBlockKV's reserve) under such a
+// mask, for those reads: without them (192, 256) spilled 8 bytes at B_c = 64, its model at the
+// limit; with them head dims 184-192 take 32 keys, 24-32 take 64.
+constexpr int kDqKernelInputsReserve = 8;
 
 // Element: attnc::bf16 or attnc::half. HeadDim, HeadDimV: multiples of 8 in [8, 256]. BlockKV:
-// keys per kv tile (dqKernelBlockKV). Stages: K/V tile pairs in flight (>= 2). WalksInputs: the
-// mask reads declared inputs, whose summaries the producer walks (kDqInputsProducerRegisters).
-template <class Element_, int HeadDim, int HeadDimV, int BlockKV, int Stages,
-          bool WalksInputs = false>
+// keys per kv tile (dqKernelBlockKV). Stages: K/V tile pairs in flight (>= 2).
+template <class Element_, int HeadDim, int HeadDimV, int BlockKV, int Stages>
 struct DqConfig {
   using Element = Element_;
   static constexpr int kHeadDim = HeadDim;
@@ -301,8 +303,7 @@ struct DqConfig {
   static_assert(kSmemBytes == dqKernelSmemBytes(HeadDim, HeadDimV, BlockKV, Stages),
                 "the layout above and dqKernelSmemBytes() disagree");
 
-  static constexpr int kProducerRegisters =
-      WalksInputs ? kDqInputsProducerRegisters : producerRegisters();
+  static constexpr int kProducerRegisters = producerRegisters();
   static constexpr int kConsumerRegisters = consumerRegisters(kConsumers, kProducerRegisters);
 
   static_assert(HeadDim % 8 == 0 && HeadDim >= 8 && HeadDim <= 256, "head_dim: multiple of 8 in 8..256");

@@ -3,7 +3,8 @@
 //
 //  - the producer warpgroup gives its registers back; its first thread copies the block's Q and
 //    dO (two 64-row boxes each) before the block's barrier sync, then its first warp walks the
-//    live kv tiles (KvTiles, as the sm80 backwardQ) and publishes each in a stage's schedule slot,
+//    live kv tiles (KvTiles, as the sm80 backwardQ; under a mask that reads declared inputs the
+//    launch's precomputed classes of them) and publishes each in a stage's schedule slot,
 //    and lane 0 copies the tile's K and V into the stage with TMA;
 //  - each consumer warpgroup owns 64 query rows and, per kv tile j:
 //      S  = Q K^T          wgmma, both from shared memory
@@ -71,7 +72,11 @@ ATTNC_DEVICE void backwardQ(const BwdParamsTma& pt, unsigned char* smemRaw) {
   const int warpGroup = threadIdx.x / 128;
   const int groupThread = threadIdx.x % 128;
   const DqSmem<Config> smem(smemRaw);
-  const KvTiles<Variant, kBlockKV, BwdParams> tiles(p, b, h, q0, qLast);
+  // Under a mask that reads declared inputs the walk reads the launch's classes of this kernel's
+  // tiles (BwdParams::kv_tile_*, `<name>_bwd_q_tile_classes`) rather than the inputs' summaries.
+  KvTiles<Variant, kBlockKV, BwdParams> tiles(p, b, h, q0, qLast);
+  tiles.useTileClasses(tileClassHeadRow<Variant>(b, h, p.heads_q) *
+                           ceilDiv(p.q_len, Config::kBlockQ) + q0 / Config::kBlockQ);
 
   if (threadIdx.x == 0) {
     mbarrierInit(smem.qFull(), 1);
