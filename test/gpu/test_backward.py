@@ -36,8 +36,10 @@ def plan(subset):
                 ("causal", 256, "bf16", [(129, 300)], 1),
                 # the split over three chunks padded to four (hd192)
                 ("causal", 192, "bf16", [(300, 129)], 1),
-                # the split with a mask that reads declared inputs
+                # the split with a mask that reads declared inputs: its own dQ (hd256), beside
+                # the dQ kernel (hd192)
                 ("document_causal", 256, "bf16", [(129, 300)], 1),
+                ("document_causal", 192, "bf16", [(300, 129)], 1),
                 # the sm_90a dQ kernel (bwd_q.h) with a score hook and with dropout
                 ("softcap", 256, "bf16", [(300, 129)], 1),
                 ("dropout0.1", 128, "bf16", [(129, 300)], 1),
@@ -67,7 +69,9 @@ def plan(subset):
     groups.append(("dropout0.1r10", 128, "bf16", [(300, 300)], 2))  # 10 Philox rounds
     # Head dim 32: kv tiles whose B_c is not a multiple of 32 in the forward (philox.h pairs).
     groups.append(("dropout0.3", 32, "bf16", [(129, 1000)], 2))
-    # Head dim 256 with an epilogue: the backward KV kernel's 32-row kept tile (2 x 4 warps).
+    # Head dim 256 with an epilogue: the backward KV kernel's 32-row kept tile (2 x 4 warps); on
+    # sm_90a the split with its own dQ under a mask that reads declared inputs (past the pairs
+    # the dQ kernel takes, bwd_config.h dqKernelTakesInputMask).
     groups.append(("document_causal", 256, "bf16", [(129, 1000), (1000, 1000)], 1))
     groups.append(("dropout0.1", 256, "bf16", [(300, 300)], 1))
     # The head-dim split with the epilogues it takes since 2026-12-03 (TileRule.cpp): a score whose
@@ -99,8 +103,8 @@ def plan(subset):
     groups.append(("causal", (152, 96), "bf16", [(1000, 1000 - 40)], 1))
     # The split beside a head dim of at most 64 columns, padded to two chunks (bwd_config.h
     # splitColumns: the second consumer's share all padding), where the plain kernel's registers
-    # do not fit: a narrow d_v (with the split's own dQ under a document mask, separateDqKernel)
-    # and a narrow head dim (beside the dQ kernel, its kv tile halved to fit the shared
+    # do not fit: a narrow d_v (under a document mask too, beside the dQ kernel) and a narrow
+    # head dim (beside the dQ kernel, its kv tile halved to fit the shared
     # memory); until 2026-12-04 the sm80 dK/dV kernel served these. And the plain kernel's
     # deterministic dQ kernel with its kv tile halved, (16, 224).
     groups.append(("causal", (256, 64), "bf16", [(127, 1000), (1000, 1000)], 1))
@@ -113,7 +117,8 @@ def plan(subset):
     # The sm_90a dQ kernel under masks that read declared inputs (its producer reads the launch's
     # classes of its kv tiles, `_bwd_q_tile_classes`; until 2026-12-04 the sm80 dQ kernel served
     # them, then up to head dim 192 its producer walked the inputs' summaries): the split's default
-    # backward at hd192, the dK/dV kernel without dQ at (192, 64) and, above head dim 192 (where
+    # backward at hd192 (beside this kernel since it reads classes), the dK/dV kernel without dQ
+    # at (192, 64) and, above head dim 192 (where
     # the sm80 dK/dV kernel served), at (224, 32) and (240, 8); the deterministic mode wherever
     # (document_causal and head_document at hd64 above too), up to the widest pairs the dQ kernel
     # takes (bwd_config.h dqKernelTakesInputMask: (232, 232), (256, 160)).

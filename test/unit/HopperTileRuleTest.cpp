@@ -201,11 +201,10 @@ TEST(HopperTileRule, TheDqKernelServesWhereTheSplitDoes) {
   EXPECT_EQ(deriveBackwardTiles(hd128, target)->hopperQBlockKV, 64);
   EXPECT_FALSE(deriveBackwardTiles(hd128, target)->hopperSeparateDq);
   // A mask that reads declared inputs: the dQ kernel's producer reads the launch's classes of its
-  // kv tiles (`_bwd_q_tile_classes`) within the same 24 registers, so the dQ kernel takes the
-  // same tiles, up to hd232 at any d_v (dqKernelTakesInputMask: its consumers spilled at
-  // (256, 256) under document); the deterministic backward takes it, the default one keeps the
-  // dK/dV kernel's dQ, the split's too (separateDqKernel: document hd192 ran 0.85x with the dQ
-  // kernel).
+  // kv tiles (`_bwd_q_tile_classes`) within the same 24 registers, so the dQ kernel serves as
+  // under other masks (the deterministic backward, and the split's default one), up to hd232 at
+  // any d_v (dqKernelTakesInputMask: its consumers spilled at (256, 256) under document, where
+  // the split keeps its own dQ).
   TileProblem document = hd256;
   document.maskReadsInputs = true;
   EXPECT_EQ(deriveBackwardTiles(document, target)->kvKernel, "sm90");
@@ -220,7 +219,7 @@ TEST(HopperTileRule, TheDqKernelServesWhereTheSplitDoes) {
     EXPECT_EQ(c->kvKernel, "sm90") << d;
     EXPECT_GT(c->hopperQSmemBytes, 0) << d;
     EXPECT_EQ(c->hopperQBlockKV, d <= 176 ? without->hopperQBlockKV : 32) << d;
-    EXPECT_FALSE(c->hopperSeparateDq) << d;
+    EXPECT_EQ(c->hopperSeparateDq, without->hopperSeparateDq) << d;
   }
   static_assert(attnc::sm90::DqConfig<attnc::bf16, 128, 128, 64, 4>::kProducerRegisters ==
                     attnc::sm90::producerRegisters(),
@@ -360,13 +359,12 @@ TEST(HopperTileRule, BackwardTakesTheWgmmaKernelWhereItsRegistersFit) {
     EXPECT_EQ(c->kvKernel, "sm90") << d << " " << dv;
     EXPECT_TRUE(c->hopperSplit) << d << " " << dv;
     EXPECT_TRUE(c->hopperSeparateDq) << d << " " << dv;
-    // Under a mask that reads declared inputs: beside the dQ kernel where the split's own dQ does
-    // not fit (a head dim of at most 64 columns), else the split's own dQ (separateDqKernel).
+    // Under a mask that reads declared inputs too (separateDqKernel).
     TileProblem document = narrow;
     document.maskReadsInputs = true;
     mlir::FailureOr<BackwardTileChoice> doc = deriveBackwardTiles(document, target);
     EXPECT_EQ(doc->kvKernel, "sm90") << d << " " << dv;
-    EXPECT_EQ(doc->hopperSeparateDq, d <= 192) << d << " " << dv;
+    EXPECT_TRUE(doc->hopperSeparateDq) << d << " " << dv;
   }
   using Padded = attnc::sm90::BwdConfig<attnc::bf16, 256, 64, 2, 2, true>;
   static_assert(Padded::kDkTiles == 16 && Padded::kDvTiles == 8 && Padded::kVChunks == 2 &&
@@ -419,9 +417,9 @@ TEST(HopperTileRule, NarrowDvBesideAWideHeadDimRunsWithoutItsDq) {
 
 // Every (head_dim, head_dim_v) pair of multiples of 8 up to 256 takes the same backward kernels
 // and tiles under a mask that reads declared inputs as without one (the dQ kernel's producer
-// reads precomputed classes of its kv tiles, `_bwd_q_tile_classes`), but for the default
-// backward's dQ beside the split (separateDqKernel) and the dQ kernel at the widest pairs, whose
-// consumers spilled (dqKernelTakesInputMask; the split keeps its own dQ there).
+// reads precomputed classes of its kv tiles, `_bwd_q_tile_classes`), but for the dQ kernel at the
+// widest pairs, whose consumers spilled (dqKernelTakesInputMask; the split keeps its own dQ
+// there), and its kv tile where the registers kept for the inputs' reads halve it.
 TEST(HopperTileRule, MasksThatReadInputsTakeTheSameBackwardKernels) {
   const TileTarget target = tileTarget("sm_90a");
   int sm90 = 0;
@@ -448,8 +446,7 @@ TEST(HopperTileRule, MasksThatReadInputsTakeTheSameBackwardKernels) {
       } else {
         EXPECT_TRUE(a->hopperSplit && attnc::sm90::splitDqFits(int(d), 2));
       }
-      EXPECT_EQ(b->hopperSeparateDq,
-                a->hopperSeparateDq && (!a->hopperSplit || !attnc::sm90::splitDqFits(int(d), 2)));
+      EXPECT_EQ(b->hopperSeparateDq, takes && a->hopperSeparateDq);
       sm90 += b->kvKernel == "sm90";
     }
   EXPECT_EQ(sm90, 32 * 32);  // every pair: the wgmma dK/dV kernel

@@ -580,7 +580,7 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
   choice.hopperQStages = dqStages;
   choice.hopperQSmemBytes = dqSmem(dqStages);
   choice.hopperSeparateDq =
-      separateDq || attnc::sm90::separateDqKernel(split, problem.maskReadsInputs, int(d));
+      separateDq || attnc::sm90::separateDqKernel(split);
   note(llvm::formatv("sm_90a dQ kernel: 2 consumer warpgroups x 64 q rows, kv tiles of {0} keys "
                      "(registers {1}: dQ, S, dP, dS <= {2}{7}{8}), {3} K/V stages, {4} B <= {5} B "
                      "shared; {6}",

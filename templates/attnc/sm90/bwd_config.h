@@ -248,13 +248,11 @@ ATTNC_HD constexpr int dqKernelSmemBytes(int headDim, int headDimV, int blockKV,
 // instead of the dK/dV kernel's own dQ: with the head-dim split, whose dQ reductions (64 x
 // head_dim floats into dq_accum per 64 kv rows and q tile) hold the kernel back (the tensor pipe
 // at 30% of cycles, hd256 full N=4K, ncu). Measured on the H200, 2026-12-03: docs/perf/H200-backward.md.
-// Not under a mask that reads declared inputs where the split's own dQ fits (splitDqFits): there
-// document hd192 ran 0.85x the split's own dQ (160: 1.01x; docs/perf/H200-backward.md,
-// 2026-12-04), measured when the dQ kernel's producer still walked the inputs' summaries itself
-// (it reads precomputed classes since).
-ATTNC_HD constexpr bool separateDqKernel(bool split, bool maskReadsInputs, int headDim) {
-  return split && (!maskReadsInputs || !splitDqFits(headDim, kBwdConsumers));
-}
+// Under masks that read declared inputs too, where the dQ kernel takes them (the rule checks
+// dqKernelTakesInputMask first): document x8 N = 8K 1.09-1.27x the split's own dQ at (160, 160)
+// to (256, 64) once the dQ kernel's producer read precomputed classes (2026-12-04; while it
+// walked the inputs' summaries itself, hd192 ran 0.85x and the split kept its own dQ there).
+ATTNC_HD constexpr bool separateDqKernel(bool split) { return split; }
 
 // Whether the dQ kernel serves a mask that reads declared inputs. Its producer reads the launch's
 // classes of its kv tiles (`_bwd_q_tile_classes`) within its usual registers, but its consumers
