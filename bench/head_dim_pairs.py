@@ -6,7 +6,7 @@ measured in one process so that all see the same clocks. dQ, dK and dV of every 
 checked against the first build's.
 
   python3 bench/head_dim_pairs.py --lib A.so [--lib B.so] [--pair 192,64]... [--n 4096]
-      [--rounds 16] [--docs 8] [--deterministic]
+      [--rounds 16] [--docs 8 [--position-docs]] [--deterministic]
 
 FLOPs: forward 2 B H N^2 (d + d_v) x the unmasked fraction, backward 2.5 x that (for d = d_v, the
 bench rows' 4 B H N^2 d).
@@ -27,9 +27,12 @@ import attnc_ctypes  # noqa: E402
 import bench_forward as bf  # noqa: E402
 
 
-def spec(d, dv, heads, docs):
-    mask = ("mask: {document: doc, causal: true}\ninputs:\n  doc: {dtype: i32, dims: [pos]}\n"
-            if docs else "mask: causal\n")
+def spec(d, dv, heads, docs, n=0, positions=False):
+    if docs and positions:  # the same equal documents from positions alone (no declared input)
+        mask = f'mask: "q / {n // docs} == k / {n // docs} && q >= k"\n'
+    else:
+        mask = ("mask: {document: doc, causal: true}\ninputs:\n  doc: {dtype: i32, dims: [pos]}\n"
+                if docs else "mask: causal\n")
     return (f"name: pair_{d}_{dv}\nhead_dim: {d}\nhead_dim_v: {dv}\ndtype: bf16\n"
             f"heads: {heads}\n{mask}")
 
@@ -45,6 +48,9 @@ def main():
     ap.add_argument("--docs", type=int, default=0,
                     help="a causal document mask of this many equal documents instead of causal "
                          "(no cuDNN; the backward bench's document row at --docs 8 --n 8192)")
+    ap.add_argument("--position-docs", action="store_true",
+                    help="with --docs: the documents as a mask of positions alone (q / L == k / L, "
+                         "N divisible by --docs), no declared input to read")
     ap.add_argument("--deterministic", action="store_true",
                     help="time the deterministic backward (dQ without atomics) instead")
     args = ap.parse_args()
@@ -60,7 +66,9 @@ def main():
         frac = float((lens * (lens + 1) / 2).sum()) / (N * N)
     else:
         frac = (N + 1) / (2 * N)  # causal, q_len == kv_len
-    inputs = [(doc, "pos")] if docs else []
+    if args.position_docs and (not docs or N % docs):
+        sys.exit("--position-docs needs --docs dividing --n")
+    inputs = [(doc, "pos")] if docs and not args.position_docs else []
     print(f"| pair (d, d_v) | pass | " + " | ".join(f"{chr(65 + i)}" for i in range(len(libs))) +
           " | cuDNN | " + " | ".join(f"{chr(65 + i)}/A" for i in range(1, len(libs))) + " | A/cuDNN |")
     print("|---|---|" + "---:|" * (2 * len(libs) + 1))
@@ -74,7 +82,7 @@ def main():
         passes = {"forward": ([], fwd_flops), "backward": ([], 2.5 * fwd_flops)}
         grads = []
         for lib in libs:
-            kern = lib.compile_text(spec(d, dv, H, docs), backward=True)
+            kern = lib.compile_text(spec(d, dv, H, docs, N, args.position_docs), backward=True)
             o = torch.empty(B, H, N, dv, device=dev, dtype=torch.bfloat16)
             lse = torch.empty(B, H, N, device=dev, dtype=torch.float32)
             fargs = kern.make_args(q, k, v, o, lse, inputs, layout="bhsd")
@@ -132,6 +140,8 @@ def main():
     for i, p in enumerate(args.lib):
         print(f"- {chr(65 + i)}: {p}")
     mask = f"document x{docs} causal (equal documents)" if docs else "causal"
+    if args.position_docs:
+        mask += " written as a mask of positions"
     if args.deterministic:
         mask += ", the deterministic backward"
     print(f"- {mask} bf16, B={B}, H={H}, N={N}, BHSD; TFLOP/s = 2 B H N^2 (d + d_v) x {frac:.4f} "
