@@ -422,109 +422,109 @@ TEST(InputSummary, DocumentTileWalkAgreesWithBruteForce) {
   EXPECT_GT(skippedTiles, 1000);  // the walk did skip tiles
 }
 
-// The dK/dV kernel's walk (q tiles of one kv tile, BwdParams) over a row of precomputed classes
-// visits exactly the q tiles whose own class is live, with those classes.
-TEST(InputSummary, BackwardQTileWalkReadsPrecomputedClasses) {
-  std::mt19937 rng(5);
-  constexpr int kBlock = 64;
-  using Tri = expr::Tri;
-  int visitedTiles = 0;
-  for (int round = 0; round < 60; ++round) {
-    BwdParams p = randomLengths<BwdParams>(rng);
+// Random lengths and documents for the backward's walks, with their summaries (the parameters
+// point into `doc` and `summaries`).
+struct BackwardDocuments {
+  BwdParams p;
+  std::vector<int> doc;
+  std::vector<SummaryEntry> summaries;
+  BackwardDocuments(std::mt19937& rng, bool packed) : p(randomLengths<BwdParams>(rng)) {
     const InputExtents e = expr::input_extents(p);
-    std::vector<int> doc = randomDocuments(rng, e.positions, round % 2 == 0);
-    std::vector<SummaryEntry> summaries;
+    doc = randomDocuments(rng, e.positions, packed);
     p.inputs[0] = InputRef{doc.data(), 0, 0, 1, nullptr};
     summaries = summarize<int>(p.inputs[0], e);
     p.inputs[0].summary = summaries.data();
-    for (int k0 = 0; k0 < p.kv_len; k0 += 128) {
-      const int k1 = std::min(p.kv_len, k0 + 128) - 1;
-      const QTiles<DocumentVariant, kBlock, BwdParams> search(p, 0, 0, k0, k1);
-      const int words = tileClassWords(p.q_len, kBlock);
-      std::vector<int> rowBounds(2);
-      std::vector<u32> rowClasses(static_cast<size_t>(words));
-      tileClassRow(search, rowBounds.data(), rowClasses.data(), words);
-      p.q_tile_bounds = rowBounds.data();
-      p.q_tile_classes = rowClasses.data();
-      p.q_class_words = words;
-      QTiles<DocumentClassesVariant, kBlock, BwdParams> read(p, 0, 0, k0, k1);
-      static_assert(decltype(read)::kReadsClasses, "the dK/dV walk reads precomputed classes");
-      read.useTileClasses(0);
-      std::vector<int> readVisited, ownClassLive;
-      Tri cls;
-      for (int t = read.nextLive(read.first(), read.last(), cls); t <= read.last();
-           t = read.nextLive(t + 1, read.last(), cls)) {
-        readVisited.push_back(t);
-        ASSERT_EQ(cls, search.tileClass(t)) << "round " << round << " q tile " << t;
-      }
-      for (int t = 0; t < search.numTiles; ++t)
-        if (search.tileClass(t) != Tri::False) ownClassLive.push_back(t);
-      ASSERT_EQ(readVisited, ownClassLive) << "round " << round << " keys from " << k0;
-      visitedTiles += int(readVisited.size());
-    }
   }
-  EXPECT_GT(visitedTiles, 200);
+  BackwardDocuments(const BackwardDocuments&) = delete;
+  BackwardDocuments& operator=(const BackwardDocuments&) = delete;
+};
+
+// A row of classes as a tile-classes entry writes it (tileClassRow), from `search`.
+struct ClassRow {
+  std::vector<int> bounds = std::vector<int>(2);
+  std::vector<u32> words;
+};
+template <class Walk>
+ClassRow classRowOf(const Walk& search, int words) {
+  ClassRow row;
+  row.words.resize(static_cast<size_t>(words));
+  tileClassRow(search, row.bounds.data(), row.words.data(), words);
+  return row;
 }
 
-// The sm_90a dQ kernel's walk (kv tiles of one q tile of 128 rows, BwdParams::kv_tile_*) over a
-// row of precomputed classes visits exactly the kv tiles whose own class is live, with those
-// classes, and reads the kv rows, not the dK/dV kernel's q rows beside them; the sm80 dQ kernel's
-// walk (Precomputed false) never reads them.
-TEST(InputSummary, BackwardKvTileWalkReadsPrecomputedClasses) {
-  std::mt19937 rng(7);
+// A walk over a row of precomputed classes (`read`, its row set) against the walk that classifies
+// by itself (`search`, whose classes made the row): the tiles `read` visits, each checked to have
+// its own class; `live` gets the tiles whose own class is not empty, which they must equal.
+template <class Search, class Read>
+std::vector<int> classWalkVisits(const Search& search, const Read& read, std::vector<int>& live) {
+  std::vector<int> visited;
+  expr::Tri cls;
+  for (int t = read.nextLive(read.first(), read.last(), cls); t <= read.last();
+       t = read.nextLive(t + 1, read.last(), cls)) {
+    visited.push_back(t);
+    EXPECT_EQ(cls, search.tileClass(t)) << "tile " << t;
+  }
+  live.clear();
+  for (int t = 0; t < search.numTiles; ++t)
+    if (search.tileClass(t) != expr::Tri::False) live.push_back(t);
+  return visited;
+}
+
+// The backward's walks over rows of precomputed classes, along the keys (AlongKeys: the sm_90a dQ
+// kernel's, kv tiles of one q tile of 128 rows, BwdParams::kv_tile_*) or the queries (the dK/dV
+// kernel's, q tiles of one kv tile of 128 keys, BwdParams::q_tile_*), with the other walk's rows
+// beside them all empty: each visits exactly the tiles whose own class is live, with those classes,
+// from its own rows; a walk that opts out (Precomputed false, the sm80 dQ kernel's) searches by
+// itself whatever the rows say. Returns the tiles visited.
+template <bool AlongKeys>
+int checkBackwardClassWalks(std::mt19937& rng) {
   constexpr int kBlock = 64;
-  using Tri = expr::Tri;
   int visitedTiles = 0;
   for (int round = 0; round < 60; ++round) {
-    BwdParams p = randomLengths<BwdParams>(rng);
-    const InputExtents e = expr::input_extents(p);
-    std::vector<int> doc = randomDocuments(rng, e.positions, round % 2 == 0);
-    std::vector<SummaryEntry> summaries;
-    p.inputs[0] = InputRef{doc.data(), 0, 0, 1, nullptr};
-    summaries = summarize<int>(p.inputs[0], e);
-    p.inputs[0].summary = summaries.data();
-    // The dK/dV kernel's rows, all empty: a walk reading them would visit nothing.
+    BackwardDocuments docs(rng, round % 2 == 0);
+    BwdParams& p = docs.p;
     const std::vector<int> emptyBounds = {1 << 20, -1};
     const std::vector<u32> emptyClasses(64, 0u);
-    p.q_tile_bounds = emptyBounds.data();
-    p.q_tile_classes = emptyClasses.data();
-    p.q_class_words = 1;
-    for (int q0 = 0; q0 < p.q_len; q0 += 128) {
-      const int q1 = std::min(p.q_len, q0 + 128) - 1;
-      const KvTiles<DocumentVariant, kBlock, BwdParams> search(p, 0, 0, q0, q1);
-      const int words = tileClassWords(p.kv_len, kBlock);
-      std::vector<int> rowBounds(2);
-      std::vector<u32> rowClasses(static_cast<size_t>(words));
-      tileClassRow(search, rowBounds.data(), rowClasses.data(), words);
-      p.kv_tile_bounds = rowBounds.data();
-      p.kv_tile_classes = rowClasses.data();
-      p.kv_class_words = words;
-      KvTiles<DocumentClassesVariant, kBlock, BwdParams> read(p, 0, 0, q0, q1);
+    (AlongKeys ? p.q_tile_bounds : p.kv_tile_bounds) = emptyBounds.data();
+    (AlongKeys ? p.q_tile_classes : p.kv_tile_classes) = emptyClasses.data();
+    (AlongKeys ? p.q_class_words : p.kv_class_words) = 1;
+    const int fixedLength = AlongKeys ? p.q_len : p.kv_len;
+    for (int f0 = 0; f0 < fixedLength; f0 += 128) {
+      SCOPED_TRACE(testing::Message() << "round " << round << " fixed range from " << f0);
+      const int f1 = std::min(fixedLength, f0 + 128) - 1;
+      const TileWalk<DocumentVariant, kBlock, BwdParams, AlongKeys> search(p, 0, 0, f0, f1);
+      const ClassRow row =
+          classRowOf(search, tileClassWords(AlongKeys ? p.kv_len : p.q_len, kBlock));
+      (AlongKeys ? p.kv_tile_bounds : p.q_tile_bounds) = row.bounds.data();
+      (AlongKeys ? p.kv_tile_classes : p.q_tile_classes) = row.words.data();
+      (AlongKeys ? p.kv_class_words : p.q_class_words) = int(row.words.size());
+      TileWalk<DocumentClassesVariant, kBlock, BwdParams, AlongKeys> read(p, 0, 0, f0, f1);
       static_assert(decltype(read)::kReadsClasses && !decltype(read)::kReadsGroupClasses,
-                    "the dQ kernel's walk reads precomputed classes (and no group classes)");
+                    "the backward's walks read precomputed classes (and no group classes)");
       read.useTileClasses(0);
-      std::vector<int> readVisited, ownClassLive;
-      Tri cls;
-      for (int t = read.nextLive(read.first(), read.last(), cls); t <= read.last();
-           t = read.nextLive(t + 1, read.last(), cls)) {
-        readVisited.push_back(t);
-        ASSERT_EQ(cls, search.tileClass(t)) << "round " << round << " kv tile " << t;
-      }
-      for (int t = 0; t < search.numTiles; ++t)
-        if (search.tileClass(t) != Tri::False) ownClassLive.push_back(t);
-      ASSERT_EQ(readVisited, ownClassLive) << "round " << round << " rows from " << q0;
-      visitedTiles += int(readVisited.size());
-      // The sm80 dQ kernel's walk searches by itself, whatever the rows say.
-      p.kv_tile_bounds = emptyBounds.data();
-      p.kv_tile_classes = emptyClasses.data();
-      KvTiles<DocumentClassesVariant, kBlock, BwdParams, false> own(p, 0, 0, q0, q1);
+      std::vector<int> live;
+      const std::vector<int> visited = classWalkVisits(search, read, live);
+      EXPECT_EQ(visited, live);
+      visitedTiles += int(visited.size());
+      TileWalk<DocumentClassesVariant, kBlock, BwdParams, AlongKeys, false> own(p, 0, 0, f0, f1);
       static_assert(!decltype(own)::kReadsClasses, "Precomputed false never reads classes");
       own.useTileClasses(0);
+      (AlongKeys ? p.kv_tile_bounds : p.q_tile_bounds) = emptyBounds.data();
       EXPECT_EQ(own.first(), search.first());
       EXPECT_EQ(own.last(), search.last());
     }
   }
-  EXPECT_GT(visitedTiles, 200);
+  return visitedTiles;
+}
+
+TEST(InputSummary, BackwardQTileWalkReadsPrecomputedClasses) {
+  std::mt19937 rng(5);
+  EXPECT_GT(checkBackwardClassWalks<false>(rng), 200);
+}
+
+TEST(InputSummary, BackwardKvTileWalkReadsPrecomputedClasses) {
+  std::mt19937 rng(7);
+  EXPECT_GT(checkBackwardClassWalks<true>(rng), 200);
 }
 
 // tileOrderRank: a permutation of the q tiles, longest kv range first, ties by the
