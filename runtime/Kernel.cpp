@@ -80,7 +80,8 @@ struct Kernel::Impl {
     bool backwardResolved = false;
     cu::Function backward[5] = {};
     cu::Function backwardTileClasses = nullptr;  // <stem>_tile_classes, with tile classes
-    cu::Function backwardQTileClasses = nullptr;  // <stem>_q_tile_classes, with them and an sm_90a _q
+    // <stem>_q_tile_classes, with tile classes and an sm_90a _q
+    cu::Function backwardQTileClasses = nullptr;
     std::string backwardError;
     // The deterministic mode's entries (kv_nodq, q), resolved on its first launch (they may be in
     // a deferred module, loaded into the context then).

@@ -398,9 +398,9 @@ TEST(HopperTileRule, NarrowDvBesideAWideHeadDimRunsWithoutItsDq) {
     mlir::FailureOr<BackwardTileChoice> doc = deriveBackwardTiles(document, target);
     EXPECT_EQ(doc->kvKernel, "sm90");
     EXPECT_TRUE(doc->hopperSeparateDq);
-    EXPECT_EQ(doc->hopperQBlockKV,
-              std::min<int64_t>(c->hopperQBlockKV,
-                                attnc::sm90::dqKernelBlockKV(d, attnc::sm90::kDqKernelInputsReserve)));
+    const int64_t inputsTile =
+        attnc::sm90::dqKernelBlockKV(d, attnc::sm90::kDqKernelInputsReserve);
+    EXPECT_EQ(doc->hopperQBlockKV, std::min<int64_t>(c->hopperQBlockKV, inputsTile));
     EXPECT_EQ(doc->hopperStages, stages);
   }
   using Narrow = attnc::sm90::BwdConfig<attnc::bf16, 192, 64, 2, 3, false, true>;

@@ -60,7 +60,8 @@ struct KernelSource {
 // preprocess and dQ conversion (about 10 ms each) go with the forward.
 enum class EntryGroup : int {
   Forward = 0,      // <name>_fwd, and with backward _bwd_preprocess and _bwd_convert_dq
-  TileClasses = 1,  // <name>_summary, _tile_classes, _bwd_tile_classes, _bwd_q_tile_classes (masks that read inputs)
+  // <name>_summary, _tile_classes, _bwd_tile_classes, _bwd_q_tile_classes (masks that read inputs)
+  TileClasses = 1,
   BackwardKV = 2,   // _bwd_kv
   BackwardKVNoDQ = 3,  // _bwd_kv_nodq (deterministic mode)
   BackwardQ = 4,    // _bwd_q (deterministic mode)

@@ -121,7 +121,8 @@ struct TileWalk {
   static constexpr bool kReadsClasses = Precomputed && VariantTileClasses<Variant>::value &&
                                        ParamsTileClasses<Params, AlongKeys>::value;
   // Whether groupClass() reads the launch's 64-row group classes (the forward's alone has them).
-  static constexpr bool kReadsGroupClasses = kReadsClasses && AlongKeys && ParamsGroupClasses<Params>::value;
+  static constexpr bool kReadsGroupClasses =
+      kReadsClasses && AlongKeys && ParamsGroupClasses<Params>::value;
   const int* boundsRow = nullptr;
   const u32* classRow = nullptr;
   const u32* groupRow = nullptr;  // FwdParams::kv_group_classes' row, where the launch made it
