@@ -121,13 +121,13 @@ def plan(subset):
     # at (192, 64) and, above head dim 192 (where
     # the sm80 dK/dV kernel served), at (224, 32) and (240, 8); the deterministic mode wherever
     # (document_causal and head_document at hd64 above too), up to the widest pairs the dQ kernel
-    # takes (bwd_config.h dqKernelTakesInputMask: (232, 232), (256, 160)).
+    # takes (bwd_config.h dqKernelTakesInputMask: (224, 224), (256, 96)).
     groups.append(("document_causal", 192, "bf16", [(129, 1000), (1000, 1000)], 1))
     groups.append(("document_causal", (192, 64), "bf16", [(1000, 1000)], 1))
     groups.append(("document_causal", (224, 32), "bf16", [(129, 1000), (1000, 1000)], 1))
     groups.append(("head_document", (240, 8), "bf16", [(1000, 129)], 1))
-    groups.append(("document_causal", (232, 232), "bf16", [(1000, 1000)], 1))
-    groups.append(("document_causal", (256, 160), "bf16", [(129, 1000)], 1))
+    groups.append(("document_causal", 224, "bf16", [(1000, 1000)], 1))
+    groups.append(("key_ranges", (256, 96), "bf16", [(129, 1000)], 1))
     groups.append(("head_document", (136, 112), "bf16", [(1000, 129)], 1))
     groups.append(("document_causal", 128, "fp16", [(1000, 1000)], 2))
     groups.append(("key_ranges", 128, "bf16", [(1000, 1000)], 2))

@@ -202,7 +202,7 @@ TEST(HopperTileRule, TheDqKernelServesWhereTheSplitDoes) {
   EXPECT_FALSE(deriveBackwardTiles(hd128, target)->hopperSeparateDq);
   // A mask that reads declared inputs: the dQ kernel's producer reads the launch's classes of its
   // kv tiles (`_bwd_q_tile_classes`) within the same 24 registers, so the dQ kernel serves as
-  // under other masks (the deterministic backward, and the split's default one), up to hd232 at
+  // under other masks (the deterministic backward, and the split's default one), up to hd216 at
   // any d_v (dqKernelTakesInputMask: its consumers spilled at (256, 256) under document, where
   // the split keeps its own dQ).
   TileProblem document = hd256;
@@ -210,7 +210,7 @@ TEST(HopperTileRule, TheDqKernelServesWhereTheSplitDoes) {
   EXPECT_EQ(deriveBackwardTiles(document, target)->kvKernel, "sm90");
   EXPECT_EQ(deriveBackwardTiles(document, target)->hopperQSmemBytes, 0);
   EXPECT_FALSE(deriveBackwardTiles(document, target)->hopperSeparateDq);
-  for (int64_t d : {64, 128, 192, 232}) {
+  for (int64_t d : {64, 128, 192, 224}) {
     TileProblem plain{d, d, 2, 0, 0, 0, 0};
     TileProblem inputs = plain;
     inputs.maskReadsInputs = true;

@@ -562,7 +562,7 @@ void deriveHopperBackwardTiles(const TileProblem& problem, const TileTarget& tar
   // The sm_90a dQ kernel (bwd_q.h): with the wgmma dK/dV kernel, for its `_kv_nodq` partner.
   if (!dqKernelTakesMask) {
     note(llvm::formatv("sm_90a dQ kernel: the mask reads declared inputs, whose reads its consumers "
-                       "hold beside dQ's accumulators: 4 x {0} + {1} = {2} > 1184 spilled "
+                       "hold beside dQ's accumulators: 4 x {0} + {1} = {2} > 1120 spilled "
                        "(bwd_config.h dqKernelTakesInputMask): the sm80 dQ kernel serves the "
                        "deterministic backward, and the default one keeps the dK/dV kernel's dQ",
                        d, dv, 4 * d + dv));

@@ -256,12 +256,16 @@ ATTNC_HD constexpr bool separateDqKernel(bool split) { return split; }
 
 // Whether the dQ kernel serves a mask that reads declared inputs. Its producer reads the launch's
 // classes of its kv tiles (`_bwd_q_tile_classes`) within its usual registers, but its consumers
-// also hold the mask's reads of the inputs per element, which beside dQ's accumulators spilled
-// where 4 head_dim + head_dim_v > 1184: document, causal, bf16, B_c = 32, CUDA 13.0, 2026-12-04,
-// (240, 232) 4 bytes, (248, 200) 8, (256, 168) 4, (256, 200) 20, (256, 256) 44; none at
-// (240, 224), (248, 192), (256, 160), (232, 256) and the 24 pairs of 200-240 beside d_v 8-48.
+// also hold the mask's reads of the inputs per element, which beside dQ's accumulators spilled at
+// the widest pairs, by how much depending on the mask (bf16, B_c = 32, CUDA 13.0, 2026-12-04):
+// 4 head_dim + head_dim_v = 1152 spilled a key-range mask of three loads (`grp[b, q] == grp[b, k]
+// && k <= lim[b, q] && k > q - 300`, (224, 256): 8 bytes), 1184 a per-head document mask ((240,
+// 224), (232, 256): 8), a weight mask ((232, 256): 4) and the document mask ((240, 232): 4; at
+// 1280, (256, 256): 44); at 1120 none of them ((216, 256), (224, 224), (232, 192), (240, 160),
+// (248, 128), (256, 96)), nor the document mask at 32 more pairs of head dims 136-256 beside d_v
+// 8 and the widest d_v within 1184. Heavier masks may still spill there (slower, not wrong).
 ATTNC_HD constexpr bool dqKernelTakesInputMask(int headDim, int headDimV) {
-  return 4 * headDim + headDimV <= 1184;
+  return 4 * headDim + headDimV <= 1120;
 }
 // Registers the rule keeps free in the dQ kernel's model (dqKernelBlockKV's reserve) under such a
 // mask, for those reads: without them (192, 256) spilled 8 bytes at B_c = 64, its model at the
