@@ -63,13 +63,14 @@ template <bool AlongKeys>
 struct ParamsTileClasses<BwdParams, AlongKeys> {
   static constexpr bool value = true;
 };
-// Whether a launch's parameters carry FwdParams::kv_group_classes (the forward's only).
+// Whether a launch's parameters are the forward's: its classes are along the keys, it alone has
+// 64-row group classes (FwdParams::kv_group_classes), and its q tiles may be end-aligned.
 template <class P>
-struct ParamsGroupClasses {
+struct IsForwardParams {
   static constexpr bool value = false;
 };
 template <>
-struct ParamsGroupClasses<FwdParams> {
+struct IsForwardParams<FwdParams> {
   static constexpr bool value = true;
 };
 // A launch's rows of classes along one axis (AlongKeys: rows of kv tiles): the bounds, the class
@@ -122,7 +123,7 @@ struct TileWalk {
                                        ParamsTileClasses<Params, AlongKeys>::value;
   // Whether groupClass() reads the launch's 64-row group classes (the forward's alone has them).
   static constexpr bool kReadsGroupClasses =
-      kReadsClasses && AlongKeys && ParamsGroupClasses<Params>::value;
+      kReadsClasses && AlongKeys && IsForwardParams<Params>::value;
   const int* boundsRow = nullptr;
   const u32* classRow = nullptr;
   const u32* groupRow = nullptr;  // FwdParams::kv_group_classes' row, where the launch made it

@@ -115,22 +115,21 @@ ATTNC_DEVICE void writeTileOrder(const FwdParams& p) {
 // BwdParams: the dK/dV kernel's rows (b, h, kv tile of BlockKV) of q tiles (BlockQ), or with
 // AlongKeys the sm_90a dQ kernel's rows (b, h, q tile of BlockQ from row 0) of kv tiles (BlockKV).
 template <class Variant, int BlockQ, int BlockKV, class Params,
-          bool AlongKeys = ParamsGroupClasses<Params>::value>
+          bool AlongKeys = IsForwardParams<Params>::value>
 ATTNC_DEVICE void writeTileClasses(const Params& p) {
-  constexpr bool kAlongKeys = AlongKeys;
-  static_assert(ParamsTileClasses<Params, kAlongKeys>::value, "these parameters have no such rows");
-  constexpr int kFixedBlock = kAlongKeys ? BlockQ : BlockKV;
-  constexpr int kWalkBlock = kAlongKeys ? BlockKV : BlockQ;
-  using Walk = TileWalk<Variant, kWalkBlock, Params, kAlongKeys>;
+  static_assert(ParamsTileClasses<Params, AlongKeys>::value, "these parameters have no such rows");
+  constexpr int kFixedBlock = AlongKeys ? BlockQ : BlockKV;
+  constexpr int kWalkBlock = AlongKeys ? BlockKV : BlockQ;
+  using Walk = TileWalk<Variant, kWalkBlock, Params, AlongKeys>;
   constexpr int kWarps = kTileClassThreads / 32;
   const int lane = int(threadIdx.x % 32);
-  const int fixedLength = kAlongKeys ? p.q_len : p.kv_len;
+  const int fixedLength = AlongKeys ? p.q_len : p.kv_len;
   const int fixedTiles = ceilDiv(fixedLength, kFixedBlock);
   const int heads = tileClassHeads<Variant>(p.heads_q);
   const i64 rows = tileClassRows(p.batch, heads, fixedLength, kFixedBlock);
-  const int words = tileClassWordsOf<kAlongKeys>(p);
-  int* bounds = const_cast<int*>(tileBoundsOf<kAlongKeys>(p));
-  u32* classes = const_cast<u32*>(tileClassesOf<kAlongKeys>(p));
+  const int words = tileClassWordsOf<AlongKeys>(p);
+  int* bounds = const_cast<int*>(tileBoundsOf<AlongKeys>(p));
+  u32* classes = const_cast<u32*>(tileClassesOf<AlongKeys>(p));
   for (i64 row = i64(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows;
        row += i64(gridDim.x) * kWarps) {
     const int fixedTile = int(row % fixedTiles), bh = int(row / fixedTiles);
@@ -138,7 +137,7 @@ ATTNC_DEVICE void writeTileClasses(const Params& p) {
     // The forward's q tiles start where the kernel's do (qTileStart, block_order.h: end-aligned
     // on the ordered grid, where the first row can be negative); the dQ kernel's at multiples of
     // BlockQ.
-    constexpr bool kForward = ParamsGroupClasses<Params>::value;
+    constexpr bool kForward = IsForwardParams<Params>::value;
     const int f0 = qTileStart<kForward && VariantOrderedGrid<Variant>::value>(
         fixedTile, fixedLength, kFixedBlock);
     const Walk tiles(p, b, h, maxOf(f0, 0), minOf(f0 + kFixedBlock, fixedLength) - 1);
