@@ -824,7 +824,9 @@ void setSharedFields(Params& p, const KernelMetadata& m, const Args& args) {
 // int a row after them (the forward's q tile order).
 struct TileClassOutput {
   cu::Function entry = nullptr;
-  std::string name;
+  // The entry's name (for errors): `name` then `suffix`.
+  const std::string* name = nullptr;
+  const char* suffix = "";
   i64 rows = 0;
   int words = 0;
   const int** bounds = nullptr;
@@ -844,30 +846,30 @@ struct TileClassOutput {
 
 // The summaries of the declared inputs the mask reads (Impl::summarize: on `stream`, the
 // InputRefs pointed at them; *lock held until the kernels using them are enqueued), then each of
-// `outputs` whose entry the image has, after them in the same buffer, each entry launched on
-// `stream` with p once p points at all of them. A kernel whose unit has such an entry reads them
-// instead of classifying tiles itself, so they are not optional.
+// `outputs` whose entry the image has (the others are skipped), after them in the same buffer,
+// each entry launched on `stream` with p once p points at all of them. A kernel whose unit has
+// such an entry reads them instead of classifying tiles itself, so they are not optional.
 template <class Params>
 Status summarizeAndClassify(Kernel::Impl& impl, const DriverApi& driver, cu::Context context,
                             const Kernel::Impl::Loaded& loaded, Params& p,
-                            std::vector<TileClassOutput> outputs, cu::Stream stream,
+                            std::initializer_list<TileClassOutput> outputs, cu::Stream stream,
                             std::unique_lock<std::mutex>* lock, DeviceBuffer* own = nullptr) {
-  outputs.erase(std::remove_if(outputs.begin(), outputs.end(),
-                               [](const TileClassOutput& o) { return !o.entry; }),
-                outputs.end());
   size_t bytes = 0;
-  for (const TileClassOutput& o : outputs) bytes += o.bytes();
+  bool any = false;
+  for (const TileClassOutput& o : outputs)
+    if (o.entry) bytes += o.bytes(), any = true;
   char* buffer = nullptr;
   if (Status status = impl.summarize(driver, context, loaded, p.inputs, p.batch, p.q_len, p.kv_len,
                                      stream, lock, bytes, &buffer, own);
       !status)
     return status;
-  if (outputs.empty()) return Status::success();
+  if (!any) return Status::success();
   const std::string& kernel = loaded.image->metadata.name;
   if (!buffer)
     return Status::error("kernel '" + kernel + "': its tile classes need the input summaries, and "
                          "the launch made none");
   for (const TileClassOutput& o : outputs) {
+    if (!o.entry) continue;
     *o.bounds = reinterpret_cast<const int*>(buffer);
     *o.classWords = reinterpret_cast<const u32*>(buffer + o.boundsBytes());
     *o.wordCount = o.words;
@@ -881,11 +883,12 @@ Status summarizeAndClassify(Kernel::Impl& impl, const DriverApi& driver, cu::Con
     buffer += o.bytes();
   }
   for (const TileClassOutput& o : outputs) {
+    if (!o.entry) continue;
     void* params[] = {&p};
     std::string error;
     if (!driver.check(driver.cuLaunchKernel(o.entry, tileClassBlocks(o.rows), 1, 1,
                                             kTileClassThreads, 1, 1, 0, stream, params, nullptr),
-                      ("cuLaunchKernel(" + o.name + ")").c_str(), &error))
+                      ("cuLaunchKernel(" + *o.name + o.suffix + ")").c_str(), &error))
       return Status::error("kernel '" + kernel + "': " + error);
   }
   return Status::success();
@@ -1003,7 +1006,7 @@ Status launchInputWork(Kernel::Impl& impl, const DriverApi& driver, cu::Context 
   const int heads = tileClassHeads(tiles);
   TileClassOutput classes;
   classes.entry = loaded.tileClasses;
-  classes.name = tiles.tileClassesEntry;
+  classes.name = &tiles.tileClassesEntry;
   classes.rows = tileClassRows(p.batch, heads, p.q_len, tiles.blockQ);
   classes.words = tileClassWords(p.kv_len, tiles.blockKV);
   classes.bounds = &p.kv_tile_bounds;
@@ -1048,7 +1051,8 @@ Status launchBackwardInputWork(Kernel::Impl& impl, const DriverApi& driver, cu::
   const int heads = tileClassHeads(image);
   TileClassOutput kv;
   kv.entry = loaded.backwardTileClasses;
-  kv.name = b.entryStem + "_tile_classes";
+  kv.name = &b.entryStem;
+  kv.suffix = "_tile_classes";
   kv.rows = tileClassRows(p.batch, heads, p.kv_len, b.kvBlockKV);
   kv.words = tileClassWords(p.q_len, 16);
   kv.bounds = &p.q_tile_bounds;
@@ -1057,7 +1061,8 @@ Status launchBackwardInputWork(Kernel::Impl& impl, const DriverApi& driver, cu::
   TileClassOutput q;
   if (dqKernel && b.qKernel == "sm90") {
     q.entry = loaded.backwardQTileClasses;
-    q.name = b.entryStem + "_q_tile_classes";
+    q.name = &b.entryStem;
+    q.suffix = "_q_tile_classes";
     q.rows = tileClassRows(p.batch, heads, p.q_len, b.qBlockQ);
     q.words = tileClassWords(p.kv_len, b.qBlockKV);
     q.bounds = &p.kv_tile_bounds;
