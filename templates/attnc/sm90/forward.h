@@ -419,10 +419,9 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
   // The loop is software-pipelined as FlashAttention-3's intra-warpgroup overlap: iteration j
   // issues S_j = Q K_j^T and then O += P_{j-1} V_{j-1}, waits for S_j only, runs the score hook,
   // the mask and the softmax of tile j, and waits for P_{j-1} V_{j-1} before rescaling O. K_j's
-  // stage is released as soon as S_j is done, V_{j-1}'s when P_{j-1} V_{j-1} is. ptxas, though,
-  // moves the second wait up to the first (the SASS of every example has them back to back), so
-  // the softmax runs after both GEMMs and only the ping-pong below overlaps it with GEMMs; keeping
-  // the wait below the softmax measured 2-4% slower on most rows (docs/perf/H200.md, 2026-12-01).
+  // stage is released as soon as S_j is done, V_{j-1}'s when P_{j-1} V_{j-1} is. A plain second
+  // wait would be moved up to the first by ptxas, so it is held below the softmax
+  // (wgmmaWaitAfter), except with dropout (config.h softmaxOverlapsPV has the measurements).
   // No wgmma is issued under a condition: ptxas then serializes every one of them. A warpgroup
   // whose rows a tile masks entirely (or that has no rows) still multiplies and masks every element
   // of it instead of skipping it.
