@@ -6,6 +6,7 @@
 // with mutations that mostly stop there.)
 #include "compiler/Pipeline.h"
 #include "compiler/Spec/Spec.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include <gtest/gtest.h>
@@ -32,7 +33,7 @@ std::vector<std::string> seedSpecs() {
 
 // One value-level mutation: a number replaced by an extreme one, a field's value replaced, or a
 // field added; the result mostly still parses, so that the passes see it.
-std::string mutate(std::string text, std::mt19937& rng) {
+std::string mutate(const std::string& text, std::mt19937& rng) {
   static const std::vector<std::string> numbers = {
       "0", "1", "2", "3", "7", "8", "16", "24", "40", "56", "64", "72", "96", "120", "128", "136",
       "184", "192", "200", "248", "256", "264", "512", "1024", "65536", "2147483647", "-1",
@@ -48,13 +49,9 @@ std::string mutate(std::string text, std::mt19937& rng) {
       "score: \"score / 0\"", "score: \"score * 0\"", "score: \"tanh(score) * 1e30\"",
       "score: \"exp2(score)\"", "score: \"score - (q - k) * 0.5\"", "score: {softcap: 1e-3}",
       "score: alibi", "score: \"where(q > k, score, -score)\"", "score: \"-abs(q - k) * 1.0\""};
-  std::vector<std::string> lines;
-  for (size_t start = 0; start <= text.size();) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    lines.push_back(text.substr(start, end - start));
-    start = end + 1;
-  }
+  llvm::SmallVector<llvm::StringRef> parts;
+  llvm::StringRef(text).split(parts, '\n');
+  std::vector<std::string> lines(parts.begin(), parts.end());
   const int mutations = 1 + int(rng() % 3);
   for (int m = 0; m < mutations; ++m) {
     const size_t i = rng() % lines.size();
@@ -83,9 +80,7 @@ std::string mutate(std::string text, std::mt19937& rng) {
       if (lines.size() > 2) lines.erase(lines.begin() + long(i));
     }
   }
-  std::string out;
-  for (const std::string& line : lines) out += line + "\n";
-  return out;
+  return llvm::join(lines, "\n") + "\n";
 }
 
 }  // namespace

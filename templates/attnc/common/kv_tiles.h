@@ -47,6 +47,12 @@ template <class Variant>
 ATTNC_HD i64 tileClassHeadRow(int b, int h, int heads_q) {
   return VariantMaskIgnoresHead<Variant>::value ? i64(b) : i64(b) * heads_q + h;
 }
+// The row of (b, h) and of tile `tile` of the fixed axis (`length` positions in tiles of `block`):
+// what a kernel's walk passes to useTileClasses.
+template <class Variant>
+ATTNC_HD i64 tileClassRowIndex(int b, int h, int heads_q, int length, int block, int tile) {
+  return tileClassHeadRow<Variant>(b, h, heads_q) * ceilDiv(length, block) + tile;
+}
 // The walks that read precomputed classes: the forward's along the keys (FwdParams::kv_tile_*),
 // and the backward's two: the dK/dV kernel's along the queries (BwdParams::q_tile_*) and the
 // sm_90a dQ kernel's along the keys (BwdParams::kv_tile_*; the sm80 dQ kernel's walk, with tiles

@@ -106,9 +106,8 @@ struct QTileStream {
   // (tile_classes.h; row (b, h, kv tile)).
   ATTNC_DEVICE Tiles walk(int h) const {
     Tiles tiles(p, b, h, kLo, kHi);
-    tiles.useTileClasses(tileClassHeadRow<Variant>(b, h, p.heads_q) *
-                             ceilDiv(p.kv_len, Config::kBlockKV) +
-                         kLo / Config::kBlockKV);
+    tiles.useTileClasses(tileClassRowIndex<Variant>(b, h, p.heads_q, p.kv_len, Config::kBlockKV,
+                                                   kLo / Config::kBlockKV));
     return tiles;
   }
   ATTNC_DEVICE QItem settle(QItem it) const {

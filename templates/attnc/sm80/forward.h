@@ -107,9 +107,8 @@ ATTNC_DEVICE void forward(const FwdParams& p, unsigned char* smem) {
   // Find the kv tile range (while Q is in flight).
   KvTiles<Variant, Config::kBlockKV> tiles(p, b, h, q0, q0 + qRows - 1);
   // The launch's precomputed tile classes (tile_classes.h), when it made them.
-  tiles.useTileClasses(tileClassHeadRow<Variant>(b, h, p.heads_q) *
-                           ceilDiv(p.q_len, Config::kBlockQ) +
-                       q0 / Config::kBlockQ);
+  tiles.useTileClasses(tileClassRowIndex<Variant>(b, h, p.heads_q, p.q_len, Config::kBlockQ,
+                                                 q0 / Config::kBlockQ));
   const int lastTile = tiles.last();
   Tri tileClass;
   int tile = tiles.nextLive(tiles.first(), lastTile, tileClass);

@@ -75,8 +75,8 @@ ATTNC_DEVICE void backwardQ(const BwdParamsTma& pt, unsigned char* smemRaw) {
   // Under a mask that reads declared inputs the walk reads the launch's classes of this kernel's
   // tiles (BwdParams::kv_tile_*, `<name>_bwd_q_tile_classes`) rather than the inputs' summaries.
   KvTiles<Variant, kBlockKV, BwdParams> tiles(p, b, h, q0, qLast);
-  tiles.useTileClasses(tileClassHeadRow<Variant>(b, h, p.heads_q) *
-                           ceilDiv(p.q_len, Config::kBlockQ) + q0 / Config::kBlockQ);
+  tiles.useTileClasses(tileClassRowIndex<Variant>(b, h, p.heads_q, p.q_len, Config::kBlockQ,
+                                                 q0 / Config::kBlockQ));
 
   if (threadIdx.x == 0) {
     mbarrierInit(smem.qFull(), 1);

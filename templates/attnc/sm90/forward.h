@@ -354,9 +354,8 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
 
   KvTiles<Variant, Config::kBlockKV> tiles(p, b, h, qFirst, qLast);
   // The launch's precomputed tile classes (tile_classes.h), when it made them.
-  tiles.useTileClasses(tileClassHeadRow<Variant>(b, h, p.heads_q) *
-                           ceilDiv(p.q_len, Config::kBlockQ) +
-                       qTileIndex);
+  tiles.useTileClasses(
+      tileClassRowIndex<Variant>(b, h, p.heads_q, p.q_len, Config::kBlockQ, qTileIndex));
   // Under a mask the producer's first warp initializes the mbarriers and starts the copies of Q
   // and the first live tile before the block's barrier sync (produceStart), so that neither the
   // sync nor the tile search delays them: measured on the H200 (bench/ab_mix.py, 2026-12-02,
