@@ -5,6 +5,7 @@
 
 #include "runtime/Driver.h"
 
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -160,6 +161,53 @@ bool knownFlags(uint32_t flags, char** error, const char* function) {
   return true;
 }
 
+// attnc_compile_*_opts: the options checked (each field by name), then a JitCompiler of their
+// own (the shared one when they change nothing that it holds) compiles with `compile`.
+template <class Compile>
+int compileWithOptions(const attnc_compile_options* options, const char* function,
+                       const char* target, attnc_kernel** out, char** error, Compile compile) {
+  const std::string name = function;
+  if (!options)
+    return compileWith(target, out, error, [&](const attnc::Target& t, attnc::Status* s) {
+      return compile(jit(), false, t, s);
+    });
+  // The fields present in the oldest struct this library reads.
+  constexpr uint32_t kMinimumSize = offsetof(attnc_compile_options, log_user_data) + sizeof(void*);
+  if (options->struct_size < kMinimumSize)
+    return fail(error, name + ": options->struct_size: expected at least " +
+                           std::to_string(kMinimumSize) + " (sizeof(attnc_compile_options)), got " +
+                           std::to_string(options->struct_size));
+  if (!knownFlags(options->flags, error, function)) return ATTNC_ERROR;
+  if (!(options->timeout_seconds >= 0) || options->timeout_seconds > 1e9)
+    return fail(error, name + ": options->timeout_seconds: expected 0 (no limit) or a positive "
+                              "number of seconds, got " + std::to_string(options->timeout_seconds));
+  if (options->use_cache != 0 && options->use_cache != 1 && options->use_cache != -1)
+    return fail(error, name + ": options->use_cache: expected 0, 1 or -1, got " +
+                           std::to_string(options->use_cache));
+  if (options->reserved != 0)
+    return fail(error, name + ": options->reserved: expected 0, got " +
+                           std::to_string(options->reserved));
+  const bool backward = options->flags & ATTNC_COMPILE_BACKWARD;
+  const bool defaults = !options->cache_dir && options->use_cache != -1 &&
+                        options->timeout_seconds == 0 && !options->log;
+  if (defaults)
+    return compileWith(target, out, error, [&](const attnc::Target& t, attnc::Status* s) {
+      return compile(jit(), backward, t, s);
+    });
+  attnc::JitOptions jitOptions;
+  if (options->cache_dir) jitOptions.cacheDir = options->cache_dir;
+  jitOptions.useCache = options->use_cache != -1;
+  jitOptions.compileTimeoutSeconds = options->timeout_seconds;
+  if (attnc_log_fn log = options->log) {
+    void* user = options->log_user_data;
+    jitOptions.log = [log, user](const std::string& message) { log(user, message.c_str()); };
+  }
+  return compileWith(target, out, error, [&](const attnc::Target& t, attnc::Status* s) {
+    attnc::JitCompiler compiler(std::move(jitOptions));
+    return compile(compiler, backward, t, s);
+  });
+}
+
 }  // namespace
 
 // The target builds with hidden visibility; the C API is what libattnc.so exports (with the
@@ -187,6 +235,28 @@ int attnc_compile_text_ex(const char* yaml, const char* target, uint32_t flags, 
   return compileWith(target, out, error, [&](const attnc::Target& t, attnc::Status* s) {
     return jit().compileText(yaml, t, s, backward);
   });
+}
+
+int attnc_compile_file_opts(const char* spec_path, const char* target,
+                            const attnc_compile_options* options, attnc_kernel** out,
+                            char** error) {
+  if (!spec_path) return fail(error, "attnc_compile_file_opts: spec_path is null");
+  return compileWithOptions(options, "attnc_compile_file_opts", target, out, error,
+                            [&](attnc::JitCompiler& compiler, bool backward,
+                                const attnc::Target& t, attnc::Status* s) {
+                              return compiler.compileFile(spec_path, t, s, backward);
+                            });
+}
+
+int attnc_compile_text_opts(const char* yaml, const char* target,
+                            const attnc_compile_options* options, attnc_kernel** out,
+                            char** error) {
+  if (!yaml) return fail(error, "attnc_compile_text_opts: yaml is null");
+  return compileWithOptions(options, "attnc_compile_text_opts", target, out, error,
+                            [&](attnc::JitCompiler& compiler, bool backward,
+                                const attnc::Target& t, attnc::Status* s) {
+                              return compiler.compileText(yaml, t, s, backward);
+                            });
 }
 
 int attnc_compile_file(const char* spec_path, const char* target, attnc_kernel** out, char** error) {

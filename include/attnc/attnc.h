@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -349,6 +350,12 @@ struct Spec;  // compiler/Spec/Spec.h (the C++ SpecBuilder makes one)
 struct JitOptions {
   std::string cacheDir;   // empty: $ATTNC_CACHE_DIR, else $XDG_CACHE_HOME/attnc, else ~/.cache/attnc
   bool useCache = true;   // false: always compile, never read or write the disk cache
+  // Wall-clock limit of one compile's NVRTC work, in seconds; past it compile() returns an error.
+  // 0: $ATTNC_COMPILE_TIMEOUT when set, else no limit.
+  double compileTimeoutSeconds = 0;
+  // Where the JIT's warnings go (e.g. a cache directory it cannot use), each said once per
+  // compiler; empty: standard error.
+  std::function<void(const std::string& message)> log;
 };
 
 // Process-wide counters (all JitCompiler objects together), for tests and tools.

@@ -92,6 +92,28 @@ int attnc_compile_file_ex(const char* spec_path, const char* target, uint32_t fl
 int attnc_compile_text_ex(const char* yaml, const char* target, uint32_t flags, attnc_kernel** out,
                           char** error);
 
+/* Receives the JIT's warnings (e.g. a cache directory it cannot use); `message` lives for the call. */
+typedef void (*attnc_log_fn)(void* user_data, const char* message);
+
+/* Options of attnc_compile_*_opts. Zero-initialize, then set struct_size = sizeof(attnc_compile_options):
+ * fields added later are read only when struct_size covers them. */
+typedef struct attnc_compile_options {
+  uint32_t struct_size;
+  uint32_t flags;          /* ATTNC_COMPILE_* */
+  double timeout_seconds;  /* wall-clock limit of the compile; 0: $ATTNC_COMPILE_TIMEOUT, else none */
+  const char* cache_dir;   /* NULL: $ATTNC_CACHE_DIR, else $XDG_CACHE_HOME/attnc, else ~/.cache/attnc */
+  int32_t use_cache;       /* 0: as 1 (the disk cache); -1: never read or write it */
+  int32_t reserved;        /* 0 */
+  attnc_log_fn log;        /* NULL: warnings go to stderr */
+  void* log_user_data;
+} attnc_compile_options;
+
+/* As attnc_compile_file / attnc_compile_text with options (NULL: the defaults). */
+int attnc_compile_file_opts(const char* spec_path, const char* target,
+                            const attnc_compile_options* options, attnc_kernel** out, char** error);
+int attnc_compile_text_opts(const char* yaml, const char* target,
+                            const attnc_compile_options* options, attnc_kernel** out, char** error);
+
 /* Validates the arguments, then launches on `stream` (a CUstream; NULL = the default stream). */
 int attnc_kernel_forward(const attnc_kernel* kernel, const attnc_forward_args* args, void* stream,
                          char** error);
