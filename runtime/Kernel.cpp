@@ -592,6 +592,8 @@ struct Checker {
     out->row = rowElements * elementBytes;
     int64_t last = 0;
     for (int d = 0; d < 3; ++d) {
+      out->extent[d] = extents[d];
+      if (extents[d] == 1) continue;  // its stride is never used
       int64_t bytes = 0, reach = 0;
       if (__builtin_mul_overflow(strides[d], elementBytes, &bytes) ||
           __builtin_mul_overflow(bytes, extents[d] - 1, &reach) ||
@@ -602,7 +604,6 @@ struct Checker {
                         std::to_string(elementBytes) + "-byte elements)",
                     std::to_string(strides[d]));
       out->stride[d] = bytes;
-      out->extent[d] = extents[d];
     }
     uintptr_t endAddress = 0;
     if (__builtin_add_overflow(last, out->row, &out->end) ||
