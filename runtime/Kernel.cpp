@@ -325,12 +325,12 @@ struct Kernel::Impl {
         },
         &waitFailed);
     if (!grown)
-      return Status::error("kernel '" + m.name + "': " +
-                           (waitFailed ? "growing the summary buffer: "
-                                       : "allocating " +
-                                             std::to_string(saturatingSum(plan.totalBytes, extraBytes)) +
-                                             " bytes of input summaries: ") +
-                           grown.message);
+      return Status::error(
+          "kernel '" + m.name + "': " +
+          (waitFailed ? "growing the summary buffer: "
+                      : "allocating " + std::to_string(saturatingSum(plan.totalBytes, extraBytes)) +
+                            " bytes of input summaries: ") +
+          grown.message);
     if (extra && extraBytes > 0) *extra = static_cast<char*>(buffer.data()) + plan.totalBytes;
     std::string error;
     SummaryParams p{};

@@ -10,7 +10,8 @@
 //   attnc-capi-fuzz [--seed N] [--cases N]
 //
 // Needs NVRTC (the kernels are compiled once, into $ATTNC_CACHE_DIR or a temporary cache); no GPU.
-#include "attnc/attnc_c.h"
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cinttypes>
@@ -24,8 +25,7 @@
 #include <string>
 #include <vector>
 
-#include <sys/mman.h>
-#include <unistd.h>
+#include "attnc/attnc_c.h"
 
 namespace {
 
@@ -54,13 +54,16 @@ std::vector<KernelCase> kernelCases() {
   return {
       {"name: fz_plain\nhead_dim: 16\nheads: 2\n", "sm_80", false, {}},
       {"name: fz_gqa\nhead_dim: 32\nhead_dim_v: 16\nheads: {q: 4, kv: 2}\nmask: causal\n",
-       "sm_90a", true, {}},
+       "sm_90a",
+       true,
+       {}},
       {"name: fz_doc\nhead_dim: 16\nheads: 2\nmask: \"doc[q] == doc[k] && q >= k\"\n"
        "score: \"score + slopes[h] * (k - q) + bias[b, k]\"\ndropout: 0.1\n"
        "inputs:\n  doc: {dtype: i32, dims: [pos]}\n  slopes: {dtype: f32, dims: [h]}\n"
        "  bias: {dtype: f32, dims: [b, pos]}\n",
-       "sm_80", true, {{"doc", false, false, true}, {"slopes", false, true, false},
-                       {"bias", true, false, true}}},
+       "sm_80",
+       true,
+       {{"doc", false, false, true}, {"slopes", false, true, false}, {"bias", true, false, true}}},
   };
 }
 
@@ -99,7 +102,8 @@ bool apart(const Span& a, const Span& b) {
   std::vector<std::pair<i128, i128>> dims;
   for (int d = 0; d < 3; ++d) {
     if (a.extent[d] > 1 && b.extent[d] > 1 && a.stride[d] != b.stride[d]) return false;
-    dims.push_back({a.extent[d] > 1 ? a.stride[d] : b.stride[d], std::max(a.extent[d], b.extent[d])});
+    dims.push_back(
+        {a.extent[d] > 1 ? a.stride[d] : b.stride[d], std::max(a.extent[d], b.extent[d])});
   }
   dims.push_back({i128(hi.base - lo.base), 2});
   return nests(dims, std::max(a.row, b.row));
@@ -154,11 +158,11 @@ void inputRules(Verdict& v, const KernelCase& k, const attnc_input* inputs, Shap
       continue;
     }
     Span span;
-    if (!makeSpan(&span, "inputs", in.data,
-                  {d.b ? in.stride_b : 0, d.h ? in.stride_h : 0, d.pos ? in.stride_pos : 0},
-                  {d.b ? s.batch : 1, d.h ? k.info.heads_q : 1,
-                   d.pos ? std::max(s.q_len, s.kv_len) : 1},
-                  1, 4))
+    if (!makeSpan(
+            &span, "inputs", in.data,
+            {d.b ? in.stride_b : 0, d.h ? in.stride_h : 0, d.pos ? in.stride_pos : 0},
+            {d.b ? s.batch : 1, d.h ? k.info.heads_q : 1, d.pos ? std::max(s.q_len, s.kv_len) : 1},
+            1, 4))
       v.bad("inputs");
     else
       spans->push_back(span);
@@ -202,8 +206,10 @@ int64_t oracleWorkspace(const KernelCase& k, int64_t batch, int64_t q_len, int32
 Verdict oracleForward(const KernelCase& k, const attnc_forward_args& a, std::vector<Span>* written,
                       std::vector<Span>* read) {
   Verdict v;
-  if (a.num_inputs != int64_t(k.inputs.size())) v.bad("num_inputs");
-  else if (a.num_inputs > 0 && !a.inputs) v.bad("inputs");
+  if (a.num_inputs != int64_t(k.inputs.size()))
+    v.bad("num_inputs");
+  else if (a.num_inputs > 0 && !a.inputs)
+    v.bad("inputs");
   tensorRules(v, "q", a.q, false);
   tensorRules(v, "k", a.k, false);
   tensorRules(v, "v", a.v, false);
@@ -230,8 +236,8 @@ Verdict oracleForward(const KernelCase& k, const attnc_forward_args& a, std::vec
   tensor("o", a.o, m.heads_q, s.q_len, m.head_dim_v, written);
   if (a.lse) {
     Span lse;
-    if (makeSpan(&lse, "lse", a.lse, {m.heads_q * s.q_len, s.q_len, 1}, {s.batch, m.heads_q, s.q_len},
-                 1, 4))
+    if (makeSpan(&lse, "lse", a.lse, {m.heads_q * s.q_len, s.q_len, 1},
+                 {s.batch, m.heads_q, s.q_len}, 1, 4))
       written->push_back(lse);
     else
       v.bad("lse");
@@ -244,8 +250,10 @@ Verdict oracleForward(const KernelCase& k, const attnc_forward_args& a, std::vec
 Verdict oracleBackward(const KernelCase& k, const attnc_backward_args& a,
                        std::vector<Span>* written, std::vector<Span>* read) {
   Verdict v;
-  if (a.num_inputs != int64_t(k.inputs.size())) v.bad("num_inputs");
-  else if (a.num_inputs > 0 && !a.inputs) v.bad("inputs");
+  if (a.num_inputs != int64_t(k.inputs.size()))
+    v.bad("num_inputs");
+  else if (a.num_inputs > 0 && !a.inputs)
+    v.bad("inputs");
   if (a.deterministic != 0 && a.deterministic != 1) v.bad("deterministic");
   if (a.reserved != 0) v.bad("reserved");
   if (a.workspace_bytes < 0) v.bad("workspace_bytes");
@@ -346,13 +354,13 @@ bool bruteForceDisjoint(const std::vector<Span>& written, const std::vector<Span
     for (int64_t b = 0; b < s.extent[0]; ++b)
       for (int64_t h = 0; h < s.extent[1]; ++h)
         for (int64_t p = 0; p < s.extent[2]; ++p) {
-          const uint64_t begin = s.base + uint64_t(b * s.stride[0] + h * s.stride[1] + p * s.stride[2]);
+          const uint64_t begin =
+              s.base + uint64_t(b * s.stride[0] + h * s.stride[1] + p * s.stride[2]);
           ranges.push_back({begin, begin + uint64_t(s.row), i, i < written.size()});
         }
   }
-  std::sort(ranges.begin(), ranges.end(), [](const Range& x, const Range& y) {
-    return x.begin < y.begin;
-  });
+  std::sort(ranges.begin(), ranges.end(),
+            [](const Range& x, const Range& y) { return x.begin < y.begin; });
   // Sweep: the furthest-reaching earlier range of any owner, and the furthest written one.
   uint64_t reachAny = 0, reachWritten = 0;
   size_t ownerAny = 0, ownerWritten = 0;
@@ -384,24 +392,15 @@ struct Rng {
   }
   bool chance(int percent) { return range(0, 99) < percent; }
   template <class T>
-  T pick(const std::vector<T>& items) { return items[size_t(next() % items.size())]; }
+  T pick(const std::vector<T>& items) {
+    return items[size_t(next() % items.size())];
+  }
 };
 
-const std::vector<int64_t> kBoundaryLengths = {0,
-                                               1,
-                                               -1,
-                                               INT32_MAX,
-                                               int64_t(1) << 31,
-                                               (int64_t(1) << 32) + 1,
-                                               INT64_MAX,
-                                               INT64_MIN,
-                                               kMaxLength,
-                                               kMaxLength + 1,
-                                               kMaxBatch,
-                                               kMaxBatch + 1,
-                                               63,
-                                               64,
-                                               65};
+const std::vector<int64_t> kBoundaryLengths = {
+    0,         1,         -1,         INT32_MAX,      int64_t(1) << 31, (int64_t(1) << 32) + 1,
+    INT64_MAX, INT64_MIN, kMaxLength, kMaxLength + 1, kMaxBatch,        kMaxBatch + 1,
+    63,        64,        65};
 const std::vector<int64_t> kBoundaryStrides = {0,
                                                8,
                                                -8,
@@ -427,7 +426,8 @@ struct Layout {
 };
 attnc_tensor makeTensor(uintptr_t at, Layout l, int64_t heads, int64_t len, int64_t dim) {
   const int64_t padded = (dim + 7) / 8 * 8;
-  if (l.bshd) return {reinterpret_cast<const void*>(at), len * heads * padded, padded, heads * padded};
+  if (l.bshd)
+    return {reinterpret_cast<const void*>(at), len * heads * padded, padded, heads * padded};
   return {reinterpret_cast<const void*>(at), heads * len * padded, len * padded, padded};
 }
 
@@ -482,8 +482,8 @@ Draw validDraw(Rng& rng, const KernelCase& k) {
 }
 
 // A packed [b, s, 3, h, d] triple (Q, K, V or dQ, dK, dV) where the shapes allow one.
-void packTriple(const attnc_info& m, const Shape& s, uintptr_t at, attnc_tensor* x,
-                attnc_tensor* y, attnc_tensor* z) {
+void packTriple(const attnc_info& m, const Shape& s, uintptr_t at, attnc_tensor* x, attnc_tensor* y,
+                attnc_tensor* z) {
   const int64_t d = m.head_dim;
   const int64_t rowBytes = 3 * m.heads_q * d;
   const attnc_tensor t{reinterpret_cast<const void*>(at), s.q_len * rowBytes, d, rowBytes};
@@ -516,13 +516,13 @@ void mutate(Rng& rng, Args& a, std::vector<std::pair<const char*, attnc_tensor*>
   case 4: t.data = moved(t.data, rng.pick(std::vector<int64_t>{1, 2, 4, 8})); break;
   case 5: t.data = nullptr; break;
   case 6: t.data = other.data; break;  // aliasing
-  case 7:  // overlapping by a few rows
+  case 7:                              // overlapping by a few rows
     t.data = moved(other.data, 16 * rng.range(-64, 64));
     break;
   case 8: std::swap(t.stride_h, t.stride_s); break;
   case 9: t.stride_s = rng.range(0, 8) * 8; break;  // rows closer than the head dim
-  case 10: a.num_inputs = rng.pick(std::vector<int64_t>{0, 1, 2, 3, 4, 1000000, -1, INT64_MAX,
-                                                        INT64_MIN});
+  case 10:
+    a.num_inputs = rng.pick(std::vector<int64_t>{0, 1, 2, 3, 4, 1000000, -1, INT64_MAX, INT64_MIN});
     break;
   case 11: a.inputs = nullptr; break;
   case 12:
@@ -552,8 +552,8 @@ void mutate(Rng& rng, Args& a, std::vector<std::pair<const char*, attnc_tensor*>
 
 // The argument an error names: what follows the struct's name up to '.', ':', ' ' or '['.
 std::string namedArgument(const std::string& message) {
-  for (const char* prefix : {"attnc_forward_args.", "attnc_backward_args.", "ForwardArgs.",
-                             "BackwardArgs."}) {
+  for (const char* prefix :
+       {"attnc_forward_args.", "attnc_backward_args.", "ForwardArgs.", "BackwardArgs."}) {
     if (message.rfind(prefix, 0) == 0) {
       std::string rest = message.substr(std::strlen(prefix));
       return rest.substr(0, rest.find_first_of(".: ["));
@@ -569,8 +569,8 @@ struct Failures {
   int64_t accepted = 0, rejected = 0, bruteForced = 0;
   void report(int64_t caseIndex, const char* call, const std::string& what) {
     if (++count <= 20)
-      std::fprintf(stderr, "capi-fuzz: seed %" PRIu64 " case %" PRId64 " %s: %s\n", seed,
-                   caseIndex, call, what.c_str());
+      std::fprintf(stderr, "capi-fuzz: seed %" PRIu64 " case %" PRId64 " %s: %s\n", seed, caseIndex,
+                   call, what.c_str());
   }
 };
 
@@ -591,18 +591,20 @@ void judge(Failures& f, int64_t caseIndex, const char* call, const KernelCase& k
            const std::vector<Span>& read, const Shape& shape) {
   const std::string text = message ? message : "";
   attnc_free_string(message);
-  const std::string where = std::string(" [kernel ") + k.info.name + ", " + describeShape(shape) + "]";
+  const std::string where =
+      std::string(" [kernel ") + k.info.name + ", " + describeShape(shape) + "]";
   ++(status == ATTNC_OK ? f.accepted : f.rejected);
   if (verdict.wrong.empty() && status != ATTNC_OK) {
     f.report(caseIndex, call, "rejected what the contract accepts: " + text + where);
   } else if (!verdict.wrong.empty() && status == ATTNC_OK) {
-    f.report(caseIndex, call, "accepted what the contract rejects (" + joined(verdict.wrong) + ")" +
-                                  where);
+    f.report(caseIndex, call,
+             "accepted what the contract rejects (" + joined(verdict.wrong) + ")" + where);
   } else if (status != ATTNC_OK) {
     const std::string named = namedArgument(text);
     if (!verdict.wrong.count(named))
-      f.report(caseIndex, call, "the error names '" + named + "', the oracle found " +
-                                    joined(verdict.wrong) + " wrong: " + text + where);
+      f.report(caseIndex, call,
+               "the error names '" + named + "', the oracle found " + joined(verdict.wrong) +
+                   " wrong: " + text + where);
   } else {
     std::string why;
     bool listed = false;
@@ -625,8 +627,8 @@ int run(uint64_t seed, int64_t cases) {
   int status = 0;
   for (KernelCase& k : kernels) {
     char* message = nullptr;
-    if (attnc_compile_text_ex(k.spec, k.target, k.backward ? ATTNC_COMPILE_BACKWARD : 0,
-                              &k.kernel, &message) != ATTNC_OK) {
+    if (attnc_compile_text_ex(k.spec, k.target, k.backward ? ATTNC_COMPILE_BACKWARD : 0, &k.kernel,
+                              &message) != ATTNC_OK) {
       std::fprintf(stderr, "capi-fuzz: compiling %s for %s: %s\n", k.spec, k.target,
                    message ? message : "?");
       attnc_free_string(message);
@@ -653,7 +655,8 @@ int run(uint64_t seed, int64_t cases) {
       a.inputs = d.inputs.empty() ? nullptr : guarded.array;
       a.num_inputs = int64_t(d.inputs.size());
       a.dropout_seed = rng.next(), a.dropout_offset = rng.next();
-      if (rng.chance(10) && k.info.head_dim == k.info.head_dim_v && k.info.heads_q == k.info.heads_kv) {
+      if (rng.chance(10) && k.info.head_dim == k.info.head_dim_v &&
+          k.info.heads_q == k.info.heads_kv) {
         a.kv_len = a.q_len;
         packTriple(k.info, {a.batch, a.q_len, a.kv_len}, slotAddress(12), &a.q, &a.k, &a.v);
       }
@@ -679,22 +682,23 @@ int run(uint64_t seed, int64_t cases) {
       a.deterministic = rng.chance(90) ? int32_t(rng.range(0, 1))
                                        : rng.pick(std::vector<int32_t>{2, -1, INT32_MIN});
       a.reserved = rng.chance(95) ? 0 : int32_t(rng.range(1, 5));
-      if (rng.chance(10) && k.info.head_dim == k.info.head_dim_v && k.info.heads_q == k.info.heads_kv) {
+      if (rng.chance(10) && k.info.head_dim == k.info.head_dim_v &&
+          k.info.heads_q == k.info.heads_kv) {
         a.kv_len = a.q_len;
         packTriple(k.info, {a.batch, a.q_len, a.kv_len}, slotAddress(12), &a.dq, &a.dk, &a.dv);
       }
       if (rng.chance(50)) {
         const int64_t needed = oracleWorkspace(k, a.batch, a.q_len, a.deterministic);
         a.workspace = reinterpret_cast<void*>(slotAddress(13));
-        a.workspace_bytes = rng.pick(std::vector<int64_t>{needed, needed, needed - 1, needed + 1,
-                                                          0, -1, INT64_MAX});
+        a.workspace_bytes = rng.pick(
+            std::vector<int64_t>{needed, needed, needed - 1, needed + 1, 0, -1, INT64_MAX});
         if (rng.chance(20))  // inside a gradient or the lse
           a.workspace = rng.chance(50) ? const_cast<void*>(a.dq.data)
                                        : static_cast<void*>(const_cast<float*>(a.lse) + 64);
         if (rng.chance(5)) a.workspace = static_cast<char*>(a.workspace) + 8;
       }
       std::vector<std::pair<const char*, attnc_tensor*>> tensors = {
-          {"q", &a.q},   {"k", &a.k},   {"v", &a.v},   {"o", &a.o},
+          {"q", &a.q},     {"k", &a.k},   {"v", &a.v},   {"o", &a.o},
           {"d_o", &a.d_o}, {"dq", &a.dq}, {"dk", &a.dk}, {"dv", &a.dv}};
       for (int i = 0; i < mutations; ++i) mutate(rng, a, tensors, k);
       std::vector<Span> written, read;
@@ -708,7 +712,8 @@ int run(uint64_t seed, int64_t cases) {
       const int64_t batch = rng.chance(50) ? rng.pick(kBoundaryLengths) : d.shape.batch;
       const int64_t q_len = rng.chance(50) ? rng.pick(kBoundaryLengths) : d.shape.q_len;
       const int32_t deterministic = rng.chance(90) ? int32_t(rng.range(0, 1)) : 3;
-      const int64_t got = attnc_kernel_backward_workspace_bytes(k.kernel, batch, q_len, deterministic);
+      const int64_t got =
+          attnc_kernel_backward_workspace_bytes(k.kernel, batch, q_len, deterministic);
       ++calls;
       const int64_t expected = oracleWorkspace(k, batch, q_len, deterministic);
       if (got != expected)
@@ -726,7 +731,8 @@ int run(uint64_t seed, int64_t cases) {
   }
   if (status != 0) return status;
   std::printf("capi-fuzz: seed %" PRIu64 ": %" PRId64 " calls (validation: %" PRId64
-              " accepted, %" PRId64 " of them checked row by row; %" PRId64 " rejected), %d "
+              " accepted, %" PRId64 " of them checked row by row; %" PRId64
+              " rejected), %d "
               "failures\n",
               seed, calls, failures.accepted, failures.bruteForced, failures.rejected,
               failures.count);

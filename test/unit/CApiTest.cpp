@@ -214,7 +214,8 @@ TEST(CApi, WorkspaceBytesIsExactOrZero) {
   EXPECT_EQ(attnc_kernel_backward_workspace_bytes(nullptr, 2, 256, 0), 0);
   // The largest lengths: 65535 x 2 rows of 2^30 positions.
   const int64_t rows = 65535 * 2, q = int64_t(1) << 30;
-  EXPECT_EQ(attnc_kernel_backward_workspace_bytes(k, 65535, q, 0), rows * q * 64 * 4 + rows * q * 4);
+  EXPECT_EQ(attnc_kernel_backward_workspace_bytes(k, 65535, q, 0),
+            rows * q * 64 * 4 + rows * q * 4);
 }
 
 // The deterministic mode's kernels, compiled ahead of their first launch: once, then nothing left.

@@ -199,7 +199,8 @@ TEST(Kernel, ValidationNamesTheArgument) {
       {[](ForwardArgs& a) { a.batch = 0; }, "ForwardArgs.batch: expected a value in [1, 65535], got 0"},
       {[](ForwardArgs& a) { a.q_len = int64_t(1) << 31; },
        "ForwardArgs.q_len: expected a value in [1, 1073741824], got 2147483648"},
-      {[](ForwardArgs& a) { a.kv_len = -1; }, "ForwardArgs.kv_len: expected a value in [1, 1073741824], got -1"},
+      {[](ForwardArgs& a) { a.kv_len = -1; },
+       "ForwardArgs.kv_len: expected a value in [1, 1073741824], got -1"},
       {[](ForwardArgs& a) { a.inputs.clear(); }, "ForwardArgs.inputs: expected 1 input(s) (doc), got 0"},
       {[](ForwardArgs& a) { a.inputs[0].data = nullptr; },
        "ForwardArgs.inputs[0] (doc).data: expected a device pointer, got null"},
@@ -733,7 +734,8 @@ TEST(Kernel, BackwardWorkspaceBytesIsExactOrZero) {
   // delta: exact.
   using u128 = unsigned __int128;
   const u128 rows = 65535 * 16, q = int64_t(1) << 30;
-  EXPECT_EQ(kernel.backwardWorkspaceBytes(65535, int64_t(q), false), size_t(rows * q * 128 * 4 + rows * q * 4));
+  EXPECT_EQ(kernel.backwardWorkspaceBytes(65535, int64_t(q), false),
+            size_t(rows * q * 128 * 4 + rows * q * 4));
   EXPECT_EQ(kernel.backwardWorkspaceBytes(65535, int64_t(q), true), size_t(rows * q * 4));
   // With 65535 heads and batch 1024 the dq_accum passes INT64_MAX bytes (the delta alone does not).
   KernelMetadata wide = backwardMetadata();
