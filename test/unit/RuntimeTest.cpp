@@ -726,6 +726,8 @@ TEST(Kernel, BackwardValidationRejectsOverlappingWrites) {
 TEST(Kernel, BackwardWorkspaceBytesIsExactOrZero) {
   Kernel kernel = backwardKernel();  // 16 heads, head dim 128
   EXPECT_EQ(kernel.backwardWorkspaceBytes(2, INT32_MAX, false), 0u);
+  EXPECT_EQ(kernel.backwardWorkspaceBytes(2, INT32_MAX, true), 0u);
+  EXPECT_EQ(kernel.backwardWorkspaceBytes(2, (int64_t(1) << 30) + 1, true), 0u);
   EXPECT_EQ(kernel.backwardWorkspaceBytes((int64_t(1) << 32) + 1, 64, false), 0u);
   EXPECT_EQ(kernel.backwardWorkspaceBytes(65536, 64, false), 0u);
   EXPECT_EQ(kernel.backwardWorkspaceBytes(-1, 64, false), 0u);
