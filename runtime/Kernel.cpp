@@ -623,14 +623,11 @@ struct Checker {
   // The LSE: [batch, heads_q, q_len] f32, contiguous.
   bool lseSpan(Footprint* out, const std::string& name, const void* lse, int64_t batch,
                int64_t heads, int64_t len) {
-    out->strideNames[0] = out->strideNames[1] = out->strideNames[2] = "(batch x heads_q x q_len)";
-    if (!span(out, name, lse, {heads * len, len, 1}, {batch, heads, len}, 1, kWordBytes)) {
-      status = Status::error(prefix + name + ": expected batch x heads_q x q_len x 4 bytes within "
-                                             "2^63 bytes, got " + std::to_string(batch) + " x " +
-                             std::to_string(heads) + " x " + std::to_string(len) + " x 4");
-      return false;
-    }
-    return true;
+    if (__int128(batch) * heads * len * kWordBytes > INT64_MAX)
+      return fail(name, "batch x heads_q x q_len x 4 bytes within 2^63 bytes",
+                  std::to_string(batch) + " x " + std::to_string(heads) + " x " +
+                      std::to_string(len) + " x 4");
+    return span(out, name, lse, {heads * len, len, 1}, {batch, heads, len}, 1, kWordBytes);
   }
   // The declared inputs: 4-byte elements indexed by b (batch), h (heads_q) and pos (the longer
   // length, expr::input_extents); dimensions an input lacks span one element.
