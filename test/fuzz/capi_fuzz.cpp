@@ -10,8 +10,7 @@
 //   attnc-capi-fuzz [--seed N] [--cases N]
 //
 // Needs NVRTC (the kernels are compiled once, into $ATTNC_CACHE_DIR or a temporary cache); no GPU.
-#include <sys/mman.h>
-#include <unistd.h>
+#include "attnc/attnc_c.h"
 
 #include <algorithm>
 #include <cinttypes>
@@ -25,7 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "attnc/attnc_c.h"
+#include <sys/mman.h>
+#include <unistd.h>
 
 namespace {
 
@@ -54,9 +54,7 @@ std::vector<KernelCase> kernelCases() {
   return {
       {"name: fz_plain\nhead_dim: 16\nheads: 2\n", "sm_80", false, {}},
       {"name: fz_gqa\nhead_dim: 32\nhead_dim_v: 16\nheads: {q: 4, kv: 2}\nmask: causal\n",
-       "sm_90a",
-       true,
-       {}},
+       "sm_90a", true, {}},
       {"name: fz_doc\nhead_dim: 16\nheads: 2\nmask: \"doc[q] == doc[k] && q >= k\"\n"
        "score: \"score + slopes[h] * (k - q) + bias[b, k]\"\ndropout: 0.1\n"
        "inputs:\n  doc: {dtype: i32, dims: [pos]}\n  slopes: {dtype: f32, dims: [h]}\n"
@@ -398,23 +396,11 @@ struct Rng {
 };
 
 const std::vector<int64_t> kBoundaryLengths = {
-    0,         1,         -1,         INT32_MAX,      int64_t(1) << 31, (int64_t(1) << 32) + 1,
-    INT64_MAX, INT64_MIN, kMaxLength, kMaxLength + 1, kMaxBatch,        kMaxBatch + 1,
-    63,        64,        65};
-const std::vector<int64_t> kBoundaryStrides = {0,
-                                               8,
-                                               -8,
-                                               7,
-                                               int64_t(1) << 31,
-                                               int64_t(1) << 40,
-                                               int64_t(1) << 59,
-                                               int64_t(1) << 62,
-                                               INT64_MAX,
-                                               INT64_MIN,
-                                               INT64_MAX - 7,
-                                               16,
-                                               32,
-                                               64};
+    0, 1, -1, INT32_MAX, int64_t(1) << 31, (int64_t(1) << 32) + 1, INT64_MAX, INT64_MIN,
+    kMaxLength, kMaxLength + 1, kMaxBatch, kMaxBatch + 1, 63, 64, 65};
+const std::vector<int64_t> kBoundaryStrides = {
+    0, 8, -8, 7, 16, 32, 64, int64_t(1) << 31, int64_t(1) << 40, int64_t(1) << 59,
+    int64_t(1) << 62, INT64_MAX, INT64_MAX - 7, INT64_MIN};
 
 // Fake device addresses: validation never reads them. Tensors are placed in disjoint 2^36-byte
 // slots far apart, so a valid draw is disjoint unless a mutation makes it otherwise.
@@ -485,8 +471,8 @@ Draw validDraw(Rng& rng, const KernelCase& k) {
 void packTriple(const attnc_info& m, const Shape& s, uintptr_t at, attnc_tensor* x, attnc_tensor* y,
                 attnc_tensor* z) {
   const int64_t d = m.head_dim;
-  const int64_t rowBytes = 3 * m.heads_q * d;
-  const attnc_tensor t{reinterpret_cast<const void*>(at), s.q_len * rowBytes, d, rowBytes};
+  const int64_t position = 3 * m.heads_q * d;  // elements from one position to the next
+  const attnc_tensor t{reinterpret_cast<const void*>(at), s.q_len * position, d, position};
   *x = *y = *z = t;
   y->data = reinterpret_cast<const void*>(at + uintptr_t(m.heads_q * d * 2));
   z->data = reinterpret_cast<const void*>(at + uintptr_t(2 * m.heads_q * d * 2));
