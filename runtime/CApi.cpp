@@ -87,13 +87,25 @@ attnc::OutputArg output(const attnc_tensor& t) {
 }
 
 // The fields attnc_forward_args and attnc_backward_args share (same names in both): sizes, declared
-// inputs and the dropout stream. `what` names the struct in errors.
+// inputs and the dropout stream. `what` names the struct in errors. num_inputs is compared with
+// the kernel's declared inputs before the array is read: the caller's array is only known to hold
+// as many entries as the kernel declares.
 template <class In, class Args>
-int copySharedArgs(const In* in, Args* args, const char* what, char** error) {
+int copySharedArgs(const attnc_kernel* kernel, const In* in, Args* args, const char* what,
+                   char** error) {
   if (!in) return fail(error, std::string(what) + ": null");
-  if (in->num_inputs < 0 || (in->num_inputs > 0 && !in->inputs))
+  const std::vector<std::string>& names = kernel->inputNames;
+  if (in->num_inputs < 0 || uint64_t(in->num_inputs) != names.size()) {
+    std::string list;
+    for (const std::string& name : names) list += (list.empty() ? "" : ", ") + name;
+    return fail(error, std::string(what) + ".num_inputs: expected " +
+                           std::to_string(names.size()) + " (the kernel's declared inputs" +
+                           (list.empty() ? "" : ": " + list) + "), got " +
+                           std::to_string(in->num_inputs));
+  }
+  if (in->num_inputs > 0 && !in->inputs)
     return fail(error, std::string(what) + ".inputs: expected " + std::to_string(in->num_inputs) +
-                           " inputs, got " + (in->inputs ? "a negative count" : "null"));
+                           " inputs, got null");
   args->lse = in->lse;
   args->batch = in->batch;
   args->q_len = in->q_len;
@@ -106,8 +118,10 @@ int copySharedArgs(const In* in, Args* args, const char* what, char** error) {
   return ATTNC_OK;
 }
 
-int toForwardArgs(const attnc_forward_args* in, attnc::ForwardArgs* args, char** error) {
-  if (int status = copySharedArgs(in, args, "attnc_forward_args", error); status != ATTNC_OK)
+int toForwardArgs(const attnc_kernel* kernel, const attnc_forward_args* in,
+                  attnc::ForwardArgs* args, char** error) {
+  if (int status = copySharedArgs(kernel, in, args, "attnc_forward_args", error);
+      status != ATTNC_OK)
     return status;
   args->q = tensor(in->q);
   args->k = tensor(in->k);
@@ -116,9 +130,17 @@ int toForwardArgs(const attnc_forward_args* in, attnc::ForwardArgs* args, char**
   return ATTNC_OK;
 }
 
-int toBackwardArgs(const attnc_backward_args* in, attnc::BackwardArgs* args, char** error) {
-  if (int status = copySharedArgs(in, args, "attnc_backward_args", error); status != ATTNC_OK)
+int toBackwardArgs(const attnc_kernel* kernel, const attnc_backward_args* in,
+                   attnc::BackwardArgs* args, char** error) {
+  if (int status = copySharedArgs(kernel, in, args, "attnc_backward_args", error);
+      status != ATTNC_OK)
     return status;
+  if (in->deterministic != 0 && in->deterministic != 1)
+    return fail(error, "attnc_backward_args.deterministic: expected 0 or 1, got " +
+                           std::to_string(in->deterministic));
+  if (in->reserved != 0)
+    return fail(error, "attnc_backward_args.reserved: expected 0, got " +
+                           std::to_string(in->reserved));
   if (in->workspace_bytes < 0)
     return fail(error, "attnc_backward_args.workspace_bytes: expected a non-negative size, got " +
                            std::to_string(in->workspace_bytes));
@@ -130,7 +152,7 @@ int toBackwardArgs(const attnc_backward_args* in, attnc::BackwardArgs* args, cha
   args->dq = output(in->dq);
   args->dk = output(in->dk);
   args->dv = output(in->dv);
-  args->deterministic = in->deterministic != 0;
+  args->deterministic = in->deterministic == 1;
   args->workspace = in->workspace;
   args->workspace_bytes = size_t(in->workspace_bytes);
   return ATTNC_OK;
@@ -144,11 +166,13 @@ int callKernel(const char* function, const attnc_kernel* kernel, const CArgs* in
   if (!kernel) return fail(error, std::string(function) + ": kernel is null");
   try {
     Args converted;
-    if (convert(in, &converted, error) != ATTNC_OK) return ATTNC_ERROR;
+    if (convert(kernel, in, &converted, error) != ATTNC_OK) return ATTNC_ERROR;
     attnc::Status status = call(converted);
     return status ? ATTNC_OK : fail(error, status.message);
   } catch (const std::exception& e) {
     return fail(error, std::string("attnc: internal error: ") + e.what());
+  } catch (...) {
+    return fail(error, std::string(function) + ": internal error");
   }
 }
 
@@ -349,8 +373,9 @@ int attnc_kernel_compile_deferred(const attnc_kernel* kernel, int32_t* has_defer
 
 int64_t attnc_kernel_backward_workspace_bytes(const attnc_kernel* kernel, int64_t batch,
                                               int64_t q_len, int32_t deterministic) {
-  if (!kernel) return 0;
-  return int64_t(kernel->kernel.backwardWorkspaceBytes(batch, q_len, deterministic != 0));
+  if (!kernel || (deterministic != 0 && deterministic != 1)) return 0;
+  // (at most INT64_MAX: Kernel::backwardWorkspaceBytes says 0 past it)
+  return int64_t(kernel->kernel.backwardWorkspaceBytes(batch, q_len, deterministic == 1));
 }
 
 int attnc_kernel_info(const attnc_kernel* kernel, attnc_info* info) {

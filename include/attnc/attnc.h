@@ -57,8 +57,12 @@ inline OutputArg outputArg(void* data, Strides s) { return {data, s.b, s.h, s.s}
 //   q [batch, heads_q, q_len, head_dim], k [batch, heads_kv, kv_len, head_dim],
 //   v [batch, heads_kv, kv_len, head_dim_v], o [batch, heads_q, q_len, head_dim_v] (by strides),
 //   lse [batch, heads_q, q_len] float32 contiguous, or null to skip it.
-// Requirements (checked before launch): device pointers 16-byte aligned, strides multiples of 8
-// elements (non-negative; O's positive), one InputArg per declared input in the spec's order.
+// Requirements (checked before launch; docs/runtime.md, "Launch arguments"): device pointers
+// 16-byte aligned, strides multiples of 8 elements (non-negative; O's positive), one InputArg per
+// declared input in the spec's order; batch in [1, 65535], q_len and kv_len in [1, 2^30]; every
+// tensor's last byte within INT64_MAX bytes of its start. What the launch writes (O, the LSE) must
+// not share a byte with any other tensor, and O's rows none with each other (its strides, ordered,
+// each at least the span of the rows below); tensors that are only read may overlap (Q == K).
 class PreparedInputs;
 
 struct ForwardArgs {
@@ -79,7 +83,9 @@ struct ForwardArgs {
 // forward's [batch, heads_q, q_len] float32 contiguous LSE (required). Inputs and dropout seed and
 // offset must be the forward's. deterministic: dQ by a separate kernel instead of fp32 atomics
 // (bit-identical results run to run, somewhat slower; a JIT kernel compiles that mode's kernels on
-// the first such call, or at compileDeferred()).
+// the first such call, or at compileDeferred()). dq, dk, dv and the workspace are written: as O in
+// the forward, none may share a byte with another tensor or the workspace (packed dq, dk, dv in
+// one [b, s, 3, h, d] buffer are fine), nor its rows with each other.
 // workspace: device memory of at least backwardWorkspaceBytes(batch, q_len, deterministic) bytes,
 // 16-byte aligned, used only while the launches run (stream-ordered). Null: the Kernel uses one it
 // allocates (cuMemAlloc, grow-only, one per CUDA context, kept until the Kernel and its copies are
@@ -266,7 +272,8 @@ public:
   // and that a given workspace is large enough.
   Status validateBackward(const BackwardArgs& args) const;
   // Bytes of BackwardArgs::workspace: the fp32 dQ accumulator (not in deterministic mode) and the
-  // fp32 delta rows, each 256-byte aligned inside one buffer. 0 without backward kernels.
+  // fp32 delta rows, each 256-byte aligned inside one buffer. Exact, or 0 without backward kernels,
+  // for batch outside [1, 65535] or q_len outside [1, 2^30], or past INT64_MAX bytes.
   size_t backwardWorkspaceBytes(int64_t batch, int64_t q_len, bool deterministic) const;
   bool hasBackward() const { return metadata().hasBackward(); }
 

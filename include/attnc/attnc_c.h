@@ -30,23 +30,30 @@ typedef struct attnc_input {
   int64_t stride_b, stride_h, stride_pos;
 } attnc_input;
 
+/* One forward launch. batch in [1, 65535], q_len and kv_len in [1, 2^30]; every tensor's last
+ * byte within INT64_MAX bytes of its start. What is written (o, lse) shares no byte with any
+ * other tensor and o's rows none with each other; tensors only read may overlap (q == k).
+ * docs/runtime.md, "Launch arguments", has every rule. */
 typedef struct attnc_forward_args {
   attnc_tensor q, k, v;
   attnc_tensor o;               /* written */
-  float* lse;                   /* [batch, heads_q, q_len] float32 contiguous, or NULL */
+  float* lse;                   /* [batch, heads_q, q_len] float32 contiguous, or NULL; written */
   int64_t batch, q_len, kv_len;
-  const attnc_input* inputs;    /* num_inputs entries */
-  int64_t num_inputs;
+  const attnc_input* inputs;    /* num_inputs entries, read only when num_inputs equals the */
+  int64_t num_inputs;           /* kernel's declared inputs (else an error) */
   uint64_t dropout_seed, dropout_offset;
 } attnc_forward_args;
 
 /* One backward launch (a kernel compiled with ATTNC_COMPILE_BACKWARD). o is the forward's output,
  * d_o the loss gradient with respect to it; dq, dk, dv are written. lse: the forward's LSE
- * (required). Inputs, dropout seed and offset: the forward's. deterministic != 0: dQ without
+ * (required). Inputs, dropout seed and offset: the forward's. deterministic 1: dQ without
  * atomics (bit-identical run to run, slower; a JIT kernel compiles that mode's two kernels on the
- * first such call). workspace: NULL (the kernel allocates and keeps one;
- * shared by all calls on the kernel, so pass your own per stream when launching on several streams
- * concurrently) or at least attnc_kernel_backward_workspace_bytes(...) bytes, 16-byte aligned. */
+ * first such call); 0: the default; any other value is an error. workspace: NULL (the kernel
+ * allocates and keeps one; shared by all calls on the kernel, so pass your own per stream when
+ * launching on several streams concurrently) or at least attnc_kernel_backward_workspace_bytes(...)
+ * bytes, 16-byte aligned. Bounds as attnc_forward_args; dq, dk, dv and the workspace's first
+ * attnc_kernel_backward_workspace_bytes(...) bytes share no byte with each other or with any
+ * other tensor (packed dq, dk, dv in one [b, s, 3, h, d] buffer are fine). */
 typedef struct attnc_backward_args {
   attnc_tensor q, k, v, o, d_o;
   attnc_tensor dq, dk, dv;      /* written */
@@ -149,7 +156,9 @@ int attnc_kernel_backward_validate(const attnc_kernel* kernel, const attnc_backw
  * them now instead (no GPU needed), once. *has_deferred (may be NULL) is set to whether there was
  * anything to compile. ATTNC_OK at once for a kernel that defers nothing. */
 int attnc_kernel_compile_deferred(const attnc_kernel* kernel, int32_t* has_deferred, char** error);
-/* Bytes attnc_backward_args.workspace needs; 0 for a kernel without backward or bad lengths. */
+/* Bytes attnc_backward_args.workspace needs, exactly; 0 for a kernel without backward, batch
+ * outside [1, 65535], q_len outside [1, 2^30], deterministic not 0 or 1, or a size past
+ * INT64_MAX. */
 int64_t attnc_kernel_backward_workspace_bytes(const attnc_kernel* kernel, int64_t batch,
                                               int64_t q_len, int32_t deterministic);
 

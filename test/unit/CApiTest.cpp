@@ -9,6 +9,9 @@
 #include <cstdlib>
 #include <string>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 namespace {
 
 const char* kSpec =
@@ -80,7 +83,8 @@ TEST(CApi, ForwardAndBackwardArgumentsAreConvertedAndChecked) {
       << takeError(message);
   bwd.num_inputs = -1;
   EXPECT_NE(attnc_kernel_backward_validate(compiled.kernel, &bwd, &message), ATTNC_OK);
-  EXPECT_EQ(takeError(message), "attnc_backward_args.inputs: expected -1 inputs, got a negative count");
+  EXPECT_EQ(takeError(message), "attnc_backward_args.num_inputs: expected 1 (the kernel's declared "
+                                "inputs: doc), got -1");
   bwd.num_inputs = 1;
   bwd.workspace_bytes = -5;
   EXPECT_NE(attnc_kernel_backward_validate(compiled.kernel, &bwd, &message), ATTNC_OK);
@@ -108,6 +112,110 @@ TEST(CApi, ForwardAndBackwardArgumentsAreConvertedAndChecked) {
   EXPECT_EQ(takeError(message), "attnc_kernel_backward_prepared: prepared: expected one made by "
                                 "attnc_kernel_prepare_inputs, got null");
   attnc_prepared_free(nullptr);  // a no-op, as free(NULL)
+}
+
+// Valid arguments for CompiledKernel at `base`: BHSD tensors 4 MiB apart, batch 2, length 256.
+attnc_forward_args forwardAt(uintptr_t base, const attnc_input* doc) {
+  attnc_forward_args fwd{};
+  fwd.q = tensorAt(base);
+  fwd.k = tensorAt(base + (1 << 22));
+  fwd.v = tensorAt(base + (2 << 22));
+  fwd.o = tensorAt(base + (3 << 22));
+  fwd.batch = 2;
+  fwd.q_len = fwd.kv_len = 256;
+  fwd.inputs = doc;
+  fwd.num_inputs = 1;
+  return fwd;
+}
+
+// A count larger than the caller's array is an error before any entry past the kernel's declared
+// inputs is read: the one entry sits at the end of a page followed by an inaccessible one, so
+// a read past it faults.
+TEST(CApi, NumInputsIsCheckedBeforeTheArrayIsRead) {
+  CompiledKernel compiled;
+  ASSERT_NE(compiled.kernel, nullptr) << compiled.error;
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  void* pages = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(pages, MAP_FAILED);
+  ASSERT_EQ(mprotect(static_cast<char*>(pages) + page, page, PROT_NONE), 0);
+  auto* doc = reinterpret_cast<attnc_input*>(static_cast<char*>(pages) + page) - 1;
+  int32_t docIds = 0;
+  *doc = attnc_input{&docIds, 0, 0, 1};
+  attnc_forward_args fwd = forwardAt(uintptr_t(1) << 20, doc);
+  char* message = nullptr;
+  EXPECT_EQ(attnc_kernel_validate(compiled.kernel, &fwd, &message), ATTNC_OK) << takeError(message);
+  for (int64_t count : {int64_t(2), int64_t(1000000), INT64_MAX}) {
+    fwd.num_inputs = count;
+    EXPECT_NE(attnc_kernel_validate(compiled.kernel, &fwd, &message), ATTNC_OK);
+    EXPECT_EQ(takeError(message), "attnc_forward_args.num_inputs: expected 1 (the kernel's "
+                                  "declared inputs: doc), got " + std::to_string(count));
+    attnc_prepared* prepared = nullptr;
+    EXPECT_NE(attnc_kernel_prepare_inputs(compiled.kernel, &fwd, nullptr, &prepared, &message),
+              ATTNC_OK);
+    EXPECT_NE(takeError(message).find("attnc_forward_args.num_inputs"), std::string::npos);
+  }
+  attnc_backward_args bwd{};
+  bwd.inputs = doc;
+  bwd.num_inputs = 1000000;
+  EXPECT_NE(attnc_kernel_backward_validate(compiled.kernel, &bwd, &message), ATTNC_OK);
+  EXPECT_EQ(takeError(message), "attnc_backward_args.num_inputs: expected 1 (the kernel's "
+                                "declared inputs: doc), got 1000000");
+  munmap(pages, 2 * page);
+}
+
+// The backward's int32 fields take only their documented values.
+TEST(CApi, BackwardFlagsAreZeroOrOne) {
+  CompiledKernel compiled;
+  ASSERT_NE(compiled.kernel, nullptr) << compiled.error;
+  int32_t docIds = 0;
+  attnc_input doc{&docIds, 0, 0, 1};
+  const uintptr_t base = uintptr_t(1) << 20;
+  attnc_forward_args fwd = forwardAt(base, &doc);
+  attnc_backward_args bwd{};
+  bwd.q = fwd.q, bwd.k = fwd.k, bwd.v = fwd.v, bwd.o = fwd.o;
+  bwd.d_o = tensorAt(base + (4 << 22));
+  bwd.dq = tensorAt(base + (5 << 22));
+  bwd.dk = tensorAt(base + (6 << 22));
+  bwd.dv = tensorAt(base + (7 << 22));
+  bwd.lse = reinterpret_cast<const float*>(base + (8 << 22));
+  bwd.batch = 2;
+  bwd.q_len = bwd.kv_len = 256;
+  bwd.inputs = &doc;
+  bwd.num_inputs = 1;
+  char* message = nullptr;
+  EXPECT_EQ(attnc_kernel_backward_validate(compiled.kernel, &bwd, &message), ATTNC_OK)
+      << takeError(message);
+  bwd.reserved = 1;
+  EXPECT_NE(attnc_kernel_backward_validate(compiled.kernel, &bwd, &message), ATTNC_OK);
+  EXPECT_EQ(takeError(message), "attnc_backward_args.reserved: expected 0, got 1");
+  bwd.reserved = 0;
+  bwd.deterministic = 2;
+  EXPECT_NE(attnc_kernel_backward_validate(compiled.kernel, &bwd, &message), ATTNC_OK);
+  EXPECT_EQ(takeError(message), "attnc_backward_args.deterministic: expected 0 or 1, got 2");
+  bwd.deterministic = 1;
+  bwd.dk = bwd.dq;  // written twice
+  EXPECT_NE(attnc_kernel_backward_validate(compiled.kernel, &bwd, &message), ATTNC_OK);
+  EXPECT_EQ(takeError(message).rfind("BackwardArgs.dq: expected no byte in common with dk", 0), 0u);
+}
+
+// attnc_kernel_backward_workspace_bytes is exact or 0, never negative or wrapped.
+TEST(CApi, WorkspaceBytesIsExactOrZero) {
+  CompiledKernel compiled;  // 2 heads, head dim 64
+  ASSERT_NE(compiled.kernel, nullptr) << compiled.error;
+  const attnc_kernel* k = compiled.kernel;
+  // 2 x 2 rows of 256 positions: fp32 dq_accum of 64 columns and one delta, 256-byte aligned.
+  EXPECT_EQ(attnc_kernel_backward_workspace_bytes(k, 2, 256, 0), 4 * 256 * 64 * 4 + 4 * 256 * 4);
+  EXPECT_EQ(attnc_kernel_backward_workspace_bytes(k, 2, 256, 1), 4 * 256 * 4);
+  EXPECT_EQ(attnc_kernel_backward_workspace_bytes(k, 2, INT32_MAX, 0), 0);
+  EXPECT_EQ(attnc_kernel_backward_workspace_bytes(k, 2, INT32_MAX, 1), 0);
+  EXPECT_EQ(attnc_kernel_backward_workspace_bytes(k, (int64_t(1) << 32) + 1, 64, 0), 0);
+  EXPECT_EQ(attnc_kernel_backward_workspace_bytes(k, INT64_MIN, INT64_MIN, 0), 0);
+  EXPECT_EQ(attnc_kernel_backward_workspace_bytes(k, 2, 256, 7), 0);
+  EXPECT_EQ(attnc_kernel_backward_workspace_bytes(nullptr, 2, 256, 0), 0);
+  // The largest lengths: 65535 x 2 rows of 2^30 positions.
+  const int64_t rows = 65535 * 2, q = int64_t(1) << 30;
+  EXPECT_EQ(attnc_kernel_backward_workspace_bytes(k, 65535, q, 0),
+            rows * q * 64 * 4 + rows * q * 4);
 }
 
 // The deterministic mode's kernels, compiled ahead of their first launch: once, then nothing left.

@@ -198,8 +198,9 @@ TEST(Kernel, ValidationNamesTheArgument) {
        "ForwardArgs.k.stride_b: expected a non-negative stride, got -8"},
       {[](ForwardArgs& a) { a.batch = 0; }, "ForwardArgs.batch: expected a value in [1, 65535], got 0"},
       {[](ForwardArgs& a) { a.q_len = int64_t(1) << 31; },
-       "ForwardArgs.q_len: expected a value in [1, 2147483647], got 2147483648"},
-      {[](ForwardArgs& a) { a.kv_len = -1; }, "ForwardArgs.kv_len: expected a value in [1, 2147483647], got -1"},
+       "ForwardArgs.q_len: expected a value in [1, 1073741824], got 2147483648"},
+      {[](ForwardArgs& a) { a.kv_len = -1; },
+       "ForwardArgs.kv_len: expected a value in [1, 1073741824], got -1"},
       {[](ForwardArgs& a) { a.inputs.clear(); }, "ForwardArgs.inputs: expected 1 input(s) (doc), got 0"},
       {[](ForwardArgs& a) { a.inputs[0].data = nullptr; },
        "ForwardArgs.inputs[0] (doc).data: expected a device pointer, got null"},
@@ -552,7 +553,7 @@ TEST(Kernel, BackwardValidationNamesTheArgument) {
        "BackwardArgs.dk.stride_s: expected a multiple of 8 elements, got 132"},
       {[](BackwardArgs& a) { a.lse = nullptr; }, "BackwardArgs.lse: expected a device pointer, got null"},
       {[](BackwardArgs& a) { a.kv_len = 0; },
-       "BackwardArgs.kv_len: expected a value in [1, 2147483647], got 0"},
+       "BackwardArgs.kv_len: expected a value in [1, 1073741824], got 0"},
       {[](BackwardArgs& a) { a.inputs.clear(); }, "BackwardArgs.inputs: expected 1 input(s) (doc), got 0"},
       {[](BackwardArgs& a) {
          a.workspace = reinterpret_cast<void*>(uintptr_t(1) << 30);
@@ -573,6 +574,191 @@ TEST(Kernel, BackwardValidationNamesTheArgument) {
     EXPECT_FALSE(status.ok) << c.message;
     EXPECT_EQ(status.message.rfind(c.message, 0), 0u) << status.message;
   }
+}
+
+// Packed [batch, seq, 3, heads, dim] Q, K and V (or dQ, dK and dV) of documentKernel()'s shape
+// at batch 2, length 256: the three interleave in one buffer without sharing a byte.
+struct Packed {
+  Strides strides = {256 * 3 * 16 * 128, 128, 3 * 16 * 128};
+  char* at(char* base, int which) const { return base + which * 16 * 128 * 2; }
+};
+
+// Reading tensors that overlap is legal (self-attention passes Q == K); what the launch writes
+// must share no byte with anything, rows of one written tensor included. Each case is the
+// message a user sees; the first ones must pass.
+TEST(Kernel, ValidationRejectsOverlappingWrites) {
+  Kernel kernel = documentKernel();
+  ForwardArgs same = validArgs();
+  same.k = same.v = same.q;  // read three times
+  Status status = kernel.validate(same);
+  EXPECT_TRUE(status) << status.message;
+  ForwardArgs packed = validArgs();
+  char* base = reinterpret_cast<char*>(uintptr_t(1) << 30);
+  Packed layout;
+  packed.q = tensorArg(layout.at(base, 0), layout.strides);
+  packed.k = tensorArg(layout.at(base, 1), layout.strides);
+  packed.v = tensorArg(layout.at(base, 2), layout.strides);
+  packed.o = outputArg(base + (1 << 24), bshdStrides(16, 256, 128));
+  packed.lse = reinterpret_cast<float*>(base + (1 << 25));
+  status = kernel.validate(packed);
+  EXPECT_TRUE(status) << status.message;
+
+  struct Case {
+    void (*mutate)(ForwardArgs&);
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](ForwardArgs& a) { a.o.data = const_cast<void*>(a.q.data); },
+       "ForwardArgs.o: expected no byte in common with q, got o at [0x"},
+      {[](ForwardArgs& a) { a.o.data = static_cast<char*>(const_cast<void*>(a.k.data)) - 16; },
+       "ForwardArgs.o: expected no byte in common with k, got o at [0x"},
+      {[](ForwardArgs& a) { a.lse = static_cast<float*>(a.o.data) + 4; },
+       "ForwardArgs.o: expected no byte in common with lse, got o at [0x"},
+      {[](ForwardArgs& a) { a.lse = static_cast<float*>(const_cast<void*>(a.inputs[0].data)); },
+       "ForwardArgs.lse: expected no byte in common with inputs[0] (doc), got lse at [0x"},
+      {[](ForwardArgs& a) { a.o.stride_s = 64; },  // two rows share half a row
+       "ForwardArgs.o.stride_s: expected a stride of at least 128 elements (the rows of a written "
+       "tensor must not overlap"},
+      {[](ForwardArgs& a) { a.o.stride_h = a.o.stride_s; },  // two heads share every row
+       "ForwardArgs.o.stride_s: expected a stride of at least 2048 elements"},
+      {[](ForwardArgs& a) { a.o.stride_b = 16 * 256 * 128 - 8; },  // one row of batch 1 in 0's
+       "ForwardArgs.o.stride_b: expected a stride of at least 524288 elements"},
+  };
+  for (const Case& c : cases) {
+    ForwardArgs args = validArgs();
+    c.mutate(args);
+    status = kernel.validate(args);
+    EXPECT_FALSE(status.ok) << c.message;
+    EXPECT_EQ(status.message.rfind(c.message, 0), 0u) << status.message;
+  }
+}
+
+// Strides whose extent passes int64 (or the address space) are errors naming the stride, never
+// a wrapped offset.
+TEST(Kernel, ValidationRejectsExtentsPastInt64) {
+  Kernel kernel = documentKernel();
+  ForwardArgs one = validArgs();  // the stride of a dimension of extent 1 is never used
+  one.batch = 1;
+  one.q.stride_b = one.o.stride_b = INT64_MAX - 7;
+  Status status = kernel.validate(one);
+  EXPECT_TRUE(status) << status.message;
+  struct Case {
+    void (*mutate)(ForwardArgs&);
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](ForwardArgs& a) { a.q.stride_b = int64_t(1) << 62; },  // x 2 bytes alone overflows
+       "ForwardArgs.q.stride_b: expected a stride that keeps the tensor's last byte within 2^63 "
+       "bytes of its start (2 along it, 2-byte elements), got 4611686018427387904"},
+      {[](ForwardArgs& a) { a.k.stride_s = int64_t(1) << 56; },  // x 2 bytes x 255 overflows
+       "ForwardArgs.k.stride_s: expected a stride that keeps the tensor's last byte within 2^63"},
+      {[](ForwardArgs& a) {  // each term fits, their sum does not
+         a.v.stride_b = int64_t(1) << 61;
+         a.v.stride_h = int64_t(1) << 58;
+       },
+       "ForwardArgs.v.stride_h: expected a stride that keeps the tensor's last byte within 2^63"},
+      {[](ForwardArgs& a) { a.inputs[0].stride_pos = INT64_MAX / 4; },
+       "ForwardArgs.inputs[0] (doc).stride_pos: expected a stride that keeps the tensor's last byte "
+       "within 2^63 bytes of its start (256 along it, 4-byte elements)"},
+      {[](ForwardArgs& a) { a.o.data = reinterpret_cast<void*>(~uintptr_t(0) - 4095); },
+       "ForwardArgs.o.data: expected a tensor that ends inside the address space, got 0x"},
+  };
+  for (const Case& c : cases) {
+    ForwardArgs args = validArgs();
+    c.mutate(args);
+    status = kernel.validate(args);
+    EXPECT_FALSE(status.ok) << c.message;
+    EXPECT_EQ(status.message.rfind(c.message, 0), 0u) << status.message;
+  }
+}
+
+// The backward writes dQ, dK, dV and the workspace: none may share a byte with another or with
+// what it reads. Packed dQ, dK and dV (one [batch, seq, 3, heads, dim] buffer) are fine.
+TEST(Kernel, BackwardValidationRejectsOverlappingWrites) {
+  Kernel kernel = backwardKernel();
+  BackwardArgs packed = validBackwardArgs();
+  char* base = reinterpret_cast<char*>(uintptr_t(1) << 31);
+  Packed layout;
+  packed.dq = outputArg(layout.at(base, 0), layout.strides);
+  packed.dk = outputArg(layout.at(base, 1), layout.strides);
+  packed.dv = outputArg(layout.at(base, 2), layout.strides);
+  packed.workspace = base + (1 << 25);
+  packed.workspace_bytes = kernel.backwardWorkspaceBytes(2, 256, false);
+  Status status = kernel.validateBackward(packed);
+  EXPECT_TRUE(status) << status.message;
+
+  struct Case {
+    void (*mutate)(BackwardArgs&);
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](BackwardArgs& a) { a.dk = a.dv = a.dq; },
+       "BackwardArgs.dq: expected no byte in common with dk, got dq at [0x"},
+      {[](BackwardArgs& a) { a.dv.data = static_cast<char*>(a.dk.data) + (1 << 20); },
+       "BackwardArgs.dk: expected no byte in common with dv"},
+      {[](BackwardArgs& a) { a.dq.data = const_cast<void*>(a.d_o.data); },
+       "BackwardArgs.dq: expected no byte in common with d_o"},
+      {[](BackwardArgs& a) { a.dk.stride_b = 8; },  // batch 1's rows start inside batch 0's
+       "BackwardArgs.dk.stride_b: expected a stride of at least 128 elements"},
+      {[](BackwardArgs& a) {
+         a.workspace = a.dq.data;
+         a.workspace_bytes = size_t(1) << 24;
+       },
+       "BackwardArgs.dq: expected no byte in common with workspace"},
+      {[](BackwardArgs& a) {
+         a.workspace = const_cast<float*>(a.lse) - 64;
+         a.workspace_bytes = size_t(1) << 24;
+       },
+       "BackwardArgs.workspace: expected no byte in common with lse"},
+  };
+  for (const Case& c : cases) {
+    BackwardArgs args = validBackwardArgs();
+    c.mutate(args);
+    status = kernel.validateBackward(args);
+    EXPECT_FALSE(status.ok) << c.message;
+    EXPECT_EQ(status.message.rfind(c.message, 0), 0u) << status.message;
+  }
+}
+
+// The workspace size is exact or 0: never negative, never wrapped. Lengths past the launch
+// bounds (batch 65535, lengths 2^30) and sizes past INT64_MAX give 0, and validateBackward
+// rejects a launch whose workspace would not fit.
+TEST(Kernel, BackwardWorkspaceBytesIsExactOrZero) {
+  Kernel kernel = backwardKernel();  // 16 heads, head dim 128
+  EXPECT_EQ(kernel.backwardWorkspaceBytes(2, INT32_MAX, false), 0u);
+  EXPECT_EQ(kernel.backwardWorkspaceBytes(2, INT32_MAX, true), 0u);
+  EXPECT_EQ(kernel.backwardWorkspaceBytes(2, (int64_t(1) << 30) + 1, true), 0u);
+  EXPECT_EQ(kernel.backwardWorkspaceBytes((int64_t(1) << 32) + 1, 64, false), 0u);
+  EXPECT_EQ(kernel.backwardWorkspaceBytes(65536, 64, false), 0u);
+  EXPECT_EQ(kernel.backwardWorkspaceBytes(-1, 64, false), 0u);
+  EXPECT_EQ(kernel.backwardWorkspaceBytes(1, 0, true), 0u);
+  // The largest lengths: 65535 x 16 rows of 2^30 positions, 128 fp32 dq_accum columns and one
+  // delta: exact.
+  using u128 = unsigned __int128;
+  const u128 rows = 65535 * 16, q = int64_t(1) << 30;
+  EXPECT_EQ(kernel.backwardWorkspaceBytes(65535, int64_t(q), false),
+            size_t(rows * q * 128 * 4 + rows * q * 4));
+  EXPECT_EQ(kernel.backwardWorkspaceBytes(65535, int64_t(q), true), size_t(rows * q * 4));
+  // With 65535 heads and batch 1024 the dq_accum passes INT64_MAX bytes (the delta alone does not).
+  KernelMetadata wide = backwardMetadata();
+  wide.headsQ = wide.headsKV = 65535;
+  Status status;
+  Kernel many = Kernel::fromCubin(wide, kFakeCubin, sizeof kFakeCubin, &status);
+  ASSERT_TRUE(status) << status.message;
+  EXPECT_EQ(many.backwardWorkspaceBytes(1024, int64_t(q), false), 0u);
+  const u128 deltaBytes = u128(1024) * 65535 * q * 4;
+  EXPECT_EQ(many.backwardWorkspaceBytes(1024, int64_t(q), true), size_t(deltaBytes));
+  EXPECT_EQ(many.backwardWorkspaceBytes(65535, int64_t(q), true), 0u);
+  BackwardArgs args = validBackwardArgs();
+  args.batch = 65535;
+  args.q_len = args.kv_len = int64_t(q);
+  args.q = args.k = args.v = args.o = args.d_o = TensorArg{args.q.data, 0, 0, 0};
+  status = many.validateBackward(args);
+  EXPECT_EQ(status.message.rfind("BackwardArgs.q_len: expected a backward workspace (fp32 rows of "
+                                 "batch x heads_q x q_len) within 2^63 bytes, got batch 65535, "
+                                 "heads_q 65535, q_len 1073741824", 0),
+            0u)
+      << status.message;
 }
 
 TEST(Kernel, BackwardNeedsBackwardKernels) {
