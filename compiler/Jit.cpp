@@ -196,7 +196,8 @@ bool sameMetadata(const KernelMetadata& cached, const std::string& expected, std
   llvm::StringRef(found).split(foundLines, '\n');
   llvm::StringRef(expected).split(expectedLines, '\n');
   size_t i = 0;
-  while (i < foundLines.size() && i < expectedLines.size() && foundLines[i] == expectedLines[i]) ++i;
+  while (i < foundLines.size() && i < expectedLines.size() && foundLines[i] == expectedLines[i])
+    ++i;
   auto lineAt = [&](const llvm::SmallVector<llvm::StringRef>& lines) {
     return i < lines.size() ? lines[i].str() : std::string();
   };

@@ -496,12 +496,10 @@ TEST_F(JitCache, BackwardSpillFallbackKeepsFewerKvRows) {
   EXPECT_EQ(again.metadata().backward->kvBlockKV, 32) << "the cache keeps the fallback's kernel";
 }
 
-
-// ---- One field at a time: the key covers the whole spec -----------------------------------------
-
 // Every field of Spec and of the structs in it. The structured bindings stop compiling when a
-// field is added to one of them, until it is named here, and then SpecFieldPairs asks for a pair
-// of specs that differ in it. Source locations are not part of a kernel, so they need none.
+// field is added to one of them, until it is named here, and then
+// SpecsDifferingInOneFieldNeverShareAnEntry asks for a pair of specs that differ in it. Source
+// locations are not part of a kernel, so they need none.
 std::vector<std::string> specFieldNames() {
   const Spec spec;
   [[maybe_unused]] const auto& [name, headDim, headDimV, dtype, headsQ, headsKV, scale, mask,
@@ -638,7 +636,8 @@ void expectSameKernel(const Kernel& got, const Kernel& want, const std::string& 
   EXPECT_EQ(g.maskIgnoresHead, w.maskIgnoresHead);
   EXPECT_EQ(g.attncVersion, w.attncVersion);
   EXPECT_EQ(got.hasBackward(), want.hasBackward());
-  EXPECT_EQ(got.backwardWorkspaceBytes(2, 1000, false), want.backwardWorkspaceBytes(2, 1000, false));
+  EXPECT_EQ(got.backwardWorkspaceBytes(2, 1000, false),
+            want.backwardWorkspaceBytes(2, 1000, false));
   ASSERT_EQ(got.moduleCount(), want.moduleCount());
   for (size_t i = 0; i < got.moduleCount(); ++i) {
     EXPECT_EQ(got.cubin(i), want.cubin(i)) << "module " << i;
@@ -776,32 +775,32 @@ TEST_F(JitCache, EntryWhoseMetadataDiffersFromTheSpecIsRebuilt) {
   }
 }
 
-// ---- Whatever sits at an entry's path, and unusable cache directories ----------------------------
-
 // Longer than any compile here takes, even on a loaded machine: past it a compile counts as hung.
 constexpr auto kHangGuard = std::chrono::seconds(120);
 
-// kSpec compiled on a thread of its own, waited for at most kHangGuard, so that a hang fails the
-// test rather than blocking it. Everything the thread uses is its own (a hung one is left behind).
-Status compileGuarded(JitOptions options, Target target, Kernel* out = nullptr) {
-  auto promise = std::make_shared<std::promise<std::pair<Status, Kernel>>>();
-  std::future<std::pair<Status, Kernel>> result = promise->get_future();
-  std::thread([promise, options = std::move(options), target] {
-    JitCompiler jit(options);
+// kSpec compiled by `jit` on a thread of its own, waited for at most kHangGuard, so that a hang
+// fails the test rather than blocking it. The thread shares what it uses (a hung one is left
+// behind).
+Status compileGuarded(std::shared_ptr<JitCompiler> jit, Target target) {
+  auto promise = std::make_shared<std::promise<Status>>();
+  std::future<Status> result = promise->get_future();
+  std::thread([promise, jit, target] {
     Status status;
-    Kernel kernel = jit.compileText(kSpec, target, &status);
-    promise->set_value({status, kernel});
+    Kernel kernel = jit->compileText(kSpec, target, &status);
+    if (!kernel.valid() && status.message.empty()) status = Status::error("no kernel");
+    promise->set_value(status);
   }).detach();
   if (result.wait_for(kHangGuard) != std::future_status::ready)
     return Status::error("the compile did not return within the guard (hung)");
-  auto [status, kernel] = result.get();
-  if (out) *out = kernel;
-  return status;
+  return result.get();
+}
+Status compileGuarded(JitOptions options, Target target) {
+  return compileGuarded(std::make_shared<JitCompiler>(std::move(options)), target);
 }
 
 // The entry path of kSpec in `dir`, after a first compile put it there.
 std::string entryPath(const std::string& dir, const Target& target) {
-  EXPECT_TRUE(compileGuarded(JitOptions{dir, true}, target));
+  EXPECT_EQ(compileGuarded(JitOptions{dir, true}, target).message, "");
   std::vector<std::string> files = kernelFiles(dir);
   EXPECT_EQ(files.size(), 1u);
   return files.empty() ? dir + "/missing.kernel" : files[0];
@@ -829,7 +828,7 @@ TEST_F(JitCache, NonEntriesAtTheEntryPathAreReplaced) {
     ASSERT_EQ(unlink(path.c_str()), 0);
     ASSERT_EQ(make(), 0) << std::strerror(errno);
     const JitStats before = JitCompiler::stats();
-    EXPECT_TRUE(compileGuarded(JitOptions{dir, true}, target));
+    EXPECT_EQ(compileGuarded(JitOptions{dir, true}, target).message, "");
     EXPECT_EQ(JitCompiler::stats().cacheRebuilds - before.cacheRebuilds, 1);
     EXPECT_EQ(JitCompiler::stats().cacheStoreFailures - before.cacheStoreFailures, 0);
     EXPECT_TRUE(isRegularFile(path)) << "the rebuilt entry did not take its place";
@@ -847,13 +846,9 @@ TEST_F(JitCache, FullDirectoryAtTheEntryPathIsReported) {
   auto messages = std::make_shared<std::vector<std::string>>();
   JitOptions options{dir, true};
   options.log = [messages](const std::string& message) { messages->push_back(message); };
-  JitCompiler jit(options);
+  auto jit = std::make_shared<JitCompiler>(options);
   const JitStats before = JitCompiler::stats();
-  for (int i = 0; i < 2; ++i) {
-    Status status;
-    Kernel kernel = jit.compileText(kSpec, target, &status);
-    EXPECT_TRUE(status) << status.message;
-  }
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(compileGuarded(jit, target).message, "");
   EXPECT_EQ(JitCompiler::stats().cacheStoreFailures - before.cacheStoreFailures, 2);
   ASSERT_EQ(messages->size(), 1u) << "said once per compiler";
   EXPECT_NE(messages->front().find(path), std::string::npos) << messages->front();
@@ -868,14 +863,9 @@ void expectReportedOnce(const std::string& cacheDir, const std::string& named,
   auto messages = std::make_shared<std::vector<std::string>>();
   JitOptions options{cacheDir, true};
   options.log = [messages](const std::string& message) { messages->push_back(message); };
-  JitCompiler jit(options);
+  auto jit = std::make_shared<JitCompiler>(options);
   const JitStats before = JitCompiler::stats();
-  for (int i = 0; i < 2; ++i) {
-    Status status;
-    Kernel kernel = jit.compileText(kSpec, target, &status);
-    EXPECT_TRUE(status) << status.message;
-    EXPECT_TRUE(kernel.valid());
-  }
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(compileGuarded(jit, target).message, "");
   EXPECT_EQ(JitCompiler::stats().nvrtcRuns - before.nvrtcRuns, 2);
   EXPECT_EQ(JitCompiler::stats().cacheStoreFailures - before.cacheStoreFailures, 2);
   ASSERT_EQ(messages->size(), 1u) << "said once per compiler";
@@ -931,7 +921,7 @@ TEST_F(JitCache, StaleTemporaryFilesAreRemoved) {
   ASSERT_EQ(age(deadWriter, KernelCache::kDeadWriterTempSeconds + 5), 0);
   ASSERT_EQ(age(oldTemp, KernelCache::kStaleTempSeconds + 60), 0);
   ASSERT_EQ(age(other, KernelCache::kStaleTempSeconds + 60), 0);
-  EXPECT_TRUE(compileGuarded(JitOptions{dir, true}, target));
+  EXPECT_EQ(compileGuarded(JitOptions{dir, true}, target).message, "");
   EXPECT_FALSE(isRegularFile(deadWriter)) << "a dead writer's temporary file stayed";
   EXPECT_FALSE(isRegularFile(oldTemp)) << "a temporary file older than any write stayed";
   EXPECT_TRUE(isRegularFile(liveWriter));
