@@ -370,9 +370,10 @@ struct JitStats {
 };
 
 // Compiles specs to kernels at run time: spec -> attn passes -> CUDA C++ -> NVRTC -> cubin,
-// through the on-disk kernel cache (keyed by a SHA-256 of the generated source, NVRTC version,
-// target, options and attnc version). Thread-safe; several threads asking for one kernel at once
-// compile it once.
+// through the on-disk kernel cache (keyed by a SHA-256 of the whole spec, the generated source and
+// the metadata derived from it, NVRTC version, target, options and attnc version; a hit whose
+// metadata differs from the spec's is rebuilt). Thread-safe; several threads asking for one kernel
+// at once compile it once.
 class JitCompiler {
 public:
   JitCompiler();
