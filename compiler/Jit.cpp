@@ -6,6 +6,7 @@
 #include "compiler/CodeGen/CUDA/EmitCUDA.h"
 #include "compiler/LauncherHeader.h"
 #include "compiler/Pipeline.h"
+#include "compiler/SpecKey.h"
 #include "runtime/EmbeddedTemplates.h"
 #include "runtime/KernelAccess.h"
 #include "runtime/KernelCache.h"
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <mutex>
@@ -25,7 +27,27 @@ namespace attnc {
 
 namespace {
 
-std::atomic<long long> compiles{0}, nvrtcRuns{0}, cacheHits{0}, cacheRebuilds{0};
+std::atomic<long long> compiles{0}, nvrtcRuns{0}, cacheHits{0}, cacheRebuilds{0},
+    cacheStoreFailures{0};
+
+// The first time a JitCompiler's disk cache cannot be written (a read-only or full directory, a
+// file in its place, a directory where an entry goes), said once through JitOptions::log (empty:
+// standard error); its kernels' deferred builds share it, and may outlive the compiler.
+class CacheWarning {
+public:
+  explicit CacheWarning(std::function<void(const std::string&)> log) : log_(std::move(log)) {}
+  void operator()(const std::string& problem) {
+    if (said_.exchange(true)) return;
+    const std::string message =
+        "attnc: warning: " + problem + "; kernels are compiled without the disk cache";
+    if (log_) log_(message);
+    else std::fprintf(stderr, "%s\n", message.c_str());
+  }
+
+private:
+  std::function<void(const std::string&)> log_;
+  std::atomic<bool> said_{false};
+};
 
 // NVRTC options beyond Nvrtc::compile's defaults, from the environment: ATTNC_TIMELINE=1 builds the
 // sm_90a forward with its per-block timeline (templates/attnc/sm90/timeline.h: timestamps written
@@ -103,14 +125,16 @@ bool backwardFallbackSpills(const std::vector<NvrtcResult>& results, const Compi
                                 [&](const std::string& entry) { return entrySpills(results, entry); });
 }
 
-// Everything the cubins depend on: the generated source and the templates it includes, the NVRTC
-// that compiles it, the target (name and the limits the tiles were derived from), the options, the
-// entry groups compiled (`groups`: those made with the kernel, or the deferred ones, cached apart)
-// and the attnc version. Bytes are length-prefixed so that no two inputs hash alike by
-// concatenation.
+// Everything a cache entry holds is a function of what this hashes: the cubins, of the generated
+// source and the templates it includes, the NVRTC that compiles it, the target (name and the
+// limits the tiles were derived from), the options, the entry groups compiled (`groups`: those
+// made with the kernel, or the deferred ones, cached apart) and the attnc version; the metadata,
+// of `facts`: the spec's canonical text (SpecKey.h: scale, dropout, heads, inputs... which the
+// source need not spell) and the metadata that the first derivation gives. Bytes are
+// length-prefixed so that no two inputs hash alike by concatenation.
 std::string cacheKey(const std::string& cuda, const Nvrtc& nvrtc, const Target& target,
                      bool withBackward, const std::vector<std::string>& extra,
-                     const std::vector<int>& groups) {
+                     const std::vector<int>& groups, const std::string& facts) {
   llvm::SHA256 sha;
   auto add = [&](llvm::StringRef text) {
     std::string length = std::to_string(text.size()) + ":";
@@ -129,6 +153,7 @@ std::string cacheKey(const std::string& cuda, const Nvrtc& nvrtc, const Target& 
   std::string groupList = "groups:";
   for (int g : groups) groupList += " " + std::to_string(g);
   add(groupList);
+  add(facts);
   add(cuda);
   for (const EmbeddedFile& file : embeddedTemplates()) {
     add(file.path);
@@ -157,29 +182,63 @@ void fillEntry(CacheEntry* entry, KernelMetadata metadata, std::vector<NvrtcResu
     entry->moreModules.push_back({std::move(results[g].cubin), std::move(results[g].ptx)});
 }
 
+// The spec's canonical text and a kernel's metadata: what cacheKey's `facts` and an entry's
+// check compare.
+std::string entryFacts(const Spec& spec, const KernelMetadata& metadata) {
+  return canonicalSpecText(spec) + metadata.serialize();
+}
+
+// Whether a cached entry's metadata is `expected` (else, in *why, the first line that differs).
+bool sameMetadata(const KernelMetadata& cached, const std::string& expected, std::string* why) {
+  const std::string found = cached.serialize();
+  if (found == expected) return true;
+  llvm::SmallVector<llvm::StringRef> foundLines, expectedLines;
+  llvm::StringRef(found).split(foundLines, '\n');
+  llvm::StringRef(expected).split(expectedLines, '\n');
+  size_t i = 0;
+  while (i < foundLines.size() && i < expectedLines.size() && foundLines[i] == expectedLines[i])
+    ++i;
+  auto lineAt = [&](const llvm::SmallVector<llvm::StringRef>& lines) {
+    return i < lines.size() ? lines[i].str() : std::string();
+  };
+  *why = "its metadata has '" + lineAt(foundLines) + "' where this spec derives '" +
+         lineAt(expectedLines) + "'";
+  return false;
+}
+
 // The entry under `key` from the disk cache in `cacheDir`, else from `build` (then stored); with
-// `cacheDir` "", from `build` alone. Counts the cache's hits and rebuilds (JitStats).
+// `cacheDir` "", from `build` alone. An entry that fails `check` is rebuilt. Counts the cache's
+// hits, rebuilds and entries it could not store (JitStats), and warns of the latter.
 Status cachedOrBuilt(const std::string& cacheDir, const std::string& key,
-                     const std::function<Status(CacheEntry*)>& build, CacheEntry* entry) {
+                     const std::function<Status(CacheEntry*)>& build,
+                     const KernelCache::Check& check, CacheWarning& warning, CacheEntry* entry) {
   if (cacheDir.empty()) return build(entry);
   KernelCache::Outcome outcome;
-  if (Status built = KernelCache(cacheDir).getOrBuild(key, build, entry, &outcome); !built)
+  if (Status built = KernelCache(cacheDir).getOrBuild(key, build, entry, &outcome, check); !built)
     return built;
   if (outcome.hit) ++cacheHits;
   if (outcome.rebuilt) ++cacheRebuilds;
+  if (!outcome.storeError.empty()) {
+    ++cacheStoreFailures;
+    warning(outcome.storeError);
+  }
   return Status::success();
 }
 
 // The build of a kernel's deferred entry groups (Kernel::compileDeferred): its own NVRTC programs,
 // through the disk cache in `cacheDir` ("" for none) under a key of their own. It holds copies of
 // what it needs (the kernel may outlive the JitCompiler); the Nvrtc lives as long as the process.
+// The entry holds the kernel's metadata, which a hit must match.
 DeferredBuild deferredBuild(Nvrtc& nvrtc, std::string cuda, std::vector<int> groups,
-                            std::string name, const Target& target, std::vector<std::string> extra,
-                            KernelMetadata metadata, std::string cacheDir) {
-  std::string key = cacheKey(cuda, nvrtc, target, /*withBackward=*/true, extra, groups);
-  return [&nvrtc, cuda = std::move(cuda), groups = std::move(groups), name = std::move(name),
+                            const Spec& spec, const Target& target,
+                            std::vector<std::string> extra, KernelMetadata metadata,
+                            std::string cacheDir, std::shared_ptr<CacheWarning> warning) {
+  std::string key = cacheKey(cuda, nvrtc, target, /*withBackward=*/true, extra, groups,
+                             entryFacts(spec, metadata));
+  return [&nvrtc, cuda = std::move(cuda), groups = std::move(groups), name = spec.name,
           arch = target.name, extra = std::move(extra), metadata = std::move(metadata),
-          cacheDir = std::move(cacheDir), key = std::move(key)](std::vector<ModuleCode>* modules) {
+          cacheDir = std::move(cacheDir), key = std::move(key),
+          warning = std::move(warning)](std::vector<ModuleCode>* modules) {
     auto build = [&](CacheEntry* entry) {
       ++nvrtcRuns;
       std::vector<NvrtcResult> results = compileEntryGroups(nvrtc, cuda, groups, name, arch, extra);
@@ -187,8 +246,13 @@ DeferredBuild deferredBuild(Nvrtc& nvrtc, std::string cuda, std::vector<int> gro
       fillEntry(entry, metadata, results);
       return Status::success();
     };
+    const std::string expected = metadata.serialize();
+    auto check = [&](const CacheEntry& cached, std::string* why) {
+      return sameMetadata(cached.metadata, expected, why);
+    };
     CacheEntry entry;
-    if (Status built = cachedOrBuilt(cacheDir, key, build, &entry); !built) return built;
+    if (Status built = cachedOrBuilt(cacheDir, key, build, check, *warning, &entry); !built)
+      return built;
     modules->push_back({std::move(entry.cubin), std::move(entry.ptx)});
     for (CacheEntry::Module& module : entry.moreModules)
       modules->push_back({std::move(module.cubin), std::move(module.ptx)});
@@ -202,11 +266,13 @@ struct JitCompiler::Impl {
   JitOptions options;
   std::mutex pipelineMutex;
   Compiler pipeline;
+  std::shared_ptr<CacheWarning> cacheWarning;
 };
 
 JitCompiler::JitCompiler() : JitCompiler(JitOptions{}) {}
 JitCompiler::JitCompiler(JitOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
+  impl_->cacheWarning = std::make_shared<CacheWarning>(impl_->options.log);
 }
 JitCompiler::~JitCompiler() = default;
 JitCompiler::JitCompiler(JitCompiler&&) noexcept = default;
@@ -217,7 +283,8 @@ std::string JitCompiler::cacheDirectory() const {
 }
 
 JitStats JitCompiler::stats() {
-  return {compiles.load(), nvrtcRuns.load(), cacheHits.load(), cacheRebuilds.load()};
+  return {compiles.load(), nvrtcRuns.load(), cacheHits.load(), cacheRebuilds.load(),
+          cacheStoreFailures.load()};
 }
 
 Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* status,
@@ -242,16 +309,16 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
   if (!nvrtc) return fail("cannot compile '" + spec.name + "' to a cubin: " + error);
   const std::vector<std::string> extra = extraOptions();
 
-  // The spill fallback's next candidate after `from` (Pipeline.h spillRetry: the next smaller
-  // tile), with its options in *retried; none when no tile is left to try.
-  // With `backwardKV`, the backward spill fallback's (Pipeline.h backwardSpillRetry).
-  const auto nextCandidate = [&](const CompiledKernel& from, CompileOptions* retried,
-                                 bool backwardKV = false) {
+  // The spill fallback's next candidate after `from` (compiled with `fromOptions`; Pipeline.h
+  // spillRetry: the next smaller tile), with its options in *retried; none when no tile is left to
+  // try. With `backwardKV`, the backward spill fallback's (Pipeline.h backwardSpillRetry).
+  const auto nextCandidate = [&](const CompiledKernel& from, const CompileOptions& fromOptions,
+                                 CompileOptions* retried, bool backwardKV = false) {
     std::lock_guard<std::mutex> lock(impl_->pipelineMutex);
     std::optional<CompiledKernel> again;
     std::optional<CompileOptions> retry =
-        backwardKV ? impl_->pipeline.backwardSpillRetry(spec, target, options, from)
-                   : impl_->pipeline.spillRetry(spec, target, options, from);
+        backwardKV ? impl_->pipeline.backwardSpillRetry(spec, target, fromOptions, from)
+                   : impl_->pipeline.spillRetry(spec, target, fromOptions, from);
     Diagnostics ignored;
     if (retry) again = impl_->pipeline.compile(spec, target, Stage::CUDA, *retry, ignored);
     if (again) *retried = *retry;
@@ -274,7 +341,7 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
       while (backwardKV ? backwardFallbackSpills(results, *source)
                         : entrySpills(results, source->entry)) {
         CompileOptions retried;
-        std::optional<CompiledKernel> again = nextCandidate(*source, &retried, backwardKV);
+        std::optional<CompiledKernel> again = nextCandidate(*source, options, &retried, backwardKV);
         if (!again) break;
         std::vector<NvrtcResult> retriedResults = compileNow(*again);
         if (!nvrtcFailure(retriedResults, spec.name)) break;
@@ -285,12 +352,46 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
     fillEntry(entry, kernelMetadata(spec, *source, target), results);
     return Status::success();
   };
+  // A hit is this spec's kernel only if its metadata is what the spec derives: from the first
+  // tile, or from one the spill fallback derives after it (found again by its tiles, the pipeline
+  // alone: milliseconds). That tile's source is then the one the deferred groups compile from.
+  // The key already covers all of it; this catches what a key could miss.
+  auto check = [&](const CacheEntry& cached, std::string* why) {
+    const KernelMetadata& m = cached.metadata;
+    const auto sameTiles = [&](const CompiledKernel& k) {
+      return k.blockQ == m.blockQ && k.blockKV == m.blockKV && k.threads == m.threads &&
+             k.smemBytes == m.smemBytes;
+    };
+    const auto sameBackwardTiles = [&](const CompiledKernel& k) {
+      return !k.backward || !m.backward ||
+             (k.backward->kvBlockKV == m.backward->kvBlockKV &&
+              k.backward->kvSmemBytes == m.backward->kvSmemBytes &&
+              k.backward->qBlockKV == m.backward->qBlockKV);
+    };
+    std::optional<CompiledKernel> candidate = *source;
+    CompileOptions candidateOptions = options;
+    for (bool backwardKV : {false, true})
+      while (candidate && !(backwardKV ? sameBackwardTiles(*candidate) : sameTiles(*candidate))) {
+        CompileOptions retried;
+        candidate = nextCandidate(*candidate, candidateOptions, &retried, backwardKV);
+        if (candidate) candidateOptions = retried;
+      }
+    if (!candidate) {
+      *why = "its tiles (" + std::to_string(m.blockQ) + " x " + std::to_string(m.blockKV) + ", " +
+             std::to_string(m.threads) + " threads) are none that this spec derives";
+      return false;
+    }
+    if (!sameMetadata(m, kernelMetadata(spec, *candidate, target).serialize(), why)) return false;
+    source = std::move(candidate);
+    options = candidateOptions;
+    return true;
+  };
   CacheEntry entry;
   const std::string cacheDir = impl_->options.useCache ? cacheDirectory() : std::string();
-  if (Status built = cachedOrBuilt(
-          cacheDir,
-          cacheKey(source->cuda, *nvrtc, target, withBackward, extra, entryGroups(*source, false)),
-          build, &entry);
+  const std::string key =
+      cacheKey(source->cuda, *nvrtc, target, withBackward, extra, entryGroups(*source, false),
+               entryFacts(spec, kernelMetadata(spec, *source, target)));
+  if (Status built = cachedOrBuilt(cacheDir, key, build, check, *impl_->cacheWarning, &entry);
       !built)
     return fail(built.message);
   KernelImage image{entry.metadata, entry.cubin.data(), entry.cubin.size(), entry.ptx.c_str()};
@@ -299,37 +400,12 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
   Kernel kernel = Kernel::fromImages({image}, status);
   if (!kernel) return kernel;
   ++compiles;
-  if (withBackward && !entryGroups(*source, true).empty()) {
-    // The deferred groups come from the source the entry was built from: on a cache hit of a
-    // kernel the spill fallback made, not this first one but the fallback's, found again by its
-    // tiles (the pipeline alone: milliseconds).
-    const auto sameTiles = [&](const CompiledKernel& k) {
-      return k.blockQ == entry.metadata.blockQ && k.blockKV == entry.metadata.blockKV &&
-             k.threads == entry.metadata.threads && k.smemBytes == entry.metadata.smemBytes;
-    };
-    const auto sameBackwardTiles = [&](const CompiledKernel& k) {
-      return !k.backward || !entry.metadata.backward ||
-             (k.backward->kvBlockKV == entry.metadata.backward->kvBlockKV &&
-              k.backward->kvSmemBytes == entry.metadata.backward->kvSmemBytes &&
-              k.backward->qBlockKV == entry.metadata.backward->qBlockKV);
-    };
-    for (bool backwardKV : {false, true})
-      while (!(backwardKV ? sameBackwardTiles(*source) : sameTiles(*source))) {
-        CompileOptions retried;
-        std::optional<CompiledKernel> again = nextCandidate(*source, &retried, backwardKV);
-        if (!again) break;
-        source = std::move(again);
-        options = retried;
-      }
-    if (!sameTiles(*source) || !sameBackwardTiles(*source))
-      return fail("'" + spec.name + "': the cached kernel's tiles (" +
-                  std::to_string(entry.metadata.blockQ) + " x " +
-                  std::to_string(entry.metadata.blockKV) +
-                  ") are none that the compiler derives now (a bug in attnc)");
+  // The deferred groups come from the source the entry was built from (`source`, which build or
+  // check left at the spill fallback's tile where it took one).
+  if (withBackward && !entryGroups(*source, true).empty())
     KernelAccess::setDeferred(
-        kernel, deferredBuild(*nvrtc, source->cuda, entryGroups(*source, true), spec.name, target,
-                              extra, entry.metadata, cacheDir));
-  }
+        kernel, deferredBuild(*nvrtc, source->cuda, entryGroups(*source, true), spec, target, extra,
+                              entry.metadata, cacheDir, impl_->cacheWarning));
   return kernel;
 }
 

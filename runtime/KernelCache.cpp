@@ -3,13 +3,18 @@
 
 #include <atomic>
 #include <cerrno>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
+#include <ctime>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <sstream>
+
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,6 +23,8 @@ namespace attnc {
 namespace {
 
 constexpr char kMagic[8] = {'A', 'T', 'T', 'N', 'C', 'K', 'C', '\n'};
+// Between an entry's file name and its writer's pid in a temporary file's name.
+constexpr const char* kTempInfix = ".kernel.tmp.";
 
 template <class T>
 void put(std::string& out, T value) {
@@ -185,11 +192,47 @@ std::string KernelCache::pathFor(const std::string& key) const {
 
 KernelCache::Lookup KernelCache::load(const std::string& key, CacheEntry* entry,
                                       std::string* why) const {
-  std::ifstream file(pathFor(key), std::ios::binary);
-  if (!file) return Lookup::Missing;
-  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const std::string path = pathFor(key);
+  // Something at the entry's path that is not an entry: removed so that the rebuilt one can take
+  // its place (an empty directory too; what cannot be removed makes store() fail and say so).
+  auto discard = [&](const std::string& reason, bool directory = false) {
+    *why = "'" + path + "' " + reason;
+    directory ? (void)rmdir(path.c_str()) : (void)unlink(path.c_str());
+    return Lookup::Corrupt;
+  };
+  struct stat link;
+  if (lstat(path.c_str(), &link) != 0)
+    return errno == ENOENT || errno == ENOTDIR || errno == EACCES ? Lookup::Missing
+                                                                   : discard(std::strerror(errno));
+  if (S_ISLNK(link.st_mode)) return discard("is a symbolic link, not an entry");
+  if (S_ISDIR(link.st_mode)) return discard("is a directory, not an entry", /*directory=*/true);
+  if (!S_ISREG(link.st_mode)) return discard("is not a regular file (a FIFO, socket or device)");
+  if (link.st_size > kMaxEntryBytes)
+    return discard("is " + std::to_string(link.st_size) + " bytes, more than an entry can be (" +
+                   std::to_string(kMaxEntryBytes) + ")");
+  // O_NOFOLLOW and O_NONBLOCK: if the path was swapped for a link or a FIFO since lstat, the open
+  // fails or returns at once, and fstat below sees what it opened.
+  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    return errno == ENOENT ? Lookup::Missing : discard(std::string("cannot be opened: ") +
+                                                       std::strerror(errno));
+  struct stat opened;
+  if (fstat(fd, &opened) != 0 || !S_ISREG(opened.st_mode) || opened.st_size > kMaxEntryBytes) {
+    close(fd);
+    return discard("changed while it was opened");
+  }
+  std::string bytes(size_t(opened.st_size), '\0');
+  size_t got = 0;
+  while (got < bytes.size()) {
+    ssize_t n = read(fd, bytes.data() + got, bytes.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += size_t(n);
+  }
+  close(fd);
+  bytes.resize(got);  // a short read is a truncated entry, which decode rejects
   if (decodeCacheEntry(bytes, key, entry, why)) return Lookup::Hit;
-  std::remove(pathFor(key).c_str());
+  unlink(path.c_str());
   return Lookup::Corrupt;
 }
 
@@ -198,39 +241,77 @@ Status KernelCache::store(const std::string& key, const CacheEntry& entry) const
   if (directory_.empty()) return Status::error("kernel cache: no directory (set ATTNC_CACHE_DIR)");
   if (!makeDirectories(directory_, &error)) return Status::error("kernel cache: " + error);
   static std::atomic<unsigned> counter{0};
-  std::string temp = pathFor(key) + ".tmp." + std::to_string(getpid()) + "." +
-                     std::to_string(counter.fetch_add(1));
-  std::string bytes = encodeCacheEntry(key, entry);
-  {
-    std::ofstream file(temp, std::ios::binary | std::ios::trunc);
-    file.write(bytes.data(), std::streamsize(bytes.size()));
-    file.close();
-    if (!file) {
-      std::remove(temp.c_str());
-      return Status::error("kernel cache: cannot write '" + temp + "'");
-    }
-  }
-  if (std::rename(temp.c_str(), pathFor(key).c_str()) != 0) {
+  const std::string path = pathFor(key);
+  const std::string temp = directory_ + "/" + key + kTempInfix + std::to_string(getpid()) + "." +
+                           std::to_string(counter.fetch_add(1));
+  auto fail = [&](const std::string& what) {
     std::string reason = std::strerror(errno);
-    std::remove(temp.c_str());
-    return Status::error("kernel cache: cannot rename '" + temp + "' into place: " + reason);
+    unlink(temp.c_str());
+    return Status::error("kernel cache: cannot " + what + ": " + reason);
+  };
+  const std::string bytes = encodeCacheEntry(key, entry);
+  int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return fail("create '" + temp + "'");
+  for (size_t written = 0; written < bytes.size();) {
+    ssize_t n = write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = EIO;
+      close(fd);
+      return fail("write '" + temp + "'");
+    }
+    written += size_t(n);
   }
+  if (close(fd) != 0) return fail("write '" + temp + "'");
+  if (std::rename(temp.c_str(), path.c_str()) != 0)
+    return fail("rename '" + temp + "' to '" + path + "'");
   return Status::success();
+}
+
+int KernelCache::removeStaleTemps() const {
+  DIR* dir = opendir(directory_.c_str());
+  if (!dir) return 0;
+  const time_t now = time(nullptr);
+  int removed = 0;
+  while (dirent* e = readdir(dir)) {
+    const std::string name = e->d_name;
+    const size_t infix = name.find(kTempInfix);
+    if (infix == std::string::npos) continue;
+    // <key>.kernel.tmp.<pid>.<n>
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + infix + std::strlen(kTempInfix), &end, 10);
+    const std::string path = directory_ + "/" + name;
+    struct stat st;
+    if (end == nullptr || *end != '.' || pid <= 0 || lstat(path.c_str(), &st) != 0 ||
+        !S_ISREG(st.st_mode))
+      continue;
+    const long long age = static_cast<long long>(now - st.st_mtime);
+    const bool writerGone = kill(pid_t(pid), 0) != 0 && errno == ESRCH;
+    if (age > kStaleTempSeconds || (writerGone && age > kDeadWriterTempSeconds))
+      removed += unlink(path.c_str()) == 0;
+  }
+  closedir(dir);
+  return removed;
 }
 
 Status KernelCache::getOrBuild(const std::string& key,
                                const std::function<Status(CacheEntry*)>& build, CacheEntry* entry,
-                               Outcome* outcome) const {
+                               Outcome* outcome, const Check& check) const {
   *outcome = Outcome{};
   std::shared_ptr<std::mutex> mutex = keyMutex(pathFor(key));
   std::lock_guard<std::mutex> lock(*mutex);
   std::string why;
   Lookup found = directory_.empty() ? Lookup::Missing : load(key, entry, &why);
   if (found == Lookup::Hit) {
-    outcome->hit = true;
-    return Status::success();
+    if (!check || check(*entry, &why)) {
+      outcome->hit = true;
+      return Status::success();
+    }
+    unlink(pathFor(key).c_str());
+    found = Lookup::Corrupt;
   }
   outcome->rebuilt = found == Lookup::Corrupt;
+  if (!directory_.empty()) removeStaleTemps();
   if (Status status = build(entry); !status) return status;
   if (Status stored = store(key, *entry); !stored) outcome->storeError = stored.message;
   return Status::success();

@@ -371,12 +371,16 @@ struct JitStats {
   long long nvrtcRuns = 0;     // kernel builds by NVRTC (one per cache miss, however many entry groups)
   long long cacheHits = 0;     // kernels read from the disk cache
   long long cacheRebuilds = 0; // corrupt or mismatched cache entries deleted and rebuilt
+  // Kernels built but not stored: the cache directory unusable (read-only, full, a file) or an
+  // entry's path held by something that could not be removed (JitOptions::log says why, once).
+  long long cacheStoreFailures = 0;
 };
 
 // Compiles specs to kernels at run time: spec -> attn passes -> CUDA C++ -> NVRTC -> cubin,
-// through the on-disk kernel cache (keyed by a SHA-256 of the generated source, NVRTC version,
-// target, options and attnc version). Thread-safe; several threads asking for one kernel at once
-// compile it once.
+// through the on-disk kernel cache (keyed by a SHA-256 of the whole spec, the generated source and
+// the metadata derived from it, NVRTC version, target, options and attnc version; a hit whose
+// metadata differs from the spec's is rebuilt). Thread-safe; several threads asking for one kernel
+// at once compile it once.
 class JitCompiler {
 public:
   JitCompiler();

@@ -1,10 +1,13 @@
 // The JIT and its disk cache end to end, without a GPU (NVRTC only): a cold compile runs NVRTC, a
 // warm one reads the cache; truncated and bit-flipped entries are rebuilt; eight threads asking for
-// one spec compile it once and all get the same cubin; $ATTNC_CACHE_DIR is honoured.
+// one spec compile it once and all get the same cubin; $ATTNC_CACHE_DIR is honoured; specs that
+// differ in any one field never share an entry; whatever sits at an entry's path, and a cache
+// directory that cannot be used, neither hang nor fail a compile.
 #include "attnc/attnc.h"
 #include "compiler/CodeGen/CUDA/EmitCUDA.h"
 #include "compiler/Pipeline.h"
 #include "compiler/Spec/Spec.h"
+#include "compiler/SpecKey.h"
 #include "runtime/KernelCache.h"
 #include "runtime/ModuleSymbols.h"
 #include "runtime/Nvrtc.h"
@@ -13,10 +16,18 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
-#include <dirent.h>
 #include <fstream>
+#include <future>
+#include <map>
+#include <set>
 #include <thread>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace attnc {
@@ -483,6 +494,440 @@ TEST_F(JitCache, BackwardSpillFallbackKeepsFewerKvRows) {
   ASSERT_TRUE(cold.metadata().backward && again.metadata().backward);
   EXPECT_EQ(cold.metadata().backward->kvBlockKV, 32);
   EXPECT_EQ(again.metadata().backward->kvBlockKV, 32) << "the cache keeps the fallback's kernel";
+}
+
+// Every field of Spec and of the structs in it. The structured bindings stop compiling when a
+// field is added to one of them, until it is named here, and then
+// SpecsDifferingInOneFieldNeverShareAnEntry asks for a pair of specs that differ in it. Source
+// locations are not part of a kernel, so they need none.
+std::vector<std::string> specFieldNames() {
+  const Spec spec;
+  [[maybe_unused]] const auto& [name, headDim, headDimV, dtype, headsQ, headsKV, scale, mask,
+                                score, dropout, dropoutRounds, inputs, loc] = spec;
+  [[maybe_unused]] const auto& [maskKind, topLeft, window, prefix, documentCausal, documentInput,
+                                maskExpr, maskText, maskLoc] = spec.mask;
+  [[maybe_unused]] const auto& [scoreKind, softcap, alibiSlopes, scoreExpr, scoreText,
+                                scoreLoc] = spec.score;
+  const InputDecl input;
+  [[maybe_unused]] const auto& [inputName, inputType, inputDims, inputLoc] = input;
+  return {"name",        "head_dim",          "head_dim_v",         "dtype",
+          "heads.q",     "heads.kv",          "scale",              "dropout.p",
+          "dropout.rounds", "inputs",         "mask.kind",          "mask.top_left",
+          "mask.window", "mask.prefix",       "mask.document_causal", "mask.document_input",
+          "mask.expr",   "score.kind",        "score.softcap",      "score.alibi_slopes",
+          "score.expr",  "input.name",        "input.type",         "input.dims"};
+}
+
+// The specs of the pairs: each differs from its pair's other spec in the one field named there.
+// head_dim 32 and sm_80 compile fastest.
+const std::string kBase = "name: k\nhead_dim: 32\nheads: 4\n";
+const std::string kDoc = kBase + "inputs:\n  doc: {dtype: i32, dims: [b, pos]}\n";
+const std::string kTwoDocs =
+    kBase + "inputs:\n  doc: {dtype: i32, dims: [b, pos]}\n  doc2: {dtype: i32, dims: [b, pos]}\n";
+const std::string kSlopes = kBase + "inputs:\n  slopes: {dtype: f32, dims: [h]}\n";
+const std::map<std::string, std::string> kFieldSpecs = {
+    {"base", kBase},
+    {"name", "name: k2\nhead_dim: 32\nheads: 4\n"},
+    {"head_dim", "name: k\nhead_dim: 64\nhead_dim_v: 32\nheads: 4\n"},
+    {"head_dim_v", "name: k\nhead_dim: 32\nhead_dim_v: 64\nheads: 4\n"},
+    {"fp16", kBase + "dtype: fp16\n"},
+    {"heads_q", "name: k\nhead_dim: 32\nheads: {q: 8, kv: 4}\n"},
+    {"heads_kv", "name: k\nhead_dim: 32\nheads: {q: 4, kv: 2}\n"},
+    {"scale", kBase + "scale: 0.25\n"},
+    {"causal", kBase + "mask: causal\n"},
+    {"causal_top_left", kBase + "mask: {causal: top_left}\n"},
+    {"window", kBase + "mask: {window: 64}\n"},
+    {"window_128", kBase + "mask: {window: 128}\n"},
+    {"prefix", kBase + "mask: {prefix: 64}\n"},
+    {"prefix_128", kBase + "mask: {prefix: 128}\n"},
+    {"doc", kDoc},
+    {"doc_f32", kBase + "inputs:\n  doc: {dtype: f32, dims: [b, pos]}\n"},
+    {"doc_pos", kBase + "inputs:\n  doc: {dtype: i32, dims: [pos]}\n"},
+    {"doc2", kBase + "inputs:\n  doc2: {dtype: i32, dims: [b, pos]}\n"},
+    {"document", kDoc + "mask: {document: doc}\n"},
+    {"document_causal", kDoc + "mask: {document: doc, causal: true}\n"},
+    {"two_docs_doc", kTwoDocs + "mask: {document: doc}\n"},
+    {"two_docs_doc2", kTwoDocs + "mask: {document: doc2}\n"},
+    {"mask_expr", kBase + "mask: \"k <= q\"\n"},
+    {"mask_expr_2", kBase + "mask: \"k < q\"\n"},
+    {"softcap", kBase + "score: {softcap: 20}\n"},
+    {"softcap_30", kBase + "score: {softcap: 30}\n"},
+    {"alibi", kSlopes + "score: alibi\n"},
+    {"alibi_slopes", kSlopes + "score: {alibi: slopes}\n"},
+    {"score_expr", kBase + "score: \"score * 0.5\"\n"},
+    {"score_expr_2", kBase + "score: \"score * 0.25\"\n"},
+    {"dropout", kBase + "dropout: 0.1\n"},
+    {"dropout_half", kBase + "dropout: 0.5\n"},
+    {"dropout_rounds", kBase + "dropout: {p: 0.1, rounds: 10}\n"},
+};
+struct FieldPair {
+  const char* field;
+  const char* first;
+  const char* second;
+};
+const FieldPair kFieldPairs[] = {
+    {"name", "base", "name"},
+    {"head_dim", "base", "head_dim"},
+    {"head_dim_v", "base", "head_dim_v"},
+    {"dtype", "base", "fp16"},
+    {"heads.q", "base", "heads_q"},
+    {"heads.kv", "base", "heads_kv"},
+    {"scale", "base", "scale"},
+    {"mask.kind", "base", "causal"},
+    {"mask.top_left", "causal", "causal_top_left"},
+    {"mask.window", "window", "window_128"},
+    {"mask.prefix", "prefix", "prefix_128"},
+    {"mask.kind", "doc", "document"},
+    {"mask.document_causal", "document", "document_causal"},
+    {"mask.document_input", "two_docs_doc", "two_docs_doc2"},
+    {"mask.expr", "mask_expr", "mask_expr_2"},
+    {"score.kind", "base", "softcap"},
+    {"score.softcap", "softcap", "softcap_30"},
+    {"score.alibi_slopes", "alibi", "alibi_slopes"},
+    {"score.expr", "score_expr", "score_expr_2"},
+    {"dropout.p", "dropout", "dropout_half"},
+    {"dropout.rounds", "dropout", "dropout_rounds"},
+    {"inputs", "base", "doc"},
+    {"input.name", "doc", "doc2"},
+    {"input.type", "doc", "doc_f32"},
+    {"input.dims", "doc", "doc_pos"},
+};
+
+bool isRegularFile(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// Everything a caller can learn of how `got` launches, compared with `want`: every metadata field
+// (the launch reads its grid, block, shared memory, entries and arguments from them) and every
+// module's bytes.
+void expectSameKernel(const Kernel& got, const Kernel& want, const std::string& context) {
+  SCOPED_TRACE(context);
+  ASSERT_TRUE(got.valid() && want.valid());
+  const KernelMetadata& g = got.metadata();
+  const KernelMetadata& w = want.metadata();
+  EXPECT_EQ(g.serialize(), w.serialize());
+  EXPECT_EQ(g.name, w.name);
+  EXPECT_EQ(g.entry, w.entry);
+  EXPECT_EQ(g.target, w.target);
+  EXPECT_EQ(g.forwardKernel, w.forwardKernel);
+  EXPECT_EQ(got.threads(), want.threads());
+  EXPECT_EQ(got.smemBytes(), want.smemBytes());
+  EXPECT_EQ(g.blockQ, w.blockQ);
+  EXPECT_EQ(g.blockKV, w.blockKV);
+  EXPECT_EQ(got.headDim(), want.headDim());
+  EXPECT_EQ(got.headDimV(), want.headDimV());
+  EXPECT_EQ(got.headsQ(), want.headsQ());
+  EXPECT_EQ(got.headsKV(), want.headsKV());
+  EXPECT_EQ(got.dtype(), want.dtype());
+  EXPECT_EQ(g.scale, w.scale);
+  EXPECT_EQ(got.dropout(), want.dropout());
+  EXPECT_EQ(got.dropoutRounds(), want.dropoutRounds());
+  EXPECT_EQ(got.inputNames(), want.inputNames());
+  ASSERT_EQ(g.inputs.size(), w.inputs.size());
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    EXPECT_EQ(g.inputs[i].type, w.inputs[i].type) << g.inputs[i].name;
+    EXPECT_EQ(g.inputs[i].dims, w.inputs[i].dims) << g.inputs[i].name;
+    EXPECT_EQ(g.inputs[i].summarized, w.inputs[i].summarized) << g.inputs[i].name;
+  }
+  EXPECT_EQ(g.summaryEntry, w.summaryEntry);
+  EXPECT_EQ(g.tileClassesEntry, w.tileClassesEntry);
+  EXPECT_EQ(g.orderedGrid, w.orderedGrid);
+  EXPECT_EQ(g.maskIgnoresHead, w.maskIgnoresHead);
+  EXPECT_EQ(g.attncVersion, w.attncVersion);
+  EXPECT_EQ(got.hasBackward(), want.hasBackward());
+  EXPECT_EQ(got.backwardWorkspaceBytes(2, 1000, false),
+            want.backwardWorkspaceBytes(2, 1000, false));
+  ASSERT_EQ(got.moduleCount(), want.moduleCount());
+  for (size_t i = 0; i < got.moduleCount(); ++i) {
+    EXPECT_EQ(got.cubin(i), want.cubin(i)) << "module " << i;
+    EXPECT_EQ(got.ptx(i), want.ptx(i)) << "module " << i;
+  }
+}
+
+// Pairs of specs that differ in one field, compiled one after the other through one cache, then
+// again by a second JitCompiler (a new process's view of the same directory): each kernel must be
+// the one a fresh cache gives. Each spec is compiled once by NVRTC, into a fresh cache of its own
+// (on two threads); those entries, moved into one directory, are what the pairs then read: specs
+// whose keys collided would leave fewer files than specs, and one of each such pair a kernel
+// that is not its own.
+TEST_F(JitCache, SpecsDifferingInOneFieldNeverShareAnEntry) {
+  std::set<std::string> paired;
+  for (const FieldPair& pair : kFieldPairs) {
+    paired.insert(pair.field);
+    for (const char* spec : {pair.first, pair.second})
+      ASSERT_TRUE(kFieldSpecs.count(spec)) << spec;
+  }
+  for (const std::string& field : specFieldNames())
+    EXPECT_TRUE(paired.count(field)) << "no pair of specs differs in " << field;
+  EXPECT_EQ(paired.size(), specFieldNames().size()) << "a pair names a field Spec does not have";
+
+  // The specs parsed, and each pair's canonical texts (what the key hashes) apart.
+  std::vector<std::string> names;
+  std::map<std::string, Spec> specs;
+  for (const auto& [name, yaml] : kFieldSpecs) {
+    Diagnostics diags;
+    std::optional<Spec> spec = parseSpecText(yaml, name, diags);
+    ASSERT_TRUE(spec) << name << ": " << renderAll(diags);
+    specs.emplace(name, std::move(*spec));
+    names.push_back(name);
+  }
+  for (const FieldPair& pair : kFieldPairs)
+    EXPECT_NE(canonicalSpecText(specs.at(pair.first)), canonicalSpecText(specs.at(pair.second)))
+        << "the cache key's text of the spec does not see " << pair.field;
+
+  const attnc::testing::ScratchDir scratch("jit-field-pairs");
+  const std::string shared = scratch.path() + "/shared";
+  ASSERT_EQ(mkdir(shared.c_str(), 0755), 0);
+  std::vector<Kernel> fresh(names.size());
+  std::vector<std::string> errors(names.size());
+  std::vector<std::thread> threads;
+  const size_t workers = 2;  // CI's cores
+  for (size_t w = 0; w < workers; ++w)
+    threads.emplace_back([&, w] {
+      for (size_t i = w; i < names.size(); i += workers) {
+        JitCompiler own(JitOptions{scratch.path() + "/" + names[i], true});
+        Status status;
+        fresh[i] = own.compile(specs.at(names[i]), target, &status);
+        errors[i] = status.message;
+      }
+    });
+  for (std::thread& thread : threads) thread.join();
+  std::map<std::string, Kernel> want;
+  for (size_t i = 0; i < names.size(); ++i) {
+    ASSERT_TRUE(fresh[i].valid()) << names[i] << ": " << errors[i];
+    want.emplace(names[i], fresh[i]);
+    const std::vector<std::string> files = kernelFiles(scratch.path() + "/" + names[i]);
+    ASSERT_EQ(files.size(), 1u) << names[i];
+    const std::string moved = shared + files[0].substr(files[0].rfind('/'));
+    EXPECT_FALSE(isRegularFile(moved)) << names[i] << " has the key of a spec before it";
+    ASSERT_EQ(std::rename(files[0].c_str(), moved.c_str()), 0);
+  }
+
+  const JitStats before = JitCompiler::stats();
+  {
+    JitCompiler jit(JitOptions{shared, true});
+    for (const FieldPair& pair : kFieldPairs)
+      for (const char* name : {pair.first, pair.second}) {
+        Status status;
+        Kernel kernel = jit.compile(specs.at(name), target, &status);
+        ASSERT_TRUE(status) << name << ": " << status.message;
+        expectSameKernel(kernel, want.at(name), std::string(pair.field) + " (" + pair.first +
+                                                    " then " + pair.second + "): " + name);
+      }
+  }
+  JitCompiler newProcess(JitOptions{shared, true});
+  for (const std::string& name : names) {
+    Status status;
+    Kernel kernel = newProcess.compile(specs.at(name), target, &status);
+    ASSERT_TRUE(status) << name << ": " << status.message;
+    expectSameKernel(kernel, want.at(name), name + ", another compiler");
+  }
+  EXPECT_EQ(JitCompiler::stats().nvrtcRuns - before.nvrtcRuns, 0) << "an entry was not found";
+  EXPECT_EQ(JitCompiler::stats().cacheRebuilds - before.cacheRebuilds, 0);
+  EXPECT_EQ(kernelFiles(shared).size(), specs.size()) << "one entry per spec";
+}
+
+// The kernel of a backward pair (scale only: one generated source) and its deferred modules,
+// each through one cache: the second spec's entries are its own.
+TEST_F(JitCache, BackwardAndDeferredEntriesAreKeyedBySpec) {
+  const attnc::testing::ScratchDir dir("jit-field-backward", /*create=*/false);
+  JitCompiler jit(JitOptions{dir, true});
+  Status status;
+  Kernel first = jit.compileText(kFieldSpecs.at("base"), target, &status, /*withBackward=*/true);
+  ASSERT_TRUE(status) << status.message;
+  ASSERT_TRUE(first.compileDeferred());
+  const JitStats before = JitCompiler::stats();
+  Kernel second = jit.compileText(kFieldSpecs.at("scale"), target, &status, true);
+  ASSERT_TRUE(status) << status.message;
+  ASSERT_TRUE(second.compileDeferred());
+  EXPECT_EQ(JitCompiler::stats().nvrtcRuns - before.nvrtcRuns, 2)
+      << "the kernel or its deferred modules came from the other spec's entry";
+  EXPECT_EQ(kernelFiles(dir).size(), 4u);
+  EXPECT_EQ(second.metadata().scale, 0.25f);
+  EXPECT_NE(first.metadata().scale, 0.25f);
+}
+
+// What the issue saw: a spec's entry edited to say another scale and other heads (checksum
+// kept whole), as a key that missed a field would serve it. The JIT recomputes the metadata from
+// the spec on a hit, finds them different, and rebuilds the entry.
+TEST_F(JitCache, EntryWhoseMetadataDiffersFromTheSpecIsRebuilt) {
+  const attnc::testing::ScratchDir dir("jit-mismatch", /*create=*/false);
+  Status status;
+  Kernel original = compile(dir, &status);
+  ASSERT_TRUE(status) << status.message;
+  const std::string path = kernelFiles(dir).at(0);
+  const std::string key = path.substr(dir.path().size() + 1, path.size() - dir.path().size() - 8);
+  CacheEntry entry;
+  std::string why;
+  ASSERT_EQ(KernelCache(dir).load(key, &entry, &why), KernelCache::Lookup::Hit) << why;
+  entry.metadata.scale = 0.25f;
+  entry.metadata.headsQ = 8;
+  entry.metadata.headsKV = 8;
+  ASSERT_TRUE(KernelCache(dir).store(key, entry));
+  for (int newProcess = 0; newProcess < 2; ++newProcess) {
+    const JitStats before = JitCompiler::stats();
+    Kernel again = compile(dir, &status);
+    ASSERT_TRUE(status) << status.message;
+    EXPECT_EQ(JitCompiler::stats().cacheRebuilds - before.cacheRebuilds, 1 - newProcess);
+    EXPECT_EQ(JitCompiler::stats().cacheHits - before.cacheHits, newProcess);
+    expectSameKernel(again, original, newProcess ? "read again" : "rebuilt");
+  }
+}
+
+// Longer than any compile here takes, even on a loaded machine: past it a compile counts as hung.
+constexpr auto kHangGuard = std::chrono::seconds(120);
+
+// kSpec compiled by `jit` on a thread of its own, waited for at most kHangGuard, so that a hang
+// fails the test rather than blocking it. The thread shares what it uses (a hung one is left
+// behind).
+Status compileGuarded(std::shared_ptr<JitCompiler> jit, Target target) {
+  auto promise = std::make_shared<std::promise<Status>>();
+  std::future<Status> result = promise->get_future();
+  std::thread([promise, jit, target] {
+    Status status;
+    Kernel kernel = jit->compileText(kSpec, target, &status);
+    if (!kernel.valid() && status.message.empty()) status = Status::error("no kernel");
+    promise->set_value(status);
+  }).detach();
+  if (result.wait_for(kHangGuard) != std::future_status::ready)
+    return Status::error("the compile did not return within the guard (hung)");
+  return result.get();
+}
+Status compileGuarded(JitOptions options, Target target) {
+  return compileGuarded(std::make_shared<JitCompiler>(std::move(options)), target);
+}
+
+// The entry path of kSpec in `dir`, after a first compile put it there.
+std::string entryPath(const std::string& dir, const Target& target) {
+  EXPECT_EQ(compileGuarded(JitOptions{dir, true}, target).message, "");
+  std::vector<std::string> files = kernelFiles(dir);
+  EXPECT_EQ(files.size(), 1u);
+  return files.empty() ? dir + "/missing.kernel" : files[0];
+}
+
+// A FIFO, an empty directory, a symlink to /dev/zero and a sparse file larger than any entry, each
+// in an entry's place: the compile returns, rebuilds the entry and puts a regular file there.
+TEST_F(JitCache, NonEntriesAtTheEntryPathAreReplaced) {
+  const attnc::testing::ScratchDir dir("jit-non-entries", /*create=*/false);
+  const std::string path = entryPath(dir, target);
+  ASSERT_TRUE(isRegularFile(path));
+  const std::map<std::string, std::function<int()>> makers = {
+      {"a FIFO", [&] { return mkfifo(path.c_str(), 0644); }},
+      {"an empty directory", [&] { return mkdir(path.c_str(), 0755); }},
+      {"a symlink to /dev/zero", [&] { return symlink("/dev/zero", path.c_str()); }},
+      {"a file larger than any entry", [&] {
+         int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+         int rc = fd < 0 ? -1 : ftruncate(fd, KernelCache::kMaxEntryBytes + 1);
+         if (fd >= 0) close(fd);
+         return rc;
+       }},
+  };
+  for (const auto& [what, make] : makers) {
+    SCOPED_TRACE(what);
+    ASSERT_EQ(unlink(path.c_str()), 0);
+    ASSERT_EQ(make(), 0) << std::strerror(errno);
+    const JitStats before = JitCompiler::stats();
+    EXPECT_EQ(compileGuarded(JitOptions{dir, true}, target).message, "");
+    EXPECT_EQ(JitCompiler::stats().cacheRebuilds - before.cacheRebuilds, 1);
+    EXPECT_EQ(JitCompiler::stats().cacheStoreFailures - before.cacheStoreFailures, 0);
+    EXPECT_TRUE(isRegularFile(path)) << "the rebuilt entry did not take its place";
+  }
+}
+
+// A directory with files in it at the entry's path cannot be removed: the compile still succeeds
+// and says once, through the log hook, that the entry could not be stored.
+TEST_F(JitCache, FullDirectoryAtTheEntryPathIsReported) {
+  const attnc::testing::ScratchDir dir("jit-dir-entry", /*create=*/false);
+  const std::string path = entryPath(dir, target);
+  ASSERT_EQ(unlink(path.c_str()), 0);
+  ASSERT_EQ(mkdir(path.c_str(), 0755), 0);
+  std::ofstream(path + "/keep") << "not the cache's";
+  auto messages = std::make_shared<std::vector<std::string>>();
+  JitOptions options{dir, true};
+  options.log = [messages](const std::string& message) { messages->push_back(message); };
+  auto jit = std::make_shared<JitCompiler>(options);
+  const JitStats before = JitCompiler::stats();
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(compileGuarded(jit, target).message, "");
+  EXPECT_EQ(JitCompiler::stats().cacheStoreFailures - before.cacheStoreFailures, 2);
+  ASSERT_EQ(messages->size(), 1u) << "said once per compiler";
+  EXPECT_NE(messages->front().find(path), std::string::npos) << messages->front();
+}
+
+// Compiles kSpec twice through `cacheDir`, which cannot be used: each compile succeeds without
+// the cache, counted in JitStats::cacheStoreFailures, and the compiler says so once through its
+// log hook, naming `named` (the directory, or the file in its way).
+void expectReportedOnce(const std::string& cacheDir, const std::string& named,
+                        const Target& target) {
+  SCOPED_TRACE(cacheDir);
+  auto messages = std::make_shared<std::vector<std::string>>();
+  JitOptions options{cacheDir, true};
+  options.log = [messages](const std::string& message) { messages->push_back(message); };
+  auto jit = std::make_shared<JitCompiler>(options);
+  const JitStats before = JitCompiler::stats();
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(compileGuarded(jit, target).message, "");
+  EXPECT_EQ(JitCompiler::stats().nvrtcRuns - before.nvrtcRuns, 2);
+  EXPECT_EQ(JitCompiler::stats().cacheStoreFailures - before.cacheStoreFailures, 2);
+  ASSERT_EQ(messages->size(), 1u) << "said once per compiler";
+  EXPECT_NE(messages->front().find(named), std::string::npos) << messages->front();
+  EXPECT_NE(messages->front().find("warning"), std::string::npos) << messages->front();
+}
+
+// A cache directory that is a file, or lies under one.
+TEST_F(JitCache, CacheDirectoryThatIsAFileIsReportedOnce) {
+  const attnc::testing::ScratchDir scratch("jit-dir-file");
+  const std::string file = scratch.path() + "/a-file";
+  std::ofstream(file) << "not a directory";
+  expectReportedOnce(file, file, target);
+  expectReportedOnce(file + "/sub", file, target);
+}
+
+// A cache directory that cannot be written: one of mode 0555, or where the mode bits do not bind
+// this user (root), /proc, where no one creates files.
+TEST_F(JitCache, ReadOnlyCacheDirectoryIsReportedOnce) {
+  const attnc::testing::ScratchDir scratch("jit-read-only");
+  std::string readOnly = scratch.path() + "/read-only";
+  ASSERT_EQ(mkdir(readOnly.c_str(), 0555), 0);
+  if (access(readOnly.c_str(), W_OK) == 0) readOnly = "/proc";
+  struct stat st;
+  if (stat(readOnly.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    GTEST_SKIP() << "no directory this user cannot write";
+  expectReportedOnce(readOnly, readOnly, target);
+}
+
+// Temporary files of a writer killed before its rename: removed on a miss once the writer is
+// gone (and a few seconds old) or they are older than any write takes; a live writer's fresh one
+// and files that are not temporaries stay.
+TEST_F(JitCache, StaleTemporaryFilesAreRemoved) {
+  const attnc::testing::ScratchDir dir("jit-stale-temps");
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(0);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);  // a pid whose process is gone
+  const std::string self = std::to_string(getpid());
+  const std::string deadWriter = dir.path() + "/k1.kernel.tmp." + std::to_string(child) + ".0";
+  const std::string oldTemp = dir.path() + "/k2.kernel.tmp." + self + ".7";
+  const std::string liveWriter = dir.path() + "/k3.kernel.tmp." + self + ".8";
+  const std::string deadButFresh = dir.path() + "/k4.kernel.tmp." + std::to_string(child) + ".1";
+  const std::string other = dir.path() + "/notes.tmp.1.2";
+  for (const std::string& path : {deadWriter, oldTemp, liveWriter, deadButFresh, other})
+    std::ofstream(path) << "partial entry";
+  // Backdates a file's modification time by `seconds`.
+  auto age = [](const std::string& path, long long seconds) {
+    const timespec then{time(nullptr) - time_t(seconds), 0};
+    const timespec times[2] = {then, then};
+    return utimensat(AT_FDCWD, path.c_str(), times, 0);
+  };
+  ASSERT_EQ(age(deadWriter, KernelCache::kDeadWriterTempSeconds + 5), 0);
+  ASSERT_EQ(age(oldTemp, KernelCache::kStaleTempSeconds + 60), 0);
+  ASSERT_EQ(age(other, KernelCache::kStaleTempSeconds + 60), 0);
+  EXPECT_EQ(compileGuarded(JitOptions{dir, true}, target).message, "");
+  EXPECT_FALSE(isRegularFile(deadWriter)) << "a dead writer's temporary file stayed";
+  EXPECT_FALSE(isRegularFile(oldTemp)) << "a temporary file older than any write stayed";
+  EXPECT_TRUE(isRegularFile(liveWriter));
+  EXPECT_TRUE(isRegularFile(deadButFresh));
+  EXPECT_TRUE(isRegularFile(other));
+  EXPECT_EQ(kernelFiles(dir).size(), 1u);
 }
 
 }  // namespace
