@@ -31,22 +31,24 @@ for ((round = 1; round <= rounds; ++round)); do
   first=0
   while ((first < cases)); do
     log=$out/round$round-from$first.log
-    "$fuzzer" --seed="$round_seed" --first="$first" --cases=$((cases - first)) \
+    # In a subshell, so that bash does not report a crash itself.
+    ("$fuzzer" --seed="$round_seed" --first="$first" --cases=$((cases - first)) \
               --nvrtc-every="$nvrtc_every" --timeout="$timeout" --exceed-limits --out="$out" \
-              >"$log" 2>&1
+              >"$log" 2>&1)
     rc=$?
-    summary=$(grep '^specfuzz: seed=' "$log" | tail -1)
-    if [[ -n $summary ]]; then
+    # The summary line; a dying process (a crash, or the watchdog's exit status 3 on a hang)
+    # prints one for the cases before the one it died in.
+    summary=$(grep -a '^specfuzz: seed=' "$log" | tail -1)
+    for pair in ${summary#specfuzz: }; do
+      key=${pair%%=*} value=${pair#*=}
+      [[ $key == seed || $key == slowest-* ]] && continue
+      total[$key]=$(awk -v a="${total[$key]:-0}" -v b="$value" 'BEGIN { print a + b }')
+    done
+    if ((rc == 0 || rc == 1)); then
       echo "round $round (seed $round_seed, cases $first..$((cases - 1))): ${summary#specfuzz: }"
-      for pair in ${summary#specfuzz: }; do
-        key=${pair%%=*} value=${pair#*=}
-        [[ $key == seed || $key == slowest-* ]] && continue
-        total[$key]=$(awk -v a="${total[$key]:-0}" -v b="$value" 'BEGIN { print a + b }')
-      done
       break
     fi
-    # No summary: the process died (a crash) or the watchdog ended it (a hang, exit status 3).
-    where=$(grep -o 'in seed [0-9]* case [0-9]*' "$log" | tail -1)
+    where=$(grep -ao 'in seed [0-9]* case [0-9]*' "$log" | tail -1)
     case_number=${where##* }
     kind=crash
     ((rc == 3)) && kind=hang
@@ -55,7 +57,7 @@ for ((round = 1; round <= rounds; ++round)); do
     total[failures-$kind]=$((${total[failures-$kind]:-0} + 1))
     total[failures]=$((${total[failures]:-0} + 1))
     [[ -z $case_number ]] && break  # died outside a case: nothing to resume from
-    total[cases]=$((${total[cases]:-0} + case_number - first + 1))
+    total[cases]=$((${total[cases]:-0} + 1))
     first=$((case_number + 1))
   done
 done

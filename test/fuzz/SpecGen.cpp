@@ -345,6 +345,7 @@ public:
     }
     if (kind < 45) {
       renderFields();
+      if (kind == 42) wideScore(result);
       result.text = render(fields);
       if (kind >= 43) longComment(result);
       return result;
@@ -556,6 +557,17 @@ private:
                                            std::max<size_t>(1, expressionLeaves())));
     }
     fields.push_back({"score", value});
+  }
+
+  // A score of many terms that each depend on the score: valid, and a register-hungry
+  // epilogue for ptxas (47 terms at head_dim 64 exhausted sm_90a's registers).
+  void wideScore(Case& result) {
+    // Two syntax nodes a term, within what the mask left of the node budget.
+    const size_t terms = rng.range(2, std::max<size_t>(2, std::min<size_t>(100, nodeBudget / 2)));
+    std::string sum = "score";
+    for (size_t i = 1; i < terms; ++i) sum += rng.percent(50) ? "+score" : "-score";
+    setValue("score", " \"" + sum + "\"");
+    result.recipe = "valid: a score of " + std::to_string(terms) + " terms";
   }
 
   // A comment line of some length: valid while the whole stays under the size limit.
@@ -812,7 +824,11 @@ private:
   // A field's value replaced by nesting of one YAML kind (a wrong type at any depth).
   void nest(std::string& text, Case& result) {
     // Within limits: the front end's YAML nesting limit counts the top-level mapping too.
-    const size_t depth = limits.respect ? rng.range(1, 12) : rng.logUniform(1, 300000);
+    // Past them: half the time as deep as LLVM's recursive YAML parser was seen to overflow its
+    // stack (about 260,000 levels of `? `), the rest spread over every order of magnitude.
+    const size_t depth = limits.respect   ? rng.range(1, 12)
+                         : rng.percent(50) ? rng.range(100000, 400000)
+                                           : rng.logUniform(1, 400000);
     std::string value;
     const uint64_t kind = rng.below(6);
     const char* kinds[] = {"flow lists", "flow mappings", "block lists", "complex keys",

@@ -12,7 +12,7 @@
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
-#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Signals.h"
 #include "llvm/Support/raw_ostream.h"
@@ -56,6 +56,7 @@ struct InFlight {
   std::string banner;  // "specfuzz: seed S case N (recipe)\n" + the spec
   std::string text;
   std::string path;    // where the spec goes on a crash or hang; empty: nowhere
+  char counts[1024] = "";  // the summary line of the cases before this one
 };
 InFlight inFlight;
 
@@ -77,6 +78,8 @@ void writeAll(int fd, const std::string& text) {
 void dumpInFlight(const char* what) {
   writeAll(2, std::string("\nspecfuzz: ") + what + " in ");
   writeAll(2, inFlight.banner);
+  // The counts so far, so that a script adding up rounds loses none of them.
+  writeAll(1, inFlight.counts);
   if (!inFlight.path.empty()) {
     int fd = ::open(inFlight.path.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
     if (fd >= 0) {
@@ -102,10 +105,27 @@ bool located(const Diagnostic& diag, const std::string& file) {
 struct Counts {
   uint64_t cases = 0, accepted = 0, rejected = 0, nvrtcCompiled = 0;
   double nvrtcSeconds = 0;
-  uint64_t byVerdict[3] = {};  // by fuzz::Verdict
+  uint64_t byVerdict[3] = {};  // by fuzz::Verdict: valid, invalid, unknown
   std::map<std::string, uint64_t> failures;
   double slowestSeconds = 0;
   uint64_t slowestCase = 0;
+  // One line of key=value pairs: scripts/fuzz.sh adds up the rounds' lines.
+  std::string summary(double seconds) const {
+    uint64_t total = 0;
+    std::string classes;
+    for (const auto& [kind, count] : failures) {
+      total += count;
+      classes += " failures-" + kind + "=" + std::to_string(count);
+    }
+    return llvm::formatv("specfuzz: seed={0} cases={1} valid={2} invalid={3} unknown={4} "
+                         "accepted={5} rejected={6} nvrtc-compiled={7} nvrtc-seconds={8:f1} "
+                         "slowest-case={9} slowest-seconds={10:f1} seconds={11:f1} failures={12}",
+                         uint64_t(seedOpt), cases, byVerdict[0], byVerdict[1], byVerdict[2],
+                         accepted, rejected, nvrtcCompiled, nvrtcSeconds, slowestCase,
+                         slowestSeconds, seconds, total)
+               .str() +
+           classes + "\n";
+  }
 };
 
 class Runner {
@@ -139,6 +159,7 @@ private:
   }
 
   static constexpr const char* kFile = "fuzz.yaml";
+  const int64_t runStartMs = nowMs();
   uint64_t seed;
   fuzz::SpecGenerator generator;
   std::unique_ptr<Compiler> pipeline;
@@ -273,6 +294,9 @@ void Runner::run(uint64_t index) {
     counts.slowestSeconds = seconds;
     counts.slowestCase = index;
   }
+  const std::string line = counts.summary(double(nowMs() - runStartMs) / 1000);
+  std::lock_guard<std::mutex> guard(inFlight.lock);
+  snprintf(inFlight.counts, sizeof inFlight.counts, "%s", line.c_str());
 }
 
 // Ends the process when one case runs past --timeout: a hang is a failure with its case.
@@ -305,26 +329,7 @@ int main(int argc, char** argv) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 
-  const Counts& counts = runner.counts;
-  uint64_t failures = 0;
-  std::string classes;
-  for (const auto& [kind, count] : counts.failures) {
-    failures += count;
-    classes += " failures-" + kind + "=" + std::to_string(count);
-  }
-  // One line of key=value pairs: scripts/fuzz.sh adds up the rounds' lines.
-  llvm::outs() << llvm::format(
-      "specfuzz: seed=%llu cases=%llu valid=%llu invalid=%llu unknown=%llu accepted=%llu "
-      "rejected=%llu nvrtc-compiled=%llu nvrtc-seconds=%.1f slowest-case=%llu "
-      "slowest-seconds=%.1f seconds=%.1f failures=%llu",
-      (unsigned long long)seedOpt, (unsigned long long)counts.cases,
-      (unsigned long long)counts.byVerdict[int(fuzz::Verdict::Valid)],
-      (unsigned long long)counts.byVerdict[int(fuzz::Verdict::Invalid)],
-      (unsigned long long)counts.byVerdict[int(fuzz::Verdict::Unknown)],
-      (unsigned long long)counts.accepted, (unsigned long long)counts.rejected,
-      (unsigned long long)counts.nvrtcCompiled, counts.nvrtcSeconds,
-      (unsigned long long)counts.slowestCase, counts.slowestSeconds, seconds,
-      (unsigned long long)failures)
-               << classes << "\n";
-  return failures ? 1 : 0;
+  const std::string summary = runner.counts.summary(seconds);
+  llvm::outs() << summary;
+  return runner.counts.failures.empty() ? 0 : 1;
 }
