@@ -825,14 +825,15 @@ private:
   void nest(std::string& text, Case& result) {
     // Within limits: the front end's YAML nesting limit counts the top-level mapping too.
     // Past them: half the time as deep as LLVM's recursive YAML parser was seen to overflow its
-    // stack (about 260,000 levels of `? `), the rest spread over every order of magnitude.
+    // stack (between 200,000 and 400,000 levels of `? - `), the rest spread over every order of
+    // magnitude.
     const size_t depth = limits.respect   ? rng.range(1, 12)
                          : rng.percent(50) ? rng.range(100000, 400000)
                                            : rng.logUniform(1, 400000);
     std::string value;
-    const uint64_t kind = rng.below(6);
+    const uint64_t kind = rng.below(7);
     const char* kinds[] = {"flow lists", "flow mappings", "block lists", "complex keys",
-                           "block mappings", "mixed flow"};
+                           "block mappings", "mixed flow", "mixed block"};
     switch (kind) {
     case 0: value = " " + std::string(depth, '[') + "1" + std::string(depth, ']'); break;
     case 1: {
@@ -857,6 +858,13 @@ private:
       const size_t levels = std::min<size_t>(depth, 1400);
       for (size_t i = 0; i < levels; ++i) value += "\n" + std::string(i + 1, ' ') + "a:";
       value += " 1";
+      break;
+    }
+    case 6: {
+      // Complex keys holding lists holding complex keys: `? - ? - x`.
+      value = "\n  ";
+      for (size_t i = 0; i < depth; ++i) value += i % 2 ? "- " : "? ";
+      value += "x";
       break;
     }
     default: {

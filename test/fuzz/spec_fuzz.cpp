@@ -34,7 +34,8 @@ static cl::opt<uint64_t> casesOpt("cases", cl::desc("number of cases"), cl::init
 static cl::opt<uint64_t> firstOpt("first", cl::desc("first case number (to rerun one case)"),
                                   cl::init(0));
 static cl::opt<unsigned> nvrtcEveryOpt(
-    "nvrtc-every", cl::desc("also compile every Nth accepted spec with NVRTC (0: none)"),
+    "nvrtc-every",
+    cl::desc("also compile one accepted spec in N with NVRTC, drawn by case number (0: none)"),
     cl::init(0));
 static cl::opt<unsigned> timeoutOpt("timeout",
                                     cl::desc("seconds one compile of a case may take (the "
@@ -269,7 +270,10 @@ void Runner::run(uint64_t index) {
     fail("wrong-acceptance", index, c, "accepted; the generator broke a rule on purpose");
 
   // The differential test: the back end compiles what the front end accepts.
-  if (accepted && nvrtcEveryOpt > 0 && counts.accepted % nvrtcEveryOpt == 0) {
+  // The sample is drawn from the case number, not from a count of the run's acceptances, so
+  // that a rerun of one case (or a round resumed after a crash) samples the same specs.
+  const uint64_t draw = (index * 0x9e3779b97f4a7c15ull) >> 32;  // Fibonacci hashing
+  if (accepted && nvrtcEveryOpt > 0 && draw % nvrtcEveryOpt == 0) {
     for (const auto& [target, options] : compiled) {
       // --timeout bounds each compile: the front end and passes, then each NVRTC run.
       inFlight.startMs = nowMs();
