@@ -34,7 +34,8 @@ for ((round = 1; round <= rounds; ++round)); do
     # In a subshell whose own report of a crash goes nowhere: the log says more.
     ("$fuzzer" --seed="$round_seed" --first="$first" --cases=$((cases - first)) \
               --nvrtc-every="$nvrtc_every" --timeout="$timeout" --exceed-limits --out="$out" \
-              >"$log" 2>&1) 2>/dev/null
+              >"$log" 2>&1
+     exit $?) 2>/dev/null
     rc=$?
     # The summary line; a dying process (a crash, or the watchdog's exit status 3 on a hang)
     # prints one for the cases before the one it died in.

@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <time.h>
 #include <unistd.h>
 
 using namespace attnc;
@@ -38,7 +39,7 @@ static cl::opt<unsigned> nvrtcEveryOpt(
     cl::desc("also compile one accepted spec in N with NVRTC, drawn by case number (0: none)"),
     cl::init(0));
 static cl::opt<unsigned> timeoutOpt("timeout",
-                                    cl::desc("seconds one compile of a case may take (the "
+                                    cl::desc("CPU seconds one compile of a case may take (the "
                                              "pipeline, or one NVRTC run)"),
                                     cl::init(20));
 static cl::opt<std::string> outOpt("out", cl::desc("directory for failing specs"), cl::init(""));
@@ -53,6 +54,7 @@ namespace {
 // before the case runs: a signal handler may only write() and open().
 struct InFlight {
   std::atomic<int64_t> startMs{-1};  // steady clock; -1: between cases
+  std::atomic<int64_t> startCpuMs{0};  // the process's CPU time (all threads) at the same moment
   std::mutex lock;
   std::string banner;  // "specfuzz: seed S case N (recipe)\n" + the spec
   std::string text;
@@ -65,6 +67,19 @@ int64_t nowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+// CPU time of every thread of the process (NVRTC's ptxas threads included).
+int64_t cpuMs() {
+  timespec time{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &time);
+  return int64_t(time.tv_sec) * 1000 + time.tv_nsec / 1000000;
+}
+
+// Marks the start of one compile step for the watchdog.
+void startStep() {
+  inFlight.startCpuMs = cpuMs();
+  inFlight.startMs = nowMs();
 }
 
 void writeAll(int fd, const std::string& text) {
@@ -228,7 +243,7 @@ void Runner::run(uint64_t index) {
     }
   }
   const int64_t start = nowMs();
-  inFlight.startMs = start;
+  startStep();
   ++counts.cases;
   ++counts.byVerdict[int(c.expected)];
 
@@ -272,11 +287,11 @@ void Runner::run(uint64_t index) {
   // The differential test: the back end compiles what the front end accepts.
   // The sample is drawn from the case number, not from a count of the run's acceptances, so
   // that a rerun of one case (or a round resumed after a crash) samples the same specs.
-  const uint64_t draw = (index * 0x9e3779b97f4a7c15ull) >> 32;  // Fibonacci hashing
+  const uint64_t draw = ((index + 1) * 0x9e3779b97f4a7c15ull) >> 32;  // Fibonacci hashing
   if (accepted && nvrtcEveryOpt > 0 && draw % nvrtcEveryOpt == 0) {
     for (const auto& [target, options] : compiled) {
       // --timeout bounds each compile: the front end and passes, then each NVRTC run.
-      inFlight.startMs = nowMs();
+      startStep();
       const int64_t compileStart = inFlight.startMs;
       Diagnostics diags;
       std::optional<CompiledKernel> kernel =
@@ -303,14 +318,23 @@ void Runner::run(uint64_t index) {
   snprintf(inFlight.counts, sizeof inFlight.counts, "%s", line.c_str());
 }
 
-// Ends the process when one case runs past --timeout: a hang is a failure with its case.
+// Ends the process when one compile step runs past --timeout: a hang is a failure with its case.
+// The limit is on CPU time, so that a loaded machine (other processes taking the cores) does not
+// turn a slow compile into a hang; a step that waits without computing (a read that blocks) is
+// caught by wall-clock time, at kBlockedFactor times the limit.
 void watchdog(unsigned timeoutSeconds) {
+  constexpr int64_t kBlockedFactor = 10;  // far above any load seen on a shared 2-core machine
+  const int64_t limitMs = int64_t(timeoutSeconds) * 1000;
   while (true) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     const int64_t start = inFlight.startMs;
-    if (start >= 0 && nowMs() - start > int64_t(timeoutSeconds) * 1000) {
+    if (start < 0) continue;
+    const int64_t wallMs = nowMs() - start, stepCpuMs = cpuMs() - inFlight.startCpuMs;
+    if (stepCpuMs > limitMs || wallMs > kBlockedFactor * limitMs) {
       std::lock_guard<std::mutex> guard(inFlight.lock);
-      dumpInFlight(("HANG (over " + std::to_string(timeoutSeconds) + " s)").c_str());
+      dumpInFlight(("HANG (" + std::to_string(stepCpuMs / 1000) + " s of CPU, " +
+                    std::to_string(wallMs / 1000) + " s of wall-clock time in one compile)")
+                       .c_str());
       writeAll(2, "specfuzz: summary: hang\n");
       std::_Exit(3);
     }
