@@ -322,7 +322,7 @@ bool isReserved(const std::string& name) {
 
 // `0.` followed by the exact decimal digits of steps / 256 (dropout probabilities the kernels
 // represent exactly).
-std::string sixteenths256(uint64_t steps) {
+std::string exactFraction256(uint64_t steps) {
   std::string digits = std::to_string(steps * 390625);  // 1/256 = 0.00390625
   digits = std::string(8 - std::min<size_t>(8, digits.size()), '0') + digits;
   while (!digits.empty() && digits.back() == '0') digits.pop_back();
@@ -480,7 +480,7 @@ private:
     addMask();
     addScore();
     if (rng.percent(25)) {
-      const std::string p = rng.percent(60) ? sixteenths256(rng.range(1, 255))
+      const std::string p = rng.percent(60) ? exactFraction256(rng.range(1, 255))
                                             : rng.pick(std::vector<std::string>{
                                                   "0", "0.1", "0.5", "0.3", "0.002", "0.99"});
       if (rng.percent(50))
