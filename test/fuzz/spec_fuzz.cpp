@@ -166,8 +166,8 @@ private:
   Compiler& compiler() {
     // A context keeps every attribute and name it ever uniqued: a fresh one now and then keeps a
     // long run's memory flat.
-    constexpr uint64_t kCasesPerContext = 200;
-    if (!pipeline || ++compilesOnContext > kCasesPerContext) {
+    constexpr uint64_t kCompilesPerContext = 200;
+    if (!pipeline || ++compilesOnContext > kCompilesPerContext) {
       pipeline = std::make_unique<Compiler>();
       compilesOnContext = 0;
     }
