@@ -345,7 +345,7 @@ public:
     }
     if (kind < 45) {
       renderFields();
-      if (kind == 42) wideScore(result);
+      if (kind >= 40 && kind < 43) wideScore(result);
       result.text = render(fields);
       if (kind >= 43) longComment(result);
       return result;

@@ -13,6 +13,7 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Signals.h"
 #include "llvm/Support/raw_ostream.h"
@@ -46,6 +47,10 @@ static cl::opt<std::string> outOpt("out", cl::desc("directory for failing specs"
 static cl::opt<bool> exceedOpt(
     "exceed-limits", cl::desc("let the generator go past the front end's size limits"));
 static cl::opt<bool> printOpt("print", cl::desc("print each case's spec instead of running it"));
+static cl::opt<std::string> specOpt(
+    "spec", cl::desc("run this spec file instead of generated cases (verdict unknown; with "
+                     "--nvrtc-every=1 through NVRTC)"),
+    cl::init(""));
 static cl::opt<unsigned> showOpt("show", cl::desc("failures printed in full"), cl::init(10));
 
 namespace {
@@ -154,7 +159,8 @@ public:
     return result;
   }
 
-  void run(uint64_t index);
+  void run(uint64_t index) { run(index, generator.generate(index)); }
+  void run(uint64_t index, const fuzz::Case& c);
   Counts counts;
 
 private:
@@ -221,8 +227,7 @@ void Runner::checkLocations(const Diagnostics& diags, uint64_t index, const fuzz
     }
 }
 
-void Runner::run(uint64_t index) {
-  const fuzz::Case c = generator.generate(index);
+void Runner::run(uint64_t index, const fuzz::Case& c) {
   if (printOpt) {
     llvm::outs() << "# case " << index << ": " << fuzz::toString(c.expected) << "; " << c.recipe
                  << "\n" << c.text << "\n";
@@ -352,7 +357,17 @@ int main(int argc, char** argv) {
   Runner runner(seedOpt, exceedOpt);
   if (!printOpt) std::thread(watchdog, unsigned(timeoutOpt)).detach();
   const auto started = std::chrono::steady_clock::now();
-  for (uint64_t index = firstOpt; index < firstOpt + casesOpt; ++index) runner.run(index);
+  if (!specOpt.empty()) {
+    auto buffer = llvm::MemoryBuffer::getFile(specOpt);
+    if (!buffer) {
+      llvm::errs() << "specfuzz: cannot read --spec " << specOpt << ": "
+                   << buffer.getError().message() << "\n";
+      return 2;
+    }
+    runner.run(0, fuzz::Case{(*buffer)->getBuffer().str(), fuzz::Verdict::Unknown, specOpt});
+  } else {
+    for (uint64_t index = firstOpt; index < firstOpt + casesOpt; ++index) runner.run(index);
+  }
   if (printOpt) return 0;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
