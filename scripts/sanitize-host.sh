@@ -2,7 +2,8 @@
 # The host code (spec parser, MLIR passes, emitter, JIT, runtime, C API) under AddressSanitizer and
 # UndefinedBehaviorSanitizer, without a GPU: a build of its own with -fsanitize=address,undefined
 # (LLVM/MLIR's static libraries are not instrumented, attnc's code is), then the GoogleTest units,
-# the C API tests and the lit suite, every sanitizer report fatal. Not part of `make check` (it is
+# the C API tests, the lit suite and a short run of the spec fuzzer (test/fuzz), every sanitizer
+# report fatal. Not part of `make check` (it is
 # a second build: about 12 minutes on two cores, the tests about 5 more); run it after changes to
 # host code. The last line is a summary; exit status 0 when everything passed clean.
 #   scripts/sanitize-host.sh [BUILD_DIR]      (default: ../build-asan, beside the checkout)
@@ -37,9 +38,16 @@ run() {
 run "unit tests" "$build/bin/attnc-unit-tests" --gtest_brief=1
 run "C API tests" "$build/bin/attnc-capi-tests" --gtest_brief=1
 run "lit" "$llvm_root/bin/lit" -q "$build/test"
+# The spec fuzzer: cases inside the front end's limits as in make check, then cases past them
+# (deep nesting, long chains and names, oversized specs); a few accepted specs through NVRTC.
+run "spec fuzzer" "$build/bin/attnc-spec-fuzz" --seed=48 --cases=1000 --nvrtc-every=250 \
+    --timeout=120 --out="$build/fuzz-failures"
+run "spec fuzzer past the limits" "$build/bin/attnc-spec-fuzz" --seed=49 --cases=300 \
+    --exceed-limits --timeout=120 --out="$build/fuzz-failures"
+runs=5
 if [[ ${#failed[@]} -eq 0 ]]; then
-  echo "sanitize-host: 3 passed, 0 failed (ASan + UBSan, $build)"
+  echo "sanitize-host: $runs passed, 0 failed (ASan + UBSan, $build)"
 else
-  echo "sanitize-host: $((3 - ${#failed[@]})) passed, ${#failed[@]} failed: ${failed[*]}"
+  echo "sanitize-host: $((runs - ${#failed[@]})) passed, ${#failed[@]} failed: ${failed[*]}"
   exit 1
 fi
