@@ -5,8 +5,9 @@
 # hang is reported with its round, seed and case, and that round goes on from the next case. The
 # failing specs land in OUT; the last line sums the rounds up. Exit status 0 when nothing failed.
 #   scripts/fuzz.sh [BUILD_DIR]                      (default: build)
+# Then CAPI_CASES calls of the C API argument fuzzer (test/fuzz/capi_fuzz.cpp) with seed SEED.
 # Environment: ROUNDS (3), CASES (10000), SEED (first round's seed, 1), NVRTC_EVERY (100),
-# TIMEOUT (CPU seconds per compile, 20), OUT (BUILD_DIR/fuzz-failures).
+# TIMEOUT (CPU seconds per compile, 20), CAPI_CASES (5000), OUT (BUILD_DIR/fuzz-failures).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -22,7 +23,10 @@ timeout=${TIMEOUT:-20}
 out=${OUT:-$build/fuzz-failures}
 fuzzer=$build/bin/attnc-spec-fuzz
 
-ninja -C "$build" attnc-spec-fuzz >/dev/null || { echo "fuzz: build failed" >&2; exit 2; }
+capi_cases=${CAPI_CASES:-5000}
+
+ninja -C "$build" attnc-spec-fuzz attnc-capi-fuzz >/dev/null ||
+  { echo "fuzz: build failed" >&2; exit 2; }
 mkdir -p "$out"
 
 declare -A total=()
@@ -64,6 +68,17 @@ for ((round = 1; round <= rounds; ++round)); do
     first=$((case_number + 1))
   done
 done
+
+capi_log=$out/capi.log
+ATTNC_CACHE_DIR=$out/capi-cache "$build/bin/attnc-capi-fuzz" --seed="$seed" --cases="$capi_cases" \
+  >"$capi_log" 2>&1
+capi_rc=$?
+capi_summary=$(grep -a '^capi-fuzz:' "$capi_log" | tail -1)
+echo "C API fuzzer (exit status $capi_rc): ${capi_summary:-no summary; log $capi_log}"
+if ((capi_rc != 0)); then
+  total[failures-capi]=1
+  total[failures]=$((${total[failures]:-0} + 1))
+fi
 
 line="fuzz: $rounds rounds, $((SECONDS - started)) s:"
 for key in cases accepted rejected nvrtc-compiled failures; do

@@ -2,10 +2,9 @@
 # The host code (spec parser, MLIR passes, emitter, JIT, runtime, C API) under AddressSanitizer and
 # UndefinedBehaviorSanitizer, without a GPU: a build of its own with -fsanitize=address,undefined
 # (LLVM/MLIR's static libraries are not instrumented, attnc's code is), then the GoogleTest units,
-# the C API tests, the lit suite and a short run of the spec fuzzer (test/fuzz), every sanitizer
-# report fatal. Not part of `make check` (it is
-# a second build: about 12 minutes on two cores, the tests about 5 more); run it after changes to
-# host code. The last line is a summary; exit status 0 when everything passed clean.
+# the C API tests, the lit suite and short runs of the spec and C API fuzzers (test/fuzz), every
+# sanitizer report fatal. Not part of `make check` (it is a second build: about 12 minutes on two
+# cores, the tests about 5 more); run it after changes to host code. The last line is a summary; exit status 0 when everything passed clean.
 #   scripts/sanitize-host.sh [BUILD_DIR]      (default: ../build-asan, beside the checkout)
 # JOBS as for ninja (default 2); LLVM_ROOT as for scripts/build.sh.
 set -uo pipefail
@@ -44,7 +43,9 @@ run "spec fuzzer" "$build/bin/attnc-spec-fuzz" --seed=48 --cases=1000 --nvrtc-ev
     --timeout=120 --out="$build/fuzz-failures"
 run "spec fuzzer past the limits" "$build/bin/attnc-spec-fuzz" --seed=49 --cases=300 \
     --exceed-limits --timeout=120 --out="$build/fuzz-failures"
-runs=5
+run "C API fuzzer" env ATTNC_CACHE_DIR="$build/capi-fuzz-cache" "$build/bin/attnc-capi-fuzz" \
+    --seed=1 --cases=5000
+runs=6
 if [[ ${#failed[@]} -eq 0 ]]; then
   echo "sanitize-host: $runs passed, 0 failed (ASan + UBSan, $build)"
 else
