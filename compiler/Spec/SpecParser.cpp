@@ -742,6 +742,13 @@ const char *findDeepNesting(llvm::StringRef text) {
         if (pos == llvm::StringRef::npos)
           break;
       }
+      // `key: ? ? ? x`: a complex key opens a mapping wherever it stands (and `?` has no other
+      // use in a spec: expressions write conditionals with where()).
+      for (; pos < line.size(); ++pos)
+        if (line[pos] == '?' && pos > 0 && llvm::StringRef(" \t").contains(line[pos - 1]) &&
+            (pos + 1 == line.size() || llvm::StringRef(" \t\r").contains(line[pos + 1])) &&
+            ++depth > limits::kMaxYamlNesting)
+          return line.data() + pos;
     }
     if (depth > limits::kMaxYamlNesting)
       return line.data() + (blank ? 0 : indent);
