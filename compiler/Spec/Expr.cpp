@@ -344,7 +344,8 @@ private:
       if (!admit(*node, current.offset, /*isOperand=*/true))
         return nullptr;
       double value = std::strtod(current.text.str().c_str(), nullptr);
-      // Kernels flush subnormals to zero, so a literal below FLT_MIN would not be what it says.
+      // Below FLT_MIN a literal is a subnormal f32 or 0, not the value written (and the device's
+      // .ftz instructions flush it to 0).
       if (!std::isfinite(value) || std::fabs(value) > FLT_MAX ||
           (value != 0 && std::fabs(value) < FLT_MIN))
         return fail(current.offset, "float literal " + current.text.str() +

@@ -197,7 +197,8 @@ public:
 private:
   bool skip(const std::string &field) const { return sites && sites->reported.count(field); }
 
-  // The kernels take scale and softcap as float32 and flush subnormals to zero.
+  // The kernels take scale and softcap as float32: past FLT_MAX they become inf, below FLT_MIN a
+  // subnormal that loses precision or 0.
   static constexpr const char *kNormalFloatRange = "1.17549435e-38 to 3.40282347e+38";
   static bool isNormalPositiveFloat(double value) {
     return std::isfinite(value) && value >= FLT_MIN && value <= FLT_MAX;
@@ -433,8 +434,8 @@ private:
       return;
     case ScoreSpec::Softcap:
       if (!isNormalPositiveFloat(score.softcap))
-        return report("score", std::string("score: softcap must be a positive number representable as "
-                                           "a normal float32 (") +
+        return report("score", std::string("score: softcap must be a positive number "
+                                           "representable as a normal float32 (") +
                                    kNormalFloatRange + "), got " + formatNumber(score.softcap));
       break;
     case ScoreSpec::Alibi:
