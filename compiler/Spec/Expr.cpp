@@ -3,12 +3,14 @@
 // errors can all be collected while a syntax error stops at the first one (recovering from it would
 // mostly invent follow-on errors).
 #include "compiler/Spec/Expr.h"
+#include "compiler/Spec/Limits.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSwitch.h"
 
-#include <cfloat>
+#include <algorithm>
 #include <cassert>
+#include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -18,8 +20,6 @@ namespace attnc::expr {
 namespace {
 
 constexpr llvm::StringLiteral kIndexVars[] = {"b", "h", "q", "k", "q_len", "kv_len"};
-// Deep enough for any real expression; shallow enough that recursion cannot exhaust the stack.
-constexpr unsigned kMaxNesting = 200;
 
 struct FuncInfo {
   llvm::StringLiteral name;
@@ -141,6 +141,8 @@ struct Syntax {
   double floatValue = 0;
   bool boolValue = false;
   Op op = Op::Add;
+  // Levels of the subtree rooted here (a leaf is 1): what a recursive walk of it descends.
+  unsigned height = 1;
   std::vector<std::unique_ptr<Syntax>> args;
 };
 using SyntaxPtr = std::unique_ptr<Syntax>;
@@ -178,6 +180,8 @@ public:
   }
 
   std::optional<SyntaxError> error;
+  // Syntax nodes built (operands, operators, calls): the expression's size.
+  unsigned nodes = 0;
 
 private:
   void advance() { current = lexer.next(); }
@@ -190,6 +194,30 @@ private:
     return nullptr;
   }
 
+  SyntaxPtr tooDeep(size_t offset) {
+    return fail(offset, "expression nested too deeply (more than " +
+                            std::to_string(limits::kMaxExprDepth) +
+                            " levels; each operator of a chain like a + b + c is a level: group "
+                            "the chain with parentheses)");
+  }
+
+  // Counts a new node of the tree and checks the limits on its size; `offset` is its token.
+  bool admit(Syntax &node, size_t offset, bool isOperand) {
+    ++nodes;
+    if (isOperand && ++operands > limits::kMaxExprOperands) {
+      fail(offset, "expression has more than " + std::to_string(limits::kMaxExprOperands) +
+                       " operands");
+      return false;
+    }
+    for (const SyntaxPtr &arg : node.args)
+      node.height = std::max(node.height, arg->height + 1);
+    if (node.height > limits::kMaxExprDepth) {
+      tooDeep(offset);
+      return false;
+    }
+    return true;
+  }
+
   SyntaxPtr makeBinary(Op op, size_t offset, SyntaxPtr lhs, SyntaxPtr rhs) {
     auto node = std::make_unique<Syntax>();
     node->kind = Syntax::Binary;
@@ -197,6 +225,8 @@ private:
     node->offset = offset;
     node->args.push_back(std::move(lhs));
     node->args.push_back(std::move(rhs));
+    if (!admit(*node, offset, /*isOperand=*/false))
+      return nullptr;
     return node;
   }
 
@@ -216,6 +246,7 @@ private:
       SyntaxPtr rhs = (this->*next)();
       if (!rhs)
         return nullptr;
+      // The chain's tree leans left: its depth grows by one per operator, checked here.
       lhs = makeBinary(match->second, offset, std::move(lhs), std::move(rhs));
     }
     return lhs;
@@ -238,9 +269,9 @@ private:
   }
 
   SyntaxPtr parseUnary() {
-    if (++depth > kMaxNesting)
-      return fail(current.offset, "expression nested too deeply (more than " +
-                                      std::to_string(kMaxNesting) + " levels)");
+    // Parentheses recurse without adding a node: the parser's own depth is bounded apart.
+    if (++depth > limits::kMaxExprDepth)
+      return tooDeep(current.offset);
     SyntaxPtr result;
     if (isPunct("-") || isPunct("!")) {
       auto node = std::make_unique<Syntax>();
@@ -251,7 +282,8 @@ private:
       SyntaxPtr operand = parseUnary();
       if (operand) {
         node->args.push_back(std::move(operand));
-        result = std::move(node);
+        if (admit(*node, node->offset, /*isOperand=*/false))
+          result = std::move(node);
       }
     } else {
       result = parsePrimary();
@@ -297,6 +329,8 @@ private:
     switch (current.kind) {
     case Tok::Int: {
       node->kind = Syntax::Int;
+      if (!admit(*node, current.offset, /*isOperand=*/true))
+        return nullptr;
       uint64_t value = 0;
       if (current.text.getAsInteger(10, value) || value > uint64_t(INT32_MAX))
         return fail(current.offset, "integer literal " + current.text.str() +
@@ -307,9 +341,16 @@ private:
     }
     case Tok::Float: {
       node->kind = Syntax::Float;
+      if (!admit(*node, current.offset, /*isOperand=*/true))
+        return nullptr;
       double value = std::strtod(current.text.str().c_str(), nullptr);
-      if (!std::isfinite(value) || std::fabs(value) > FLT_MAX)
-        return fail(current.offset, "float literal " + current.text.str() + " is out of range for f32");
+      // Below FLT_MIN a literal is a subnormal f32 or 0, not the value written (and the device's
+      // .ftz instructions flush it to 0).
+      if (!std::isfinite(value) || std::fabs(value) > FLT_MAX ||
+          (value != 0 && std::fabs(value) < FLT_MIN))
+        return fail(current.offset, "float literal " + current.text.str() +
+                                        " is out of range: expected 0 or a magnitude in "
+                                        "[1.17549435e-38, 3.40282347e+38] (a normal f32)");
       node->floatValue = value;
       advance();
       return node;
@@ -320,22 +361,18 @@ private:
       if (node->name == "true" || node->name == "false") {
         node->kind = Syntax::Bool;
         node->boolValue = node->name == "true";
-        return node;
+        return admit(*node, node->offset, /*isOperand=*/true) ? std::move(node) : nullptr;
       }
-      if (isPunct("(")) {
-        node->kind = Syntax::Call;
-        if (!parseList("(", ")", *node))
+      if (isPunct("(") || isPunct("[")) {
+        bool isCall = isPunct("(");
+        node->kind = isCall ? Syntax::Call : Syntax::Index;
+        if (!parseList(isCall ? "(" : "[", isCall ? ")" : "]", *node))
           return nullptr;
-        return node;
-      }
-      if (isPunct("[")) {
-        node->kind = Syntax::Index;
-        if (!parseList("[", "]", *node))
-          return nullptr;
-        return node;
+        // An input read is an operand; a call is an operator over its arguments.
+        return admit(*node, node->offset, /*isOperand=*/!isCall) ? std::move(node) : nullptr;
       }
       node->kind = Syntax::Ident;
-      return node;
+      return admit(*node, node->offset, /*isOperand=*/true) ? std::move(node) : nullptr;
     }
     case Tok::Punct:
       if (isPunct("(")) {
@@ -380,6 +417,7 @@ private:
   Lexer lexer;
   Token current;
   unsigned depth = 0;
+  unsigned operands = 0;
 };
 
 // ---- Type checker ----
@@ -715,6 +753,7 @@ ParseResult parse(llvm::StringRef text, Role role, const std::vector<InputDecl> 
   ParseResult result;
   Parser parser(text);
   SyntaxPtr syntax = parser.parseAll();
+  result.nodes = parser.nodes;
   if (!syntax) {
     assert(parser.error && "the parser fails only with an error");
     result.errors.push_back({parser.error->offset, parser.error->message});

@@ -53,12 +53,15 @@ struct ParseError {
 struct ParseResult {
   ExprPtr root; // null when there are errors
   std::vector<ParseError> errors;
+  // Syntax nodes read (operands, operators, calls), for the per-spec limit (Limits.h).
+  unsigned nodes = 0;
 };
 
 // Maps a byte offset in the expression text to its place in the spec file (for node locations).
 using LocateFn = llvm::function_ref<SourceLoc(size_t offset)>;
 
-// Parses and type-checks `text`. Reports the first syntax error, or every type error found.
+// Parses and type-checks `text`. Reports the first syntax error, or every type error found. The
+// expression's operands and depth are bounded (Limits.h): every walk of the tree may recurse.
 ParseResult parse(llvm::StringRef text, Role role, const std::vector<InputDecl> &inputs,
                   LocateFn locate = nullptr);
 

@@ -2,11 +2,14 @@
 // the builtin masks and scores written out as expressions, and the builder itself.
 #include "compiler/Spec/Spec.h"
 #include "compiler/Spec/Expr.h"
+#include "compiler/Spec/Limits.h"
 #include "compiler/Spec/SpecCheck.h"
+#include "attnc/common/params.h"
 #include "attnc/common/philox.h"
 
 #include "llvm/ADT/StringExtras.h"
 
+#include <cfloat>
 #include <climits>
 #include <cmath>
 
@@ -169,8 +172,11 @@ public:
     if (spec.headDimV != spec.headDim)
       checkHeadDim("head_dim_v", spec.headDimV);
     checkHeads();
-    if (spec.scale && !skip("scale") && !(std::isfinite(*spec.scale) && *spec.scale > 0))
-      report("scale", "scale: must be 'auto' or a positive number, got " + formatNumber(*spec.scale));
+    if (spec.scale && !skip("scale") && !isNormalPositiveFloat(*spec.scale))
+      report("scale", std::string("scale: must be 'auto' or a positive number representable "
+                                  "as a normal float32 (") +
+                          kNormalFloatRange + "), got " +
+                          formatNumber(*spec.scale));
     if (!skip("dropout") && !(spec.dropout >= 0 && spec.dropout < 1))
       report("dropout", "dropout: must be in [0, 1), got " + formatNumber(spec.dropout));
     else if (!skip("dropout") && spec.dropout > 0)
@@ -190,6 +196,13 @@ public:
 
 private:
   bool skip(const std::string &field) const { return sites && sites->reported.count(field); }
+
+  // The kernels take scale and softcap as float32: past FLT_MAX they become inf, below FLT_MIN a
+  // subnormal that loses precision or 0.
+  static constexpr const char *kNormalFloatRange = "1.17549435e-38 to 3.40282347e+38";
+  static bool isNormalPositiveFloat(double value) {
+    return std::isfinite(value) && value >= FLT_MIN && value <= FLT_MAX;
+  }
 
   // The kernels drop with probability round(256 p) / 256 (the float p, templates/attnc/common/
   // philox.h dropoutSteps): a p that rounds to 0 or to 1 there cannot be what was meant.
@@ -234,7 +247,11 @@ private:
   void checkName() {
     if (skip("name"))
       return;
-    if (!isIdentifier(spec.name))
+    if (spec.name.size() > limits::kMaxNameLength)
+      report("name", "name: must be at most " + std::to_string(limits::kMaxNameLength) +
+                         " characters (it stems the kernels' C symbols), got " +
+                         std::to_string(spec.name.size()));
+    else if (!isIdentifier(spec.name))
       report("name", "name: must be an identifier ([A-Za-z_][A-Za-z0-9_]*; it names the kernel "
                      "symbols), got '" + spec.name + "'");
   }
@@ -273,14 +290,23 @@ private:
   bool checkInputs() {
     bool ok = true;
     std::set<std::string> seen;
-    for (const InputDecl &input : spec.inputs) {
+    for (size_t i = 0; i < spec.inputs.size(); ++i) {
+      const InputDecl &input = spec.inputs[i];
       std::string field = "inputs." + input.name;
       if (skip(field) || skip(field + ".dtype") || skip(field + ".dims")) {
         ok = false;
         continue;
       }
       size_t before = diags.size();
-      if (!isIdentifier(input.name))
+      if (i == size_t(attnc::kMaxInputs))
+        report(field, "inputs: at most " + std::to_string(attnc::kMaxInputs) +
+                          " inputs (the kernels' parameter block holds that many), got " +
+                          std::to_string(spec.inputs.size()));
+      if (input.name.size() > limits::kMaxInputNameLength)
+        report(field, "inputs: an input name must be at most " +
+                          std::to_string(limits::kMaxInputNameLength) + " characters, got " +
+                          std::to_string(input.name.size()));
+      else if (!isIdentifier(input.name))
         report(field, "inputs: input name must be an identifier, got '" + input.name + "'");
       else if (expr::isReservedName(input.name))
         report(field, "inputs: '" + input.name +
@@ -328,6 +354,14 @@ private:
       return placeAt(offset).loc;
     };
     expr::ParseResult result = expr::parse(text, role, spec.inputs, locate);
+    exprNodes += result.nodes;
+    if (result.errors.empty() && exprNodes > limits::kMaxSpecExprNodes) {
+      result.errors.push_back(
+          {0, "the mask and score expressions have more than " +
+                  std::to_string(limits::kMaxSpecExprNodes) +
+                  " operands and operators together (" + std::to_string(exprNodes) + ")"});
+      result.root = nullptr;
+    }
     for (const expr::ParseError &error : result.errors) {
       Diagnostic diag = at(field, field + ": " + error.message);
       if (!sites && !isBuiltin) {
@@ -399,9 +433,10 @@ private:
     case ScoreSpec::None:
       return;
     case ScoreSpec::Softcap:
-      if (!(std::isfinite(score.softcap) && score.softcap > 0))
-        return report("score", "score: softcap must be a positive number, got " +
-                                   formatNumber(score.softcap));
+      if (!isNormalPositiveFloat(score.softcap))
+        return report("score", std::string("score: softcap must be a positive number "
+                                           "representable as a normal float32 (") +
+                                   kNormalFloatRange + "), got " + formatNumber(score.softcap));
       break;
     case ScoreSpec::Alibi:
       if (!score.alibiSlopes.empty()) {
@@ -433,6 +468,7 @@ private:
   Spec &spec;
   const SpecSites *sites;
   Diagnostics &diags;
+  unsigned exprNodes = 0; // syntax nodes of the expressions checked so far (mask, then score)
 };
 
 } // namespace

@@ -2,6 +2,7 @@
 // so every value keeps its exact position, for errors that point at the offending text; then hands
 // the value checks to detail::checkSpec, which the C++ builder shares.
 #include "compiler/Spec/Expr.h"
+#include "compiler/Spec/Limits.h"
 #include "compiler/Spec/Spec.h"
 #include "compiler/Spec/SpecCheck.h"
 
@@ -13,9 +14,15 @@
 #include "llvm/Support/YAMLParser.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <set>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace attnc {
 
@@ -89,8 +96,11 @@ private:
   const char *start(yaml::Node *node) const { return node->getSourceRange().Start.getPointer(); }
 
   Place placeOf(yaml::Node *node, yaml::Node *fallback = nullptr) const {
-    // A missing value's position is wherever the parser stopped; its key says more.
-    const char *ptr = node && !(fallback && llvm::isa<yaml::NullNode>(node)) ? start(node) : nullptr;
+    // A missing value's position is wherever the parser stopped, and an alias's is past it: its
+    // key says more.
+    bool vague = llvm::isa_and_nonnull<yaml::NullNode>(node) ||
+                 llvm::isa_and_nonnull<yaml::AliasNode>(node);
+    const char *ptr = node && !(fallback && vague) ? start(node) : nullptr;
     if (!source.contains(ptr) && fallback)
       ptr = start(fallback);
     return source.place(ptr);
@@ -698,41 +708,124 @@ struct YamlErrorSink {
   }
 };
 
+// A conservative bound on the nesting of YAML text, found without parsing it: on each line, the
+// indentation levels open above it plus the block indicators (`- `, `? `, `: `) that open a
+// collection on the line itself, plus the flow brackets open at each '[' or '{' (counted inside
+// quotes too: that only makes the bound stricter). Returns where the bound first exceeds
+// kMaxYamlNesting, or null.
+const char *findDeepNesting(llvm::StringRef text) {
+  std::vector<size_t> indents; // columns of the open indentation levels
+  unsigned flow = 0;
+  size_t lineStart = 0;
+  while (lineStart < text.size()) {
+    size_t lineEnd = text.find('\n', lineStart);
+    if (lineEnd == llvm::StringRef::npos)
+      lineEnd = text.size();
+    llvm::StringRef line = text.slice(lineStart, lineEnd);
+    size_t indent = line.find_first_not_of(' ');
+    bool blank = indent == llvm::StringRef::npos ||
+                 line.substr(indent).ltrim(" \t\r").empty() || line[indent] == '#';
+    unsigned depth = unsigned(indents.size());
+    if (!blank && flow == 0) {
+      while (!indents.empty() && indents.back() > indent)
+        indents.pop_back();
+      if (indents.empty() || indents.back() < indent)
+        indents.push_back(indent);
+      depth = unsigned(indents.size());
+      // `- - - x` and `? ? ? x` open one collection per indicator.
+      size_t pos = indent;
+      while (pos < line.size() && llvm::StringRef("-?:").contains(line[pos]) &&
+             (pos + 1 == line.size() || llvm::StringRef(" \t\r").contains(line[pos + 1]))) {
+        if (++depth > limits::kMaxYamlNesting)
+          return line.data() + pos;
+        pos = line.find_first_not_of(" \t\r", pos + 1);
+        if (pos == llvm::StringRef::npos)
+          break;
+      }
+      // `key: ? ? ? x`: a complex key opens a mapping wherever it stands (and `?` has no other
+      // use in a spec: expressions write conditionals with where()).
+      for (; pos < line.size(); ++pos)
+        if (line[pos] == '?' && pos > 0 && llvm::StringRef(" \t").contains(line[pos - 1]) &&
+            (pos + 1 == line.size() || llvm::StringRef(" \t\r").contains(line[pos + 1])) &&
+            ++depth > limits::kMaxYamlNesting)
+          return line.data() + pos;
+    }
+    if (depth > limits::kMaxYamlNesting)
+      return line.data() + (blank ? 0 : indent);
+    for (const char &c : line) {
+      if (c == '[' || c == '{') {
+        if (depth + ++flow > limits::kMaxYamlNesting)
+          return &c;
+      } else if ((c == ']' || c == '}') && flow > 0) {
+        --flow;
+      }
+    }
+    lineStart = lineEnd + 1;
+  }
+  return nullptr;
+}
+
+// Parses the whole of `node` (llvm::yaml parses lazily, as nodes are visited), descending no
+// deeper than kMaxYamlNesting: returns false with `deep` set to the first node past it. Aliases
+// are not followed, so an alias bomb costs its text's length.
+bool walkBounded(yaml::Node *node, unsigned depth, yaml::Node *&deep) {
+  if (!node)
+    return true;
+  if (depth > limits::kMaxYamlNesting) {
+    deep = node;
+    return false;
+  }
+  if (auto *mapping = llvm::dyn_cast<yaml::MappingNode>(node)) {
+    for (yaml::KeyValueNode &entry : *mapping)
+      if (!walkBounded(entry.getKey(), depth + 1, deep) ||
+          !walkBounded(entry.getValue(), depth + 1, deep))
+        return false;
+  } else if (auto *sequence = llvm::dyn_cast<yaml::SequenceNode>(node)) {
+    for (yaml::Node &item : *sequence)
+      if (!walkBounded(&item, depth + 1, deep))
+        return false;
+  }
+  return true;
+}
+
 } // namespace
 
 std::optional<Spec> parseSpecText(llvm::StringRef text, llvm::StringRef fileName,
                                   Diagnostics &diags) {
   SourceText source(text, fileName);
-  // LLVM's YAML parser recurses once per nesting level, so absurd nesting would overflow the stack
-  // instead of failing. No spec comes near these limits.
-  constexpr size_t kMaxSpecBytes = 1 << 20;
-  constexpr int kMaxFlowNesting = 1000;
-  if (text.size() > kMaxSpecBytes) {
+  if (text.size() > limits::kMaxSpecBytes) {
     diags.push_back(Diagnostic{SourceLoc{fileName.str(), 0, 0},
-                               "spec is larger than 1 MiB; this is not a spec file", "", ""});
+                               "spec is larger than " + std::to_string(limits::kMaxSpecBytes) +
+                                   " bytes; this is not a spec file",
+                               "", ""});
     return std::nullopt;
   }
-  int depth = 0; // counted over quotes too: only makes the guard stricter
-  for (const char &c : text) {
-    depth += (c == '[' || c == '{') ? 1 : (c == ']' || c == '}') ? -1 : 0;
-    depth = std::max(depth, 0);
-    if (depth > kMaxFlowNesting) {
-      Place place = source.place(&c);
-      diags.push_back(Diagnostic{place.loc, "invalid YAML: nested more than " +
-                                                std::to_string(kMaxFlowNesting) + " levels deep",
-                                 place.sourceLine, ""});
-      return std::nullopt;
-    }
-  }
-  // First pass: syntax only. The node walk below runs on a document known to be well-formed, so it
-  // never sees the partial nodes LLVM builds after a syntax error.
+  auto tooDeep = [&](const char *at) {
+    Place place = source.place(at);
+    diags.push_back(Diagnostic{place.loc, "invalid YAML: nested more than " +
+                                              std::to_string(limits::kMaxYamlNesting) +
+                                              " levels deep",
+                               place.sourceLine, ""});
+    return std::nullopt;
+  };
+  // LLVM's YAML parser recurses once per nesting level, so absurd nesting would overflow the stack
+  // instead of failing: reject it before the parser sees it.
+  if (const char *at = findDeepNesting(text))
+    return tooDeep(at);
+  // First pass: syntax and nesting only. The node walk below runs on a document known to be
+  // well-formed and shallow, so it never sees the partial nodes LLVM builds after a syntax error.
   {
     YamlErrorSink sink{&source, {}};
     llvm::SourceMgr sourceMgr;
     sourceMgr.setDiagHandler(&YamlErrorSink::handle, &sink);
     yaml::Stream stream(text, sourceMgr, /*ShowColors=*/false);
-    for (auto document = stream.begin(); document != stream.end(); ++document)
-      document->skip();
+    for (auto document = stream.begin(); document != stream.end(); ++document) {
+      yaml::Node *deep = nullptr;
+      if (!walkBounded(document->getRoot(), 1, deep) && deep && sink.diags.empty())
+        return tooDeep(deep->getSourceRange().Start.getPointer());
+      if (deep || !sink.diags.empty())
+        break;
+    }
     if (!sink.diags.empty() || stream.failed()) {
       if (sink.diags.empty())
         sink.diags.push_back(Diagnostic{SourceLoc{fileName.str(), 1, 1}, "invalid YAML", "", ""});
@@ -759,14 +852,53 @@ std::optional<Spec> parseSpecText(llvm::StringRef text, llvm::StringRef fileName
 }
 
 std::optional<Spec> parseSpecFile(llvm::StringRef path, Diagnostics &diags) {
-  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
-      llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
-  if (!buffer) {
-    diags.push_back(Diagnostic{SourceLoc{path.str(), 0, 0},
-                               "cannot read spec file: " + buffer.getError().message(), "", ""});
+  auto fail = [&](const std::string &message) {
+    diags.push_back(Diagnostic{SourceLoc{path.str(), 0, 0}, message, "", ""});
     return std::nullopt;
+  };
+  // Non-blocking, so that opening a FIFO nobody writes to returns at once instead of hanging.
+  int fd = ::open(path.str().c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    return fail("cannot read spec file: " + std::string(std::strerror(errno)));
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat info;
+  if (::fstat(fd, &info) != 0)
+    return fail("cannot read spec file: " + std::string(std::strerror(errno)));
+  if (S_ISDIR(info.st_mode))
+    return fail("cannot read spec file: it is a directory");
+  // A pipe (`<(...)`, a FIFO) is read to its end; devices such as /dev/zero never end.
+  if (!S_ISREG(info.st_mode) && !S_ISFIFO(info.st_mode))
+    return fail("cannot read spec file: not a regular file or a pipe");
+  if (S_ISREG(info.st_mode) && uint64_t(info.st_size) > limits::kMaxSpecBytes)
+    return fail("spec is larger than " + std::to_string(limits::kMaxSpecBytes) +
+                " bytes; this is not a spec file");
+  if (S_ISFIFO(info.st_mode))
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  // At most one byte past the limit: enough to tell a file that grew past it (or a pipe that
+  // never ends) without reading it whole.
+  std::string text(S_ISREG(info.st_mode) ? size_t(info.st_size) + 1 : size_t(4096), '\0');
+  size_t size = 0;
+  while (true) {
+    if (size == text.size()) {
+      if (size > limits::kMaxSpecBytes)
+        return fail("spec is larger than " + std::to_string(limits::kMaxSpecBytes) +
+                    " bytes; this is not a spec file");
+      text.resize(std::min(2 * size, limits::kMaxSpecBytes + 1));
+    }
+    ssize_t got = ::read(fd, &text[size], text.size() - size);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got < 0)
+      return fail("cannot read spec file: " + std::string(std::strerror(errno)));
+    if (got == 0)
+      break;
+    size += size_t(got);
   }
-  return parseSpecText((*buffer)->getBuffer(), path, diags);
+  text.resize(size);
+  return parseSpecText(text, path, diags);
 }
 
 } // namespace attnc

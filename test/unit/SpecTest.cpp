@@ -374,7 +374,8 @@ TEST(SpecBuilder, DiagnosticsNameTheSpecAndField) {
   for (const char *expected :
        {"spec '1x': error: name: must be an identifier", "heads.kv: must divide heads.q (6)",
         "dropout: must be in [0, 1), got 1", "mask: window must be in [1, 2147483647], got 0",
-        "score: softcap must be a positive number, got -1", "inputs: 'q' is a reserved name",
+        "score: softcap must be a positive number representable as a normal float32 "
+        "(1.17549435e-38 to 3.40282347e+38), got -1", "inputs: 'q' is a reserved name",
         "inputs.q.dtype: must be i32 or f32, got i1", "inputs.q.dims: needs at least one"})
     EXPECT_NE(all.find(expected), std::string::npos) << expected << "\nin\n" << all;
 }
@@ -511,7 +512,7 @@ TEST(Expr, ErrorsPointAtTheToken) {
   EXPECT_EQ(first("q > k", expr::Role::Score), "0: a score expression must be a number (f32), got a "
                                                "boolean (i1); to drop elements use 'mask:'");
   EXPECT_EQ(first(std::string(300, '(') + "q" + std::string(300, ')')).substr(0, 30),
-            "200: expression nested too dee");
+            "64: expression nested too deep");
 
   // Type errors in independent subtrees are all reported.
   expr::ParseResult several = expr::parse("zz > 0 && q + true > 0 && !k", expr::Role::Mask, inputs);

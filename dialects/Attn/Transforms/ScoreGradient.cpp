@@ -53,9 +53,9 @@ public:
       out = add(mul(d(0), y), mul(x, d(1)));
     } else if (name == "arith.divf") {  // (x' y - x y') / y^2
       out = div(sub(mul(d(0), y), mul(x, d(1))), mul(y, y));
-    } else if (name == "arith.remf") {  // x - y trunc(x / y): x' while y does not depend on s
-      if (d(1)) return fail(op, "a remainder by a divisor that depends on the score", error);
-      out = d(0);
+    } else if (name == "arith.remf") {  // x - y trunc(x / y): x' - y' trunc(x / y)
+      // trunc(x / y) as (x - result) / y: the emitted hooks have no trunc, and fmod is exact.
+      out = d(1) ? sub(d(0), mul(d(1), div(sub(x, result), y))) : d(0);
     } else if (name == "arith.minnumf" || name == "arith.maxnumf") {
       // The derivative of the operand that is chosen: the first on ties, and whichever is not
       // NaN (minnumf/maxnumf, like fminf/fmaxf, return the other operand for a NaN).

@@ -463,6 +463,12 @@ ATTNC_HD Tri select(Tri c, bool a, bool b) { return select(c, tri(a), tri(b)); }
 ATTNC_HD IntI select(bool c, IntI a, IntI b) { return c ? a : b; }
 ATTNC_HD FltI select(bool c, FltI a, FltI b) { return c ? a : b; }
 ATTNC_HD Tri select(bool c, Tri a, Tri b) { return c ? a : b; }
+// Branches that do not depend on the tile stay plain values. Without these, int and float
+// branches under a Tri condition would convert to bool and select booleans.
+ATTNC_HD IntI select(Tri c, int a, int b) { return select(c, IntI(a), IntI(b)); }
+ATTNC_HD FltI select(Tri c, float a, float b) { return select(c, FltI(a), FltI(b)); }
+ATTNC_HD Tri select(bool c, bool a, Tri b) { return c ? tri(a) : b; }
+ATTNC_HD Tri select(bool c, Tri a, bool b) { return c ? a : tri(b); }
 
 // The value a generated mask returns: bool per element, Tri over a tile (a mask that does not
 // depend on the tile at all still yields a plain bool, which becomes a definite Tri).
