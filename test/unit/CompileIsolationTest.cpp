@@ -82,7 +82,7 @@ TEST(ChildProcess, ChildrenOfSeveralThreadsDoNotWaitForEachOther) {
   std::optional<ChildOutcome> slow;
   std::thread slowThread([&] {
     slow = runInChild([]() -> std::string {
-      ::sleep(2);
+      ::sleep(3);
       return "slow";
     }, Clock::now() + std::chrono::seconds(30));
   });
@@ -92,7 +92,7 @@ TEST(ChildProcess, ChildrenOfSeveralThreadsDoNotWaitForEachOther) {
     ASSERT_EQ(quick.end, ChildOutcome::End::Finished);
     EXPECT_EQ(quick.payload, std::to_string(i));
   }
-  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 1.5);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 2.0);
   slowThread.join();
   ASSERT_TRUE(slow);
   EXPECT_EQ(slow->payload, "slow");
@@ -266,7 +266,7 @@ TEST(JitTimeout, StopsNvrtcMidCompile) {
   EXPECT_EQ(status.message, "compiling 'budget_plain' for sm_90a took longer than 0.5 s "
                             "(ATTNC_COMPILE_TIMEOUT / JitOptions::compileTimeoutSeconds)");
   EXPECT_GE(seconds, 0.5);
-  EXPECT_LT(seconds, 2.0);
+  EXPECT_LT(seconds, 5.0);
 }
 
 TEST(JitTimeout, EnvironmentTimeoutAppliesAndBadValuesAreErrors) {
