@@ -79,10 +79,12 @@ std::vector<int> entryGroups(const CompiledKernel& source, bool deferred) {
 // threads of their own: a kernel then compiles in about the time of its costliest program rather
 // than the sum (docs/runtime.md). Each entry's code is the same as in the whole unit's cubin.
 // Programs no thread can be started for compile one after another.
+// Each program's NVRTC runs under `limits` (in a child process; the compile's deadline).
 std::vector<NvrtcResult> compileEntryGroups(Nvrtc& nvrtc, const std::string& cuda,
                                             const std::vector<int>& groups, const std::string& name,
                                             const std::string& arch,
-                                            const std::vector<std::string>& extra) {
+                                            const std::vector<std::string>& extra,
+                                            const NvrtcLimits& limits) {
   std::vector<unsigned> masks;
   if (!groups.empty())
     masks = packEntryGroups(groups, std::max(1u, std::thread::hardware_concurrency()));
@@ -91,7 +93,7 @@ std::vector<NvrtcResult> compileEntryGroups(Nvrtc& nvrtc, const std::string& cud
   auto compileProgram = [&](size_t i) {
     std::vector<std::string> options = extra;
     if (!masks.empty()) options.push_back("-DATTNC_ENTRY_GROUPS=" + std::to_string(masks[i]));
-    results[i] = nvrtc.compile(cuda, name + ".cu", embeddedTemplates(), arch, options);
+    results[i] = nvrtc.compile(cuda, name + ".cu", embeddedTemplates(), arch, options, limits);
   };
   std::vector<std::thread> threads;
   size_t inline_ = programs;  // the first program not given a thread
@@ -163,13 +165,21 @@ std::string cacheKey(const std::string& cuda, const Nvrtc& nvrtc, const Target& 
   return llvm::toHex(digest, /*LowerCase=*/true);
 }
 
-// The first program that failed, as the JIT reports it; success when none did.
-Status nvrtcFailure(const std::vector<NvrtcResult>& results, const std::string& name) {
+// The first program that failed, as the JIT reports it (describeNvrtcFailure); success when none
+// did.
+Status nvrtcFailure(const std::vector<NvrtcResult>& results, const std::string& name,
+                    const std::string& arch, const NvrtcLimits& limits) {
   for (const NvrtcResult& result : results)
     if (!result.ok)
-      return Status::error("NVRTC failed to compile the kernel for '" + name +
-                           "' (a bug in attnc):\n" + result.log);
+      return Status::error(describeNvrtcFailure(result, name, arch, limits.timeoutSeconds));
   return Status::success();
+}
+
+// Whether ptxas ran out of registers in one of the programs (a smaller tile may fit).
+bool outOfRegisters(const std::vector<NvrtcResult>& results) {
+  return std::any_of(results.begin(), results.end(), [](const NvrtcResult& result) {
+    return ptxasOutOfRegisters(result);
+  });
 }
 
 // A cache entry of compiled programs: the first program's module, then the others' (moreModules).
@@ -228,21 +238,25 @@ Status cachedOrBuilt(const std::string& cacheDir, const std::string& key,
 // The build of a kernel's deferred entry groups (Kernel::compileDeferred): its own NVRTC programs,
 // through the disk cache in `cacheDir` ("" for none) under a key of their own. It holds copies of
 // what it needs (the kernel may outlive the JitCompiler); the Nvrtc lives as long as the process.
-// The entry holds the kernel's metadata, which a hit must match.
+// The entry holds the kernel's metadata, which a hit must match. It gets a compile timeout of its
+// own, `timeoutSeconds` from when it runs (0: none).
 DeferredBuild deferredBuild(Nvrtc& nvrtc, std::string cuda, std::vector<int> groups,
                             const Spec& spec, const Target& target,
                             std::vector<std::string> extra, KernelMetadata metadata,
-                            std::string cacheDir, std::shared_ptr<CacheWarning> warning) {
+                            std::string cacheDir, std::shared_ptr<CacheWarning> warning,
+                            double timeoutSeconds) {
   std::string key = cacheKey(cuda, nvrtc, target, /*withBackward=*/true, extra, groups,
                              entryFacts(spec, metadata));
   return [&nvrtc, cuda = std::move(cuda), groups = std::move(groups), name = spec.name,
           arch = target.name, extra = std::move(extra), metadata = std::move(metadata),
-          cacheDir = std::move(cacheDir), key = std::move(key),
-          warning = std::move(warning)](std::vector<ModuleCode>* modules) {
+          cacheDir = std::move(cacheDir), key = std::move(key), warning = std::move(warning),
+          timeoutSeconds](std::vector<ModuleCode>* modules) {
     auto build = [&](CacheEntry* entry) {
       ++nvrtcRuns;
-      std::vector<NvrtcResult> results = compileEntryGroups(nvrtc, cuda, groups, name, arch, extra);
-      if (Status failed = nvrtcFailure(results, name); !failed) return failed;
+      const NvrtcLimits limits = NvrtcLimits::within(timeoutSeconds);
+      std::vector<NvrtcResult> results =
+          compileEntryGroups(nvrtc, cuda, groups, name, arch, extra, limits);
+      if (Status failed = nvrtcFailure(results, name, arch, limits); !failed) return failed;
       fillEntry(entry, metadata, results);
       return Status::success();
     };
@@ -293,6 +307,12 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
     if (status) *status = Status::error(std::move(message));
     return Kernel();
   };
+  // One deadline for the whole compile: every program, the spill fallback's retries.
+  double timeoutSeconds = impl_->options.compileTimeoutSeconds;
+  if (std::string error;
+      timeoutSeconds <= 0 && !compileTimeoutFromEnvironment(&timeoutSeconds, &error))
+    return fail("cannot compile '" + spec.name + "': " + error);
+  const NvrtcLimits limits = NvrtcLimits::within(timeoutSeconds);
   Diagnostics diags;
   std::optional<CompiledKernel> source;
   CompileOptions options;
@@ -328,12 +348,23 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
   const auto compileNow = [&](const CompiledKernel& from) {
     ++nvrtcRuns;
     return compileEntryGroups(*nvrtc, from.cuda, entryGroups(from, false), spec.name, target.name,
-                              extra);
+                              extra, limits);
   };
 
   auto build = [&](CacheEntry* entry) {
     std::vector<NvrtcResult> results = compileNow(*source);
-    if (Status failed = nvrtcFailure(results, spec.name); !failed) return failed;
+    // ptxas out of registers: the spill fallback's smaller tiles first, then the error.
+    while (outOfRegisters(results)) {
+      CompileOptions retried;
+      std::optional<CompiledKernel> again = nextCandidate(*source, options, &retried);
+      if (!again) break;
+      std::vector<NvrtcResult> retriedResults = compileNow(*again);
+      source = std::move(again);
+      results = std::move(retriedResults);
+      options = retried;
+    }
+    if (Status failed = nvrtcFailure(results, spec.name, target.name, limits); !failed)
+      return failed;
     // The spill fallback (Pipeline.h) on the forward entry's report: the kernel cached under this
     // spec's key is the first derived tile that does not spill (or the last one tried).
     // Then the backward spill fallback on the entries it watches (Pipeline.h).
@@ -344,7 +375,10 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
         std::optional<CompiledKernel> again = nextCandidate(*source, options, &retried, backwardKV);
         if (!again) break;
         std::vector<NvrtcResult> retriedResults = compileNow(*again);
-        if (!nvrtcFailure(retriedResults, spec.name)) break;
+        if (std::any_of(retriedResults.begin(), retriedResults.end(),
+                        [](const NvrtcResult& r) { return r.end == NvrtcEnd::TimedOut; }))
+          return nvrtcFailure(retriedResults, spec.name, target.name, limits);
+        if (!nvrtcFailure(retriedResults, spec.name, target.name, limits)) break;
         source = std::move(again);
         results = std::move(retriedResults);
         options = retried;
@@ -405,7 +439,7 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
   if (withBackward && !entryGroups(*source, true).empty())
     KernelAccess::setDeferred(
         kernel, deferredBuild(*nvrtc, source->cuda, entryGroups(*source, true), spec, target, extra,
-                              entry.metadata, cacheDir, impl_->cacheWarning));
+                              entry.metadata, cacheDir, impl_->cacheWarning, timeoutSeconds));
   return kernel;
 }
 

@@ -188,11 +188,21 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
   }
   NvrtcResult result = nvrtc->compile(
       kernel.cuda, spec.name + ".cu", embeddedTemplates(), target.name,
-      options.ptxasNotesInLog ? std::vector<std::string>{kPtxasOneThread} : std::vector<std::string>{});
+      options.ptxasNotesInLog ? std::vector<std::string>{kPtxasOneThread} : std::vector<std::string>{},
+      options.nvrtc);
   kernel.nvrtcLog = result.log;
   kernel.nvrtcSeconds = result.compileSeconds;
   if (!result.ok) {
-    failure.message = "NVRTC failed to compile the generated kernel (a bug in attnc):\n" + result.log;
+    // ptxas out of registers: the spill fallback's smaller tile, if there is one, may fit.
+    // (its failure, if it fails too, is the one reported)
+    if (ptxasOutOfRegisters(result))
+      if (std::optional<CompileOptions> retry = spillRetry(spec, target, options, kernel)) {
+        std::optional<CompiledKernel> again = compile(spec, target, stage, *retry, diags);
+        if (again) again->nvrtcSeconds += kernel.nvrtcSeconds;
+        return again;
+      }
+    failure.message =
+        describeNvrtcFailure(result, spec.name, target.name, options.nvrtc.timeoutSeconds);
     diags.push_back(failure);
     return std::nullopt;
   }

@@ -38,6 +38,9 @@ struct CompileOptions {
   // then writes its notes into NVRTC's log, among them the one that it serialized an entry's wgmma
   // instructions (ResourceUsage::wgmmaSerialized), which its threads print to stderr instead.
   bool ptxasNotesInLog = false;
+  // How NVRTC runs (in a child process by default) and the compile's deadline, which the spill
+  // fallback's retries share.
+  NvrtcLimits nvrtc;
 };
 
 struct TileSummary {

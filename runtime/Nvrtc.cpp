@@ -1,9 +1,13 @@
 #include "runtime/Nvrtc.h"
 
+#include "runtime/ChildProcess.h"
 #include "runtime/DynamicLibrary.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -250,9 +254,9 @@ Nvrtc* Nvrtc::get(std::string* error) {
   return loaded.nvrtc.get();
 }
 
-NvrtcResult Nvrtc::compile(const std::string& source, const std::string& name,
-                           const std::vector<EmbeddedFile>& headers, const std::string& arch,
-                           const std::vector<std::string>& extraOptions) {
+NvrtcResult Nvrtc::compileHere(const std::string& source, const std::string& name,
+                               const std::vector<EmbeddedFile>& headers, const std::string& arch,
+                               const std::vector<std::string>& extraOptions) {
   NvrtcResult result;
   auto start = std::chrono::steady_clock::now();
   auto fail = [&](const char* what, Api::Result status) {
@@ -334,9 +338,190 @@ NvrtcResult Nvrtc::compile(const std::string& source, const std::string& name,
     result.resources = parsePtxasInfo(result.log);
   }
   api_->destroyProgram(&program);
+  result.end = result.ok ? NvrtcEnd::Compiled : NvrtcEnd::Failed;
   result.compileSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
+}
+
+namespace {
+
+// A compile's result through the child's pipe: whether it compiled, then the log, the PTX and the
+// CUBIN, each an 8-byte length and its bytes. The resource report is parsed again from the log.
+void appendField(std::string* to, const char* data, size_t size) {
+  const uint64_t length = size;
+  to->append(reinterpret_cast<const char*>(&length), sizeof length);
+  to->append(data, size);
+}
+
+std::string encodeResult(const NvrtcResult& result) {
+  std::string bytes(1, result.ok ? '1' : '0');
+  appendField(&bytes, result.log.data(), result.log.size());
+  appendField(&bytes, result.ptx.data(), result.ptx.size());
+  appendField(&bytes, result.cubin.data(), result.cubin.size());
+  return bytes;
+}
+
+bool decodeResult(const std::string& bytes, NvrtcResult* result) {
+  size_t at = 1;
+  auto field = [&](auto* into) {
+    uint64_t length = 0;
+    if (bytes.size() - at < sizeof length) return false;
+    std::memcpy(&length, bytes.data() + at, sizeof length);
+    at += sizeof length;
+    if (bytes.size() - at < length) return false;
+    into->assign(bytes.data() + at, bytes.data() + at + length);
+    at += length;
+    return true;
+  };
+  if (bytes.empty()) return false;
+  result->ok = bytes[0] == '1';
+  result->end = result->ok ? NvrtcEnd::Compiled : NvrtcEnd::Failed;
+  return field(&result->log) && field(&result->ptx) && field(&result->cubin) && at == bytes.size();
+}
+
+// The last lines of a log, at most this many bytes of it, for a message: ptxas's fatal lines come
+// last, and a whole log can be megabytes.
+constexpr size_t kLogTailBytes = 4096;
+
+std::string logTail(const std::string& log) {
+  if (log.size() <= kLogTailBytes) return log;
+  size_t from = log.find('\n', log.size() - kLogTailBytes);
+  return "...\n" + log.substr(from == std::string::npos ? log.size() - kLogTailBytes : from + 1);
+}
+
+}  // namespace
+
+NvrtcResult Nvrtc::compile(const std::string& source, const std::string& name,
+                           const std::vector<EmbeddedFile>& headers, const std::string& arch,
+                           const std::vector<std::string>& extraOptions,
+                           const NvrtcLimits& limits) {
+  const auto start = std::chrono::steady_clock::now();
+  auto pastDeadline = [&] {
+    return limits.deadline && std::chrono::steady_clock::now() > *limits.deadline;
+  };
+  NvrtcResult result;
+  if (!limits.isolate) {
+    result = compileHere(source, name, headers, arch, extraOptions);
+    if (pastDeadline()) result = NvrtcResult{false, NvrtcEnd::TimedOut};
+    result.compileSeconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return result;
+  }
+  if (limits.deadline && pastDeadline()) {
+    result.end = NvrtcEnd::TimedOut;
+    return result;
+  }
+  ChildOutcome child = runInChild(
+      [&] { return encodeResult(compileHere(source, name, headers, arch, extraOptions)); },
+      limits.deadline);
+  switch (child.end) {
+    case ChildOutcome::End::Finished:
+      if (!decodeResult(child.payload, &result)) {
+        result = NvrtcResult();
+        result.end = NvrtcEnd::Crashed;
+        result.crash = "a malformed result";
+      }
+      break;
+    case ChildOutcome::End::Signaled:
+      result.end = NvrtcEnd::Crashed;
+      result.crash = describeSignal(child.signal);
+      break;
+    case ChildOutcome::End::Exited:
+      result.end = NvrtcEnd::Crashed;
+      result.crash = "exit status " + std::to_string(child.exitStatus);
+      break;
+    case ChildOutcome::End::TimedOut:
+      result.end = NvrtcEnd::TimedOut;
+      break;
+    case ChildOutcome::End::NotStarted:
+      result.end = NvrtcEnd::Failed;
+      result.log = "cannot start a process to compile " + name + " in: " + child.error + "\n";
+      break;
+  }
+  if (result.end == NvrtcEnd::Compiled) {
+    result.resources = parsePtxasInfo(result.log);
+    // ptxas's threads print its notes to standard error (see compileHere's options): passed on
+    // as they would have been printed without the child.
+    if (!child.errorOutput.empty())
+      std::fwrite(child.errorOutput.data(), 1, child.errorOutput.size(), stderr);
+  } else if (!child.errorOutput.empty()) {
+    if (!result.log.empty() && result.log.back() != '\n') result.log += '\n';
+    result.log += child.errorOutput;
+  }
+  result.compileSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+bool ptxasOutOfRegisters(const NvrtcResult& result) {
+  return result.end != NvrtcEnd::Compiled && result.log.find("(C7602)") != std::string::npos;
+}
+
+std::string describeNvrtcFailure(const NvrtcResult& result, const std::string& name,
+                                 const std::string& arch, double timeoutSeconds) {
+  switch (result.end) {
+    case NvrtcEnd::Compiled:
+      return "";
+    case NvrtcEnd::TimedOut: {
+      char seconds[32];
+      std::snprintf(seconds, sizeof seconds, "%g", timeoutSeconds);
+      return "compiling '" + name + "' for " + arch + " took longer than " + seconds +
+             " s (ATTNC_COMPILE_TIMEOUT / JitOptions::compileTimeoutSeconds)";
+    }
+    case NvrtcEnd::Crashed:
+    case NvrtcEnd::Failed:
+      break;
+  }
+  if (ptxasOutOfRegisters(result)) {
+    const size_t at = result.log.find("(C7602)");
+    const size_t end = result.log.find('\n', at);
+    return "'" + name + "': the mask or score expression needs more registers than the " + arch +
+           " kernel has; simplify it (ptxas: " +
+           result.log.substr(at, end == std::string::npos ? end : end - at) + ")";
+  }
+  if (result.end == NvrtcEnd::Crashed)
+    return "NVRTC/ptxas crashed (" + result.crash + ") compiling '" + name + "' for " + arch +
+           (result.log.empty() ? std::string() : ":\n" + logTail(result.log));
+  return "NVRTC failed to compile the kernel for '" + name + "' for " + arch +
+         " (a bug in attnc):\n" + result.log;
+}
+
+bool NvrtcLimits::compileIsolationDefault() {
+  const char* value = std::getenv("ATTNC_COMPILE_ISOLATION");
+  return !(value && std::string(value) == "0");
+}
+
+NvrtcLimits NvrtcLimits::within(double seconds) {
+  NvrtcLimits limits;
+  if (seconds > 0) {
+    limits.timeoutSeconds = seconds;
+    limits.deadline = std::chrono::steady_clock::now() +
+                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                          std::chrono::duration<double>(seconds));
+  }
+  return limits;
+}
+
+// The largest timeout accepted: a bit over 31 years, past which steady_clock's nanoseconds in
+// 64 bits would overflow when added to now.
+constexpr double kMaxTimeoutSeconds = 1e9;
+
+bool compileTimeoutFromEnvironment(double* seconds, std::string* error) {
+  *seconds = 0;
+  const char* value = std::getenv("ATTNC_COMPILE_TIMEOUT");
+  if (!value || !*value) return true;
+  char* end = nullptr;
+  errno = 0;
+  const double parsed = std::strtod(value, &end);
+  if (end == value || *end != '\0' || errno == ERANGE || !std::isfinite(parsed) || parsed < 0 ||
+      parsed > kMaxTimeoutSeconds) {
+    *error = "ATTNC_COMPILE_TIMEOUT: expected a number of seconds from 0 (no limit) to 1e9, got '" +
+             std::string(value) + "'";
+    return false;
+  }
+  *seconds = parsed;
+  return true;
 }
 
 }  // namespace attnc

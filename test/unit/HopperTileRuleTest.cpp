@@ -138,6 +138,30 @@ TEST(HopperTileRule, LightMasksAtHd64TakeWholeTilesOf128Keys) {
   EXPECT_EQ(blockKV(16, 0, 0), 144);
 }
 
+TEST(HopperTileRule, ScoresLargerThanTheRegisterBudgetShrinkTheTile) {
+  // A score of 46 per-element operations (`score + score + ...`, 47 terms) at hd64: its epilogue
+  // (123 registers) leaves three consumers no B_c at all, and two consumers 61 registers. A budget
+  // below zero once wrapped around through unsigned arithmetic into the largest tile (B_c = 256
+  // with three consumers), where ptxas ran out of registers and aborted.
+  const TileTarget target = tileTarget("sm_90a");
+  for (int64_t scoreOps : {40, 46, 60, 100, 400}) {
+    SCOPED_TRACE(testing::Message() << "score ops " << scoreOps);
+    TileProblem problem{64, 64, 2, 0, 0, 0, scoreOps};
+    mlir::FailureOr<TileChoice> choice = deriveTiles(problem, target);
+    if (mlir::failed(choice) || choice->kernel != "sm90") continue;
+    const int64_t consumers = choice->warps / 4 - 1;
+    const int64_t reserve = consumers == 3 ? 24 : 56;  // the smallest the rule takes for each
+    EXPECT_LE(liveRegisters(64, choice->blockKV),
+              attnc::sm90::consumerRegisters(int(consumers)) - reserve - (8 * scoreOps + 2) / 3);
+  }
+  TileProblem problem{64, 64, 2, 0, 0, 0, 46};
+  mlir::FailureOr<TileChoice> choice = deriveTiles(problem, target);
+  ASSERT_TRUE(mlir::succeeded(choice));
+  EXPECT_EQ(choice->kernel, "sm90");
+  EXPECT_EQ(choice->warps, 12);  // two consumers
+  EXPECT_EQ(choice->blockKV, 32);
+}
+
 TEST(HopperTileRule, PlainVariantsOfEveryHeadDimRunTheWgmmaKernel) {
   for (int64_t d = 16; d <= 256; d += 8) {
     mlir::FailureOr<TileChoice> choice = deriveTiles(TileProblem{d, d, 2}, tileTarget("sm_90a"));

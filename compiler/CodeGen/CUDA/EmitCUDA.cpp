@@ -24,6 +24,12 @@ using namespace mlir;
 namespace attnc {
 namespace {
 
+// Operations of a mask or score hook past which it is outlined (a __noinline__ function called per
+// element): at 750 operations (a mask of 250 `(q - k) != c` terms, sm_80) inlined copies took nvcc
+// 24 s and spilled 1.2 KB, outlined 3.8 s without spills; from about 100 operations on, outlining
+// halved the compile. Every example's hooks are far below it and stay inlined.
+constexpr int64_t kOutlinedHookOps = 64;
+
 // The expr.h function for an elementwise op, or empty.
 std::string exprFunction(Operation& op) {
   if (auto cmp = dyn_cast<arith::CmpIOp>(op)) {
@@ -537,9 +543,19 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
      << ";\n\n";
 
   RegionEmitter emitter(os, op.getInputs());
+  // A hook of more than kOutlinedHookOps operations becomes a function of its own (the
+  // _OUTLINED macros of attnc/common/platform.h): inlined, NVVM and ptxas get one copy per element
+  // a thread holds and take time superlinear in the kernel's size.
+  const auto hookDecl = [](Region& region, const char* inlined, const char* outlined) {
+    const bool outline =
+        !region.empty() && int64_t(region.front().getOperations().size()) > kOutlinedHookOps;
+    return outline ? outlined : inlined;
+  };
   os << "  // Keep element (q, k)? With I = IntI: is it kept over a whole tile (True / False / "
         "Unknown)?\n  // P is the launch's parameters (forward or backward).\n";
-  os << "  template <class P, class I>\n  ATTNC_HD static auto mask(const P& p, I b, I h, I q, I k) {\n";
+  os << "  template <class P, class I>\n  "
+     << hookDecl(op.getMask(), "ATTNC_HD", "ATTNC_HD_OUTLINED")
+     << " static auto mask(const P& p, I b, I h, I q, I k) {\n";
   if (op.getMask().empty()) {
     os << "    return ex::mask_result(true, q);\n";
   } else if (failed(emitter.emit(op.getMask(), {"b", "h", "q", "k", "p.q_len", "p.kv_len"},
@@ -557,8 +573,9 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
   }
   os << "  // The score after `scale * q.k`. Q: int, or expr::Pos; S: float, or expr::Scaled "
         "(sm80/epilogue.h).\n";
-  os << "  template <class P, class Q = int, class S = float>\n  ATTNC_DEVICE static float "
-        "score(const P& p, S score, int b, int h, Q q, Q k) {\n";
+  os << "  template <class P, class Q = int, class S = float>\n  "
+     << hookDecl(op.getScore(), "ATTNC_DEVICE", "ATTNC_DEVICE_OUTLINED")
+     << " static float score(const P& p, S score, int b, int h, Q q, Q k) {\n";
   if (op.getScore().empty()) {
     os << "    return score;\n";
   } else if (failed(emitter.emit(op.getScore(),
@@ -569,8 +586,9 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
   os << "  }\n";
   if (backward) {
     os << "\n  // d score(s) / d s, derived by attn-derive-backward.\n";
-    os << "  template <class P, class Q = int, class S = float>\n  ATTNC_DEVICE static float "
-          "score_grad(const P& p, S score, int b, int h, Q q, Q k) {\n";
+    os << "  template <class P, class Q = int, class S = float>\n  "
+       << hookDecl(backward.getScoreGrad(), "ATTNC_DEVICE", "ATTNC_DEVICE_OUTLINED")
+       << " static float score_grad(const P& p, S score, int b, int h, Q q, Q k) {\n";
     RegionEmitter gradEmitter(os, backward.getInputs());
     if (failed(gradEmitter.emit(backward.getScoreGrad(),
                                 {"score", "b", "h", "q", "k", "p.q_len", "p.kv_len"},

@@ -66,7 +66,15 @@ struct Common {
   std::string target = "sm_90a";
   long long blockQ = 0, blockKV = 0;
   bool backward = false;
+  double timeoutSeconds = 0;  // --timeout; 0: $ATTNC_COMPILE_TIMEOUT, else none
 };
+
+// How NVRTC runs for the command: one deadline from now for all of its compiles.
+std::optional<NvrtcLimits> nvrtcLimits(const Common& common, std::string& error) {
+  double seconds = common.timeoutSeconds;
+  if (seconds <= 0 && !compileTimeoutFromEnvironment(&seconds, &error)) return std::nullopt;
+  return NvrtcLimits::within(seconds);
+}
 
 std::optional<std::pair<Spec, Target>> load(const Common& common, Diagnostics& diags,
                                             std::string& error) {
@@ -95,11 +103,14 @@ int runEmitHeader(const Common& common, const std::string& outputDir) {
   if (std::error_code ec = llvm::sys::fs::create_directories(outputDir))
     return failWith("cannot create '" + outputDir + "': " + ec.message());
 
+  std::optional<NvrtcLimits> limits = nvrtcLimits(common, error);
+  if (!limits) return failWith(error);
   Compiler compiler;
   CompileOptions options;
   options.blockQ = common.blockQ;
   options.blockKV = common.blockKV;
   options.backward = common.backward;
+  options.nvrtc = *limits;
   std::vector<CompiledKernel> kernels;
   for (const Target& target : targets) {
     std::optional<CompiledKernel> kernel = compiler.compile(*spec, target, Stage::Binary, options, diags);
@@ -153,12 +164,15 @@ int runCompile(const Common& common, const std::string& emit, const std::string&
   auto loaded = load(common, diags, error);
   if (!loaded) return error.empty() ? fail(diags) : failWith(error);
   auto& [spec, target] = *loaded;
+  std::optional<NvrtcLimits> limits = nvrtcLimits(common, error);
+  if (!limits) return failWith(error);
   Compiler compiler;
   CompileOptions options;
   options.blockQ = common.blockQ;
   options.blockKV = common.blockKV;
   options.backward = common.backward;
   options.ptxasNotesInLog = reportOptions.requirePipelinedWgmma;
+  options.nvrtc = *limits;
   std::optional<CompiledKernel> kernel =
       compiler.compile(spec, target, stages.at(emit), options, diags);
   if (!kernel) return fail(diags);
@@ -211,9 +225,12 @@ int runExplain(const Common& common, long long seqLen, long long kvSeqLen, long 
   if (seqLen < 1 || kvSeqLen < 0 || batch < 1)
     return failWith("--seqlen and --batch must be at least 1");
   if (kvSeqLen == 0) kvSeqLen = seqLen;
+  std::optional<NvrtcLimits> limits = nvrtcLimits(common, error);
+  if (!limits) return failWith(error);
 
   Compiler compiler;
   CompileOptions options;
+  options.nvrtc = *limits;
   options.blockQ = common.blockQ;
   options.blockKV = common.blockKV;
   options.backward = common.backward;
@@ -375,6 +392,10 @@ int main(int argc, char** argv) {
   compile->add_option("--block-kv", compileArgs.blockKV, "Override B_c (experiments only)");
   compile->add_flag("--backward", compileArgs.backward,
                     "Also derive and compile the backward kernels (dQ, dK, dV)");
+  const char* timeoutHelp = "Fail if NVRTC takes longer than this many seconds in all "
+                            "(ptx, cubin, header; default: $ATTNC_COMPILE_TIMEOUT, else no limit)";
+  compile->add_option("--timeout", compileArgs.timeoutSeconds, timeoutHelp)
+      ->check(CLI::Range(0.0, 1e9));
   ReportOptions reportOptions;
   compile->add_flag("--report", reportOptions.report,
                     "Print registers, shared memory, spills and NVRTC time to stderr (ptx, cubin)");
@@ -399,6 +420,8 @@ int main(int argc, char** argv) {
   explain->add_option("--block-kv", explainArgs.blockKV, "Override B_c (experiments only)");
   explain->add_flag("--backward", explainArgs.backward,
                     "Also derive, compile and describe the backward kernels");
+  explain->add_option("--timeout", explainArgs.timeoutSeconds, timeoutHelp)
+      ->check(CLI::Range(0.0, 1e9));
 
   try {
     app.parse(argc, argv);

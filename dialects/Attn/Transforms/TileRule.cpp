@@ -245,7 +245,8 @@ FailureOr<TileChoice> mlir::attn::deriveHopperTiles(const TileProblem& problem,
   // of P V) up to wgmma's largest N, 256.
   int64_t epilogue =
       problem.epilogueRegisters + llvm::divideCeil(kHopperRegistersPer3ScoreOps * problem.scoreOps, 3);
-  auto live = [&](int64_t kv) { return llvm::alignTo(dv, 8) / 2 + kv / 2 + kv / 4; };
+  // (signed: an epilogue larger than the budget makes the budget negative, and no B_c fits it)
+  auto live = [&](int64_t kv) { return int64_t(llvm::alignTo(dv, 8)) / 2 + kv / 2 + kv / 4; };
   auto registerFitFor = [&](int64_t consumers, int64_t reserve, int64_t kv) {
     const int64_t budget = hopperConsumerRegisters(consumers) - reserve - epilogue;
     while (kv > 16 && live(kv) > budget) kv -= 16;

@@ -2,12 +2,18 @@
 // (the compiler includes expr.h on the host to classify blocks with the very same code).
 #pragma once
 
+// The _OUTLINED forms are for the generated mask and score hooks of long expressions: a function of
+// its own, called per element, rather than one inlined copy per element a thread holds.
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #define ATTNC_HD __host__ __device__ __forceinline__
 #define ATTNC_DEVICE __device__ __forceinline__
+#define ATTNC_HD_OUTLINED __host__ __device__ __noinline__
+#define ATTNC_DEVICE_OUTLINED __device__ __noinline__
 #else
 #define ATTNC_HD inline
 #define ATTNC_DEVICE inline
+#define ATTNC_HD_OUTLINED inline
+#define ATTNC_DEVICE_OUTLINED inline
 #endif
 
 // Name<V>::value is V::Member where the Variant V declares that flag, else false: a Variant's
