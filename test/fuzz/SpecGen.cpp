@@ -122,7 +122,7 @@ private:
 
   std::string floatLiteral() {
     return rng.pick(std::vector<std::string>{"0.5", ".5", "1.0", "30.0", "1e-3", "2.5e1", "0.0",
-                                             "0.125", "5e+2", "1E3", "1e-30", "3.4e38", "1e-45",
+                                             "0.125", "5e+2", "1E3", "1e-30", "3.4e38", "1.2e-38",
                                              "0.0625", "100.0", "1.5"});
   }
 
@@ -562,8 +562,10 @@ private:
   // A score of many terms that each depend on the score: valid, and a register-hungry
   // epilogue for ptxas (47 terms at head_dim 64 exhausted sm_90a's registers).
   void wideScore(Case& result) {
-    // Two syntax nodes a term, within what the mask left of the node budget.
-    const size_t terms = rng.range(2, std::max<size_t>(2, std::min<size_t>(100, nodeBudget / 2)));
+    // Two syntax nodes a term, within what the mask left of the node budget; a chain of n terms
+    // nests n - 1 levels (the front end's depth limit).
+    const size_t cap = std::min<size_t>({100, nodeBudget / 2, limits.maxDepth + 1});
+    const size_t terms = rng.range(2, std::max<size_t>(2, cap));
     std::string sum = "score";
     for (size_t i = 1; i < terms; ++i) sum += rng.percent(50) ? "+score" : "-score";
     setValue("score", " \"" + sum + "\"");

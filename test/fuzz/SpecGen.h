@@ -5,6 +5,8 @@
 // it draws only from std::mt19937_64 through its own arithmetic, no std::*_distribution.
 #pragma once
 
+#include "compiler/Spec/Limits.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <random>
@@ -22,10 +24,10 @@ const char* toString(Verdict verdict);
 // rejected with a position.
 struct Limits {
   bool respect = true;
-  size_t maxOperands = 256;       // leaves of one expression
-  size_t maxDepth = 64;           // expression nesting (operators, calls, parentheses) and YAML
-  size_t maxNameLength = 64;      // name and input names
-  size_t maxSpecBytes = 1 << 20;  // the whole text
+  size_t maxOperands = limits::kMaxExprOperands;  // leaves of one expression
+  size_t maxDepth = limits::kMaxExprDepth;  // expression nesting (operators, calls, parentheses)
+  size_t maxNameLength = limits::kMaxNameLength;  // name and input names
+  size_t maxSpecBytes = limits::kMaxSpecBytes;    // the whole text
 };
 
 struct Case {
