@@ -25,9 +25,20 @@ std::string Diagnostic::render() const {
     out = "spec '" + specName + "'";
   }
   out += ": error: " + message + "\n";
-  if (!sourceLine.empty() && loc.col != 0)
-    out += sourceLine + "\n" + caretLine(sourceLine, loc.col) + "\n";
-  return out;
+  if (sourceLine.empty() || loc.col == 0)
+    return out;
+  // A long line (a generated expression, a minified spec) is shown as a window around the caret,
+  // so that an error about a 100 KB line is not itself 100 KB.
+  constexpr size_t kShownColumns = 160;
+  if (sourceLine.size() <= kShownColumns)
+    return out + sourceLine + "\n" + caretLine(sourceLine, loc.col) + "\n";
+  const size_t caret = std::min<size_t>(loc.col - 1, sourceLine.size());
+  const size_t begin = caret > kShownColumns / 2 ? caret - kShownColumns / 2 : 0;
+  const size_t end = std::min(sourceLine.size(), begin + kShownColumns);
+  const std::string lead = begin > 0 ? "..." : "";
+  const std::string window = lead + sourceLine.substr(begin, end - begin) +
+                             (end < sourceLine.size() ? "..." : "");
+  return out + window + "\n" + caretLine(window, unsigned(lead.size() + caret - begin + 1)) + "\n";
 }
 
 std::string renderAll(const Diagnostics &diags) {

@@ -794,10 +794,12 @@ std::optional<Spec> parseSpecText(llvm::StringRef text, llvm::StringRef fileName
                                   Diagnostics &diags) {
   SourceText source(text, fileName);
   if (text.size() > limits::kMaxSpecBytes) {
-    diags.push_back(Diagnostic{SourceLoc{fileName.str(), 0, 0},
+    // Reported where the text crosses the limit.
+    Place place = source.place(text.data() + limits::kMaxSpecBytes);
+    diags.push_back(Diagnostic{place.loc,
                                "spec is larger than " + std::to_string(limits::kMaxSpecBytes) +
                                    " bytes; this is not a spec file",
-                               "", ""});
+                               place.sourceLine, ""});
     return std::nullopt;
   }
   auto tooDeep = [&](const char *at) {
@@ -872,20 +874,19 @@ std::optional<Spec> parseSpecFile(llvm::StringRef path, Diagnostics &diags) {
   // A pipe (`<(...)`, a FIFO) is read to its end; devices such as /dev/zero never end.
   if (!S_ISREG(info.st_mode) && !S_ISFIFO(info.st_mode))
     return fail("cannot read spec file: not a regular file or a pipe");
-  if (S_ISREG(info.st_mode) && uint64_t(info.st_size) > limits::kMaxSpecBytes)
-    return fail("spec is larger than " + std::to_string(limits::kMaxSpecBytes) +
-                " bytes; this is not a spec file");
   if (S_ISFIFO(info.st_mode))
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  // At most one byte past the limit: enough to tell a file that grew past it (or a pipe that
-  // never ends) without reading it whole.
-  std::string text(S_ISREG(info.st_mode) ? size_t(info.st_size) + 1 : size_t(4096), '\0');
+  // At most one byte past the limit: enough to tell a file that is larger (or a pipe that never
+  // ends) without reading it whole; parseSpecText reports such a text where it crosses the limit.
+  std::string text(S_ISREG(info.st_mode)
+                       ? std::min<size_t>(uint64_t(info.st_size), limits::kMaxSpecBytes) + 1
+                       : size_t(4096),
+                   '\0');
   size_t size = 0;
   while (true) {
     if (size == text.size()) {
       if (size > limits::kMaxSpecBytes)
-        return fail("spec is larger than " + std::to_string(limits::kMaxSpecBytes) +
-                    " bytes; this is not a spec file");
+        break;
       text.resize(std::min(2 * size, limits::kMaxSpecBytes + 1));
     }
     ssize_t got = ::read(fd, &text[size], text.size() - size);

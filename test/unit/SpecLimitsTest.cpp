@@ -258,7 +258,14 @@ TEST(SpecLimits, SpecFilesAreReadBounded) {
     ASSERT_FALSE(ec);
     out << kHeader << "# " << std::string(limits::kMaxSpecBytes, 'x') << "\n";
   }
-  EXPECT_NE(fileError(big).find("spec is larger than"), std::string::npos);
+  // Reported where the text crosses the limit, its line shown as a window around the caret.
+  const std::string bigError = fileError(big);
+  const size_t crossing = limits::kMaxSpecBytes - kHeader.size() + 1;
+  EXPECT_NE(bigError.find(big + ":4:" + std::to_string(crossing) +
+                          ": error: spec is larger than"),
+            std::string::npos)
+      << bigError.substr(0, 400);
+  EXPECT_LT(bigError.size(), 600u);
 
   // Nobody has the FIFO open for writing: the read ends at once with an empty spec.
   std::string fifo = (dir + "/fifo.yaml").str();

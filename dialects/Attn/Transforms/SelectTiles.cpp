@@ -45,6 +45,24 @@ struct AttnSelectTiles final : mlir::attn::impl::AttnSelectTilesBase<AttnSelectT
         problem.maskOps = int64_t(op.getMask().front().getOperations().size()) - 1;  // no yield
       problem.dropout = op.getDropout().convertToDouble() > 0;
       FailureOr<TileChoice> choice = deriveTiles(problem, target);
+      // A tile that fits without the mask and score's per-element work: then it is their size
+      // that does not fit, and the error points into the larger expression.
+      TileProblem bare = problem;
+      bare.epilogueRegisters = epilogueRegisters(problem.dropout, 0) + spillReserve;
+      bare.scoreOps = 0;
+      bare.maskOps = 0;
+      if (failed(choice) && !blockQ && !blockKV && succeeded(deriveTiles(bare, target))) {
+        const bool maskLarger = problem.maskOps >= problem.scoreOps && !op.getMask().empty();
+        Region& region = maskLarger ? op.getMask() : op.getScore();
+        Location at = region.empty() ? op.getLoc() : region.front().getTerminator()->getLoc();
+        emitError(at) << "the " << (maskLarger ? "mask" : "score")
+                      << " needs more registers than the " << arch << " kernel has at head_dim "
+                      << op.getHeadDim() << " (" << loads << " input reads, " << problem.maskOps
+                      << " mask and " << scoreOps
+                      << " score operations per element): simplify it, e.g. read fewer input "
+                         "elements";
+        return WalkResult::interrupt();
+      }
       if (failed(choice)) {
         InFlightDiagnostic error = op.emitOpError()
                                    << "no tile configuration fits " << arch << " ("
