@@ -62,7 +62,8 @@ def plan(subset):
                ("causal_top_left", 128, "fp16", lens, 2), ("gqa8", 128, "bf16", lens, 2),
                ("mqa", 64, "bf16", lens, 2)]
     for name in ("window64", "prefix50", "document_causal", "head_document", "softcap", "alibi",
-                 "alibi_slopes", "custom_mask", "custom_score", "log_score"):
+                 "alibi_slopes", "custom_mask", "custom_score", "log_score", "outlined_mask",
+                 "outlined_score"):
         groups.append((name, 64, "bf16", [(17, 17), (129, 1000), (1000, 129), (1000, 1000)], 2))
     groups.append(("dropout0.1", 64, "bf16", [(512, 512), (129, 1000)], 2))
     groups.append(("dropout0.3", 128, "fp16", [(300, 300)], 2))

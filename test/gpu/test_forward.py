@@ -13,6 +13,7 @@ import argparse
 import concurrent.futures
 import contextlib
 import datetime
+import functools
 import math
 import os
 import subprocess
@@ -219,6 +220,22 @@ for v in [
 ]:
     V[v.name] = v
 
+# Mask and score hooks of more than 64 operations, which CodeGen emits as functions of their own
+# (__noinline__, EmitCUDA.cpp kOutlinedHookOps) instead of inlining them per element.
+OUTLINED_MASK_TERMS = [(7 + 2 * i, i % 5) for i in range(18)]
+OUTLINED_SCORE_TERMS = [1.5 + i for i in range(20)]
+V["outlined_mask"] = Variant(
+    "outlined_mask",
+    '"k <= q + kv_len - q_len && ' + " && ".join(f"(q + k) % {m} != {r}"
+                                                 for m, r in OUTLINED_MASK_TERMS) + '"',
+    ref_mask=lambda c: functools.reduce(
+        lambda keep, t: keep & ((c.q + c.k) % t[0] != t[1]), OUTLINED_MASK_TERMS, c.k <= c.qp))
+V["outlined_score"] = Variant(
+    "outlined_score", "causal",
+    '"score + ' + " + ".join(f"0.02 * tanh(score / {d})" for d in OUTLINED_SCORE_TERMS) + '"',
+    ref_mask=m_causal,
+    ref_score=lambda s, c: s + sum(0.02 * torch.tanh(s / d) for d in OUTLINED_SCORE_TERMS))
+
 ALL_LENS = [1, 17, 127, 128, 129, 1000, 4097]
 
 
@@ -253,6 +270,8 @@ def plan(subset):
                  "alibi", "alibi_slopes", "custom_mask", "custom_score", "log_score"):
         groups.append((name, 128 if name in ("softcap", "softcap30", "document", "log_score", "key_ranges") else 64, "bf16",
                        mask_lens, 2))
+    groups.append(("outlined_mask", 64, "bf16", mask_lens, 2))
+    groups.append(("outlined_score", 128, "bf16", mask_lens, 2))
     groups.append(("causal_top_left", 128, "fp16", mask_lens, 2))
     groups.append(("window64", 128, "fp16", mask_lens, 2))
     groups.append(("gqa8", 128, "bf16", mask_lens, 2))
