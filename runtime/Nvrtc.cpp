@@ -487,13 +487,16 @@ std::string describeNvrtcFailure(const NvrtcResult& result, const std::string& n
          " (a bug in attnc):\n" + result.log;
 }
 
-bool NvrtcLimits::compileIsolationDefault() {
+std::optional<bool> NvrtcLimits::isolationSetting() {
   const char* value = std::getenv("ATTNC_COMPILE_ISOLATION");
-  return !(value && std::string(value) == "0");
+  if (value && std::string(value) == "0") return false;
+  if (value && std::string(value) == "1") return true;
+  return std::nullopt;
 }
 
 NvrtcLimits NvrtcLimits::within(double seconds) {
   NvrtcLimits limits;
+  limits.isolate = isolationSetting().value_or(seconds > 0);
   if (seconds > 0) {
     limits.timeoutSeconds = seconds;
     limits.deadline = std::chrono::steady_clock::now() +

@@ -74,15 +74,19 @@ std::string describeNvrtcFailure(const NvrtcResult& result, const std::string& n
 // How Nvrtc::compile runs: where, and for how long.
 struct NvrtcLimits {
   // In a child process (runtime/ChildProcess.h), so that an abort, a crash or a hang of NVRTC or
-  // ptxas ends the child, not the caller; costs a fork and a pipe (milliseconds). On unless
-  // $ATTNC_COMPILE_ISOLATION is 0. Off, a timeout is checked only once NVRTC returns.
-  bool isolate = compileIsolationDefault();
+  // ptxas ends the child, not the caller, and a deadline can stop it mid-compile; costs a fork and
+  // a pipe (milliseconds). Off, a timeout is checked only once NVRTC returns.
+  bool isolate = false;
   // The wall-clock limit the deadline was set from (for messages); 0 = none.
   double timeoutSeconds = 0;
   std::optional<std::chrono::steady_clock::time_point> deadline;
 
-  static bool compileIsolationDefault();
-  // Limits with a deadline `seconds` from now (none for 0).
+  // $ATTNC_COMPILE_ISOLATION: 0 (never isolate) or 1 (always); nullopt when unset or other.
+  static std::optional<bool> isolationSetting();
+  // Limits with a deadline `seconds` from now (none for 0), isolated as $ATTNC_COMPILE_ISOLATION
+  // says, else when there is a deadline: a compile inside a host application forks that
+  // application only when asked to (a timeout, or the variable), since a fork copies whatever the
+  // host holds (a CUDA context, its threads' locks); the CLI, its own process, always isolates.
   static NvrtcLimits within(double seconds);
 };
 

@@ -294,11 +294,14 @@ void Runner::run(uint64_t index, const fuzz::Case& c) {
   // that a rerun of one case (or a round resumed after a crash) samples the same specs.
   const uint64_t draw = ((index + 1) * 0x9e3779b97f4a7c15ull) >> 32;  // Fibonacci hashing
   if (accepted && nvrtcEveryOpt > 0 && draw % nvrtcEveryOpt == 0) {
-    for (const auto& [target, options] : compiled) {
-      // --timeout bounds each compile: the front end and passes, then each NVRTC run.
+    for (const auto& [target, pipelineOptions] : compiled) {
+      // --timeout bounds each compile: the front end and passes, then each NVRTC run. NVRTC runs in
+      // a child process, as in the CLI: a ptxas abort is a failure to report, not the fuzzer's end.
       startStep();
       const int64_t compileStart = inFlight.startMs;
       Diagnostics diags;
+      CompileOptions options = pipelineOptions;
+      options.nvrtc.isolate = NvrtcLimits::isolationSetting().value_or(true);
       std::optional<CompiledKernel> kernel =
           compiler().compile(*spec, *target, Stage::Binary, options, diags);
       counts.nvrtcSeconds += double(nowMs() - compileStart) / 1000;

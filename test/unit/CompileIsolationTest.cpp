@@ -130,7 +130,10 @@ std::string registerStarvedKernel() {
 TEST(NvrtcIsolation, PtxasAbortIsAnErrorNamingTheRegisters) {
   Nvrtc* nvrtc = nvrtcOrSkip();
   if (!nvrtc) GTEST_SKIP() << "no NVRTC";
-  NvrtcResult result = nvrtc->compile(registerStarvedKernel(), "starved.cu", {}, "sm_90a", {});
+  NvrtcLimits isolated;
+  isolated.isolate = true;
+  NvrtcResult result =
+      nvrtc->compile(registerStarvedKernel(), "starved.cu", {}, "sm_90a", {}, isolated);
   ASSERT_EQ(result.end, NvrtcEnd::Crashed) << result.log;
   EXPECT_EQ(result.crash, "signal 6 (SIGABRT)");
   EXPECT_NE(result.log.find("Insufficient registers"), std::string::npos) << result.log;
@@ -299,6 +302,19 @@ TEST(JitTimeout, DoesNotFireWithinTheLimit) {
   JitCompiler jit(options);
   Status status;
   EXPECT_TRUE(jit.compileText(kSpec, *Target::byName("sm_80", nullptr), &status)) << status.message;
+}
+
+// The JIT forks its host only when asked to: with a timeout, or $ATTNC_COMPILE_ISOLATION=1;
+// =0 keeps even a timed compile in the process.
+TEST(NvrtcIsolation, TheJitIsolatesOnlyWhenAsked) {
+  ::unsetenv("ATTNC_COMPILE_ISOLATION");
+  EXPECT_FALSE(NvrtcLimits::within(0).isolate);
+  EXPECT_TRUE(NvrtcLimits::within(5).isolate);
+  ::setenv("ATTNC_COMPILE_ISOLATION", "1", 1);
+  EXPECT_TRUE(NvrtcLimits::within(0).isolate);
+  ::setenv("ATTNC_COMPILE_ISOLATION", "0", 1);
+  EXPECT_FALSE(NvrtcLimits::within(5).isolate);
+  ::unsetenv("ATTNC_COMPILE_ISOLATION");
 }
 
 }  // namespace
