@@ -81,7 +81,7 @@ if ((capi_rc != 0)); then
 fi
 
 line="fuzz: $rounds rounds, $((SECONDS - started)) s:"
-for key in cases accepted rejected nvrtc-compiled failures; do
+for key in cases accepted rejected register-budget nvrtc-compiled failures; do
   line+=" $key=${total[$key]:-0}"
 done
 for key in $(printf '%s\n' "${!total[@]}" | grep '^failures-' | sort); do

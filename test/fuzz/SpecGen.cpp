@@ -563,8 +563,8 @@ private:
   // epilogue for ptxas (47 terms at head_dim 64 exhausted sm_90a's registers).
   void wideScore(Case& result) {
     // Two syntax nodes a term, within what the mask left of the node budget; a chain of n terms
-    // nests n - 1 levels (the front end's depth limit).
-    const size_t cap = std::min<size_t>({100, nodeBudget / 2, limits.maxDepth + 1});
+    // nests n levels, its operand among them (the front end's depth limit).
+    const size_t cap = std::min<size_t>({100, nodeBudget / 2, limits.maxDepth});
     const size_t terms = rng.range(2, std::max<size_t>(2, cap));
     std::string sum = "score";
     for (size_t i = 1; i < terms; ++i) sum += rng.percent(50) ? "+score" : "-score";

@@ -731,10 +731,16 @@ int main(int argc, char** argv) {
   // The ctest run: a fixed seed and about 2,000 calls (a second or two after the compiles).
   uint64_t seed = 1, cases = 2000;
   for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if ((flag == "--seed" || flag == "--cases") && i + 1 < argc) {
+    // --flag N or --flag=N, as the spec fuzzer takes them.
+    std::string flag = argv[i], inlineValue;
+    const bool hasInline = flag.find('=') != std::string::npos;
+    if (hasInline) {
+      inlineValue = flag.substr(flag.find('=') + 1);
+      flag = flag.substr(0, flag.find('='));
+    }
+    if ((flag == "--seed" || flag == "--cases") && (hasInline || i + 1 < argc)) {
       char* end = nullptr;
-      const char* text = argv[++i];
+      const char* text = hasInline ? inlineValue.c_str() : argv[++i];
       const unsigned long long value = std::strtoull(text, &end, 10);
       if (!*text || *end || (flag == "--cases" && value > uint64_t(INT64_MAX))) {
         std::fprintf(stderr, "capi-fuzz: %s: expected a non-negative integer, got '%s'\n",
@@ -743,7 +749,7 @@ int main(int argc, char** argv) {
       }
       (flag == "--seed" ? seed : cases) = value;
     } else {
-      std::fprintf(stderr, "usage: %s [--seed N] [--cases N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--seed[=]N] [--cases[=]N]\n", argv[0]);
       return 2;
     }
   }

@@ -52,14 +52,16 @@ struct AttnSelectTiles final : mlir::attn::impl::AttnSelectTilesBase<AttnSelectT
       bare.scoreOps = 0;
       bare.maskOps = 0;
       if (failed(choice) && !blockQ && !blockKV && succeeded(deriveTiles(bare, target))) {
+        // Pointed at the expression with more operations (a builtin mask or score has no
+        // position of its own: the spec's then).
         const bool maskLarger = problem.maskOps >= problem.scoreOps && !op.getMask().empty();
         Region& region = maskLarger ? op.getMask() : op.getScore();
         Location at = region.empty() ? op.getLoc() : region.front().getTerminator()->getLoc();
-        emitError(at) << "the " << (maskLarger ? "mask" : "score")
-                      << " needs more registers than the " << arch << " kernel has at head_dim "
-                      << op.getHeadDim() << " (" << loads << " input reads, " << problem.maskOps
-                      << " mask and " << scoreOps
-                      << " score operations per element): simplify it, e.g. read fewer input "
+        emitError(at) << "the mask and score need more registers than the " << arch
+                      << " kernel has at head_dim " << op.getHeadDim() << ", head_dim_v "
+                      << op.getHeadDimV() << (problem.dropout ? " with dropout" : "") << " ("
+                      << loads << " input reads, " << problem.maskOps << " mask and " << scoreOps
+                      << " score operations per element): simplify them, e.g. read fewer input "
                          "elements";
         return WalkResult::interrupt();
       }
