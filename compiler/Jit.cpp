@@ -79,7 +79,7 @@ std::vector<int> entryGroups(const CompiledKernel& source, bool deferred) {
 // threads of their own: a kernel then compiles in about the time of its costliest program rather
 // than the sum (docs/runtime.md). Each entry's code is the same as in the whole unit's cubin.
 // Programs no thread can be started for compile one after another.
-// Each program's NVRTC runs under `limits` (in a child process; the compile's deadline).
+// They run under `limits`: isolated, all in one child process (Nvrtc::compileEach).
 std::vector<NvrtcResult> compileEntryGroups(Nvrtc& nvrtc, const std::string& cuda,
                                             const std::vector<int>& groups, const std::string& name,
                                             const std::string& arch,
@@ -88,27 +88,10 @@ std::vector<NvrtcResult> compileEntryGroups(Nvrtc& nvrtc, const std::string& cud
   std::vector<unsigned> masks;
   if (!groups.empty())
     masks = packEntryGroups(groups, std::max(1u, std::thread::hardware_concurrency()));
-  const size_t programs = std::max<size_t>(1, masks.size());
-  std::vector<NvrtcResult> results(programs);
-  auto compileProgram = [&](size_t i) {
-    std::vector<std::string> options = extra;
-    if (!masks.empty()) options.push_back("-DATTNC_ENTRY_GROUPS=" + std::to_string(masks[i]));
-    results[i] = nvrtc.compile(cuda, name + ".cu", embeddedTemplates(), arch, options, limits);
-  };
-  std::vector<std::thread> threads;
-  size_t inline_ = programs;  // the first program not given a thread
-  for (size_t i = 1; i < programs; ++i) {
-    try {
-      threads.emplace_back(compileProgram, i);
-    } catch (const std::system_error&) {
-      inline_ = i;
-      break;
-    }
-  }
-  compileProgram(0);
-  for (size_t i = inline_; i < programs; ++i) compileProgram(i);
-  for (std::thread& thread : threads) thread.join();
-  return results;
+  std::vector<std::vector<std::string>> variants(std::max<size_t>(1, masks.size()), extra);
+  for (size_t i = 0; i < masks.size(); ++i)
+    variants[i].push_back("-DATTNC_ENTRY_GROUPS=" + std::to_string(masks[i]));
+  return nvrtc.compileEach(cuda, name + ".cu", embeddedTemplates(), arch, variants, limits);
 }
 
 // Whether a kernel entry, in whichever program holds it, spills to local memory.

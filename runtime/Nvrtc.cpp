@@ -4,6 +4,9 @@
 #include "runtime/DynamicLibrary.h"
 
 #include <algorithm>
+#include <thread>
+#include <system_error>
+#include <functional>
 #include <chrono>
 #include <cerrno>
 #include <cmath>
@@ -390,6 +393,56 @@ std::string logTail(const std::string& log) {
   return "...\n" + log.substr(from == std::string::npos ? log.size() - kLogTailBytes : from + 1);
 }
 
+// The results of an isolated compile of `results->size()` programs from the child's `outcome`:
+// decoded by `decode` from its payload when it finished, else each program ended as the child did.
+// Compiled results get their resource report; the child's standard error goes to the caller's
+// (ptxas's notes, as without the child) or, when a program did not compile, into its log.
+void finishIsolated(const ChildOutcome& child, const std::string& name,
+                    const std::function<bool(const std::string&)>& decode,
+                    std::vector<NvrtcResult>* results) {
+  auto endAll = [&](NvrtcEnd end, const std::string& crash, const std::string& log) {
+    for (NvrtcResult& result : *results) {
+      result = NvrtcResult();
+      result.end = end;
+      result.crash = crash;
+      result.log = log;
+    }
+  };
+  switch (child.end) {
+    case ChildOutcome::End::Finished:
+      if (!decode(child.payload)) endAll(NvrtcEnd::Crashed, "a malformed result", "");
+      break;
+    case ChildOutcome::End::Signaled:
+      endAll(NvrtcEnd::Crashed, describeSignal(child.signal), "");
+      break;
+    case ChildOutcome::End::Exited:
+      endAll(NvrtcEnd::Crashed, "exit status " + std::to_string(child.exitStatus), "");
+      break;
+    case ChildOutcome::End::TimedOut:
+      endAll(NvrtcEnd::TimedOut, "", "");
+      break;
+    case ChildOutcome::End::NotStarted:
+      endAll(NvrtcEnd::Failed, "",
+             "cannot start a process to compile " + name + " in: " + child.error + "\n");
+      break;
+  }
+  bool allCompiled = true;
+  for (NvrtcResult& result : *results) {
+    if (result.end == NvrtcEnd::Compiled) result.resources = parsePtxasInfo(result.log);
+    else allCompiled = false;
+  }
+  if (child.errorOutput.empty()) return;
+  if (allCompiled) {
+    std::fwrite(child.errorOutput.data(), 1, child.errorOutput.size(), stderr);
+    return;
+  }
+  for (NvrtcResult& result : *results)
+    if (result.end != NvrtcEnd::Compiled) {
+      if (!result.log.empty() && result.log.back() != '\n') result.log += '\n';
+      result.log += child.errorOutput;
+    }
+}
+
 }  // namespace
 
 NvrtcResult Nvrtc::compile(const std::string& source, const std::string& name,
@@ -415,43 +468,83 @@ NvrtcResult Nvrtc::compile(const std::string& source, const std::string& name,
   ChildOutcome child = runInChild(
       [&] { return encodeResult(compileHere(source, name, headers, arch, extraOptions)); },
       limits.deadline);
-  switch (child.end) {
-    case ChildOutcome::End::Finished:
-      if (!decodeResult(child.payload, &result)) {
-        result = NvrtcResult();
-        result.end = NvrtcEnd::Crashed;
-        result.crash = "a malformed result";
-      }
-      break;
-    case ChildOutcome::End::Signaled:
-      result.end = NvrtcEnd::Crashed;
-      result.crash = describeSignal(child.signal);
-      break;
-    case ChildOutcome::End::Exited:
-      result.end = NvrtcEnd::Crashed;
-      result.crash = "exit status " + std::to_string(child.exitStatus);
-      break;
-    case ChildOutcome::End::TimedOut:
-      result.end = NvrtcEnd::TimedOut;
-      break;
-    case ChildOutcome::End::NotStarted:
-      result.end = NvrtcEnd::Failed;
-      result.log = "cannot start a process to compile " + name + " in: " + child.error + "\n";
-      break;
-  }
-  if (result.end == NvrtcEnd::Compiled) {
-    result.resources = parsePtxasInfo(result.log);
-    // ptxas's threads print its notes to standard error (see compileHere's options): passed on
-    // as they would have been printed without the child.
-    if (!child.errorOutput.empty())
-      std::fwrite(child.errorOutput.data(), 1, child.errorOutput.size(), stderr);
-  } else if (!child.errorOutput.empty()) {
-    if (!result.log.empty() && result.log.back() != '\n') result.log += '\n';
-    result.log += child.errorOutput;
-  }
+  std::vector<NvrtcResult> results(1);
+  finishIsolated(child, name, [&](const std::string& payload) {
+    return decodeResult(payload, &results[0]);
+  }, &results);
+  result = std::move(results[0]);
   result.compileSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
+}
+
+std::vector<NvrtcResult> Nvrtc::compileEach(const std::string& source, const std::string& name,
+                                           const std::vector<EmbeddedFile>& headers,
+                                           const std::string& arch,
+                                           const std::vector<std::vector<std::string>>& variants,
+                                           const NvrtcLimits& limits) {
+  auto onThreads = [&](const NvrtcLimits& each) {
+    std::vector<NvrtcResult> results(variants.size());
+    auto compileVariant = [&](size_t i) {
+      results[i] = compile(source, name, headers, arch, variants[i], each);
+    };
+    std::vector<std::thread> threads;
+    size_t inline_ = variants.size();  // the first program not given a thread
+    for (size_t i = 1; i < variants.size(); ++i) {
+      try {
+        threads.emplace_back(compileVariant, i);
+      } catch (const std::system_error&) {
+        inline_ = i;
+        break;
+      }
+    }
+    if (!variants.empty()) compileVariant(0);
+    for (size_t i = inline_; i < variants.size(); ++i) compileVariant(i);
+    for (std::thread& thread : threads) thread.join();
+    return results;
+  };
+  if (!limits.isolate || variants.size() <= 1) return onThreads(limits);
+
+  const auto start = std::chrono::steady_clock::now();
+  if (limits.deadline && start > *limits.deadline) {
+    std::vector<NvrtcResult> results(variants.size());
+    for (NvrtcResult& result : results) result.end = NvrtcEnd::TimedOut;
+    return results;
+  }
+  NvrtcLimits inChild = limits;
+  inChild.isolate = false;
+  ChildOutcome child = runInChild(
+      [&] {
+        std::string bytes;
+        for (const NvrtcResult& result : onThreads(inChild)) {
+          const std::string one = encodeResult(result);
+          appendField(&bytes, one.data(), one.size());
+        }
+        return bytes;
+      },
+      limits.deadline);
+  std::vector<NvrtcResult> results(variants.size());
+  finishIsolated(
+      child, name,
+      [&](const std::string& payload) {
+        size_t at = 0;
+        for (NvrtcResult& result : results) {
+          uint64_t length = 0;
+          if (payload.size() - at < sizeof length) return false;
+          std::memcpy(&length, payload.data() + at, sizeof length);
+          at += sizeof length;
+          if (payload.size() - at < length ||
+              !decodeResult(payload.substr(at, length), &result))
+            return false;
+          at += length;
+        }
+        return at == payload.size();
+      },
+      &results);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (NvrtcResult& result : results) result.compileSeconds = seconds;
+  return results;
 }
 
 bool ptxasOutOfRegisters(const NvrtcResult& result) {

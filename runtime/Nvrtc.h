@@ -120,6 +120,16 @@ public:
                       const std::vector<std::string>& extraOptions,
                       const NvrtcLimits& limits = NvrtcLimits());
 
+  // `source` compiled once for each of `variants` (the extra options of each program), all at
+  // once on threads of their own (one after another where no thread can be started). Isolated,
+  // they all run in one child process forked from the calling thread, under one deadline: the
+  // child compiles them on its threads as the caller would.
+  std::vector<NvrtcResult> compileEach(const std::string& source, const std::string& name,
+                                       const std::vector<EmbeddedFile>& headers,
+                                       const std::string& arch,
+                                       const std::vector<std::vector<std::string>>& variants,
+                                       const NvrtcLimits& limits = NvrtcLimits());
+
   ~Nvrtc();
 
 private:

@@ -272,6 +272,44 @@ TEST(JitTimeout, StopsNvrtcMidCompile) {
   EXPECT_LT(seconds, 5.0);
 }
 
+// A kernel the JIT splits into several NVRTC programs (a mask that reads a declared input has a
+// tile-classes entry; the backward adds its own), compiled under a timeout, so isolated: all of
+// its programs in one child, with the same PTX as compiled in the process.
+TEST(JitTimeout, ProgramsOfOneKernelCompileInOneChildAsInTheProcess) {
+  Nvrtc* nvrtc = nvrtcOrSkip();
+  if (!nvrtc) GTEST_SKIP() << "no NVRTC";
+  const std::string source = "extern \"C\" __global__ void f(float* x) {\n"
+                             "#if ATTNC_VARIANT == 1\n  x[0] = 1;\n#else\n  x[0] = 2;\n#endif\n}\n";
+  const std::vector<std::vector<std::string>> variants = {{"-DATTNC_VARIANT=1"},
+                                                          {"-DATTNC_VARIANT=2"},
+                                                          {"-DATTNC_VARIANT=1"}};
+  NvrtcLimits here, isolated = NvrtcLimits::within(120);
+  here.isolate = false;
+  isolated.isolate = true;
+  std::vector<NvrtcResult> a = nvrtc->compileEach(source, "f.cu", {}, "sm_80", variants, here);
+  std::vector<NvrtcResult> b = nvrtc->compileEach(source, "f.cu", {}, "sm_80", variants, isolated);
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(b[i].end, NvrtcEnd::Compiled) << i << ": " << b[i].log;
+    EXPECT_EQ(a[i].ptx, b[i].ptx) << i;
+    EXPECT_EQ(a[i].cubin, b[i].cubin) << i;
+    EXPECT_EQ(b[i].resources.count("f"), 1u) << i;
+  }
+  EXPECT_NE(b[0].ptx, b[1].ptx);
+  EXPECT_EQ(b[0].ptx, b[2].ptx);
+
+  JitOptions options;
+  options.useCache = false;
+  options.compileTimeoutSeconds = 300;
+  JitCompiler jit(options);
+  Status status;
+  const std::string spec = "name: budget_inputs\nhead_dim: 64\nheads: 2\n"
+                           "inputs: {doc: {dtype: i32, dims: [pos]}}\nmask: {document: doc}\n";
+  Kernel kernel = jit.compileText(spec, *Target::byName("sm_80", nullptr), &status, true);
+  EXPECT_TRUE(kernel) << status.message;
+}
+
 TEST(JitTimeout, EnvironmentTimeoutAppliesAndBadValuesAreErrors) {
   if (!nvrtcOrSkip()) GTEST_SKIP() << "no NVRTC";
   JitOptions options;
