@@ -589,7 +589,7 @@ std::optional<bool> NvrtcLimits::isolationSetting() {
 
 NvrtcLimits NvrtcLimits::within(double seconds) {
   NvrtcLimits limits;
-  limits.isolate = isolationSetting().value_or(seconds > 0);
+  limits.isolate = isolationSetting().value_or(true);
   if (seconds > 0) {
     limits.timeoutSeconds = seconds;
     limits.deadline = std::chrono::steady_clock::now() +

@@ -83,10 +83,8 @@ struct NvrtcLimits {
 
   // $ATTNC_COMPILE_ISOLATION: 0 (never isolate) or 1 (always); nullopt when unset or other.
   static std::optional<bool> isolationSetting();
-  // Limits with a deadline `seconds` from now (none for 0), isolated as $ATTNC_COMPILE_ISOLATION
-  // says, else when there is a deadline: a compile inside a host application forks that
-  // application only when asked to (a timeout, or the variable), since a fork copies whatever the
-  // host holds (a CUDA context, its threads' locks); the CLI, its own process, always isolates.
+  // Limits with a deadline `seconds` from now (none for 0), isolated unless
+  // $ATTNC_COMPILE_ISOLATION is 0.
   static NvrtcLimits within(double seconds);
 };
 

@@ -69,14 +69,11 @@ struct Common {
   double timeoutSeconds = 0;  // --timeout; 0: $ATTNC_COMPILE_TIMEOUT, else none
 };
 
-// How NVRTC runs for the command: one deadline from now for all of its compiles, in a child
-// process unless $ATTNC_COMPILE_ISOLATION is 0 (the CLI forks nothing but itself).
+// How NVRTC runs for the command: one deadline from now for all of its compiles.
 std::optional<NvrtcLimits> nvrtcLimits(const Common& common, std::string& error) {
   double seconds = common.timeoutSeconds;
   if (seconds <= 0 && !compileTimeoutFromEnvironment(&seconds, &error)) return std::nullopt;
-  NvrtcLimits limits = NvrtcLimits::within(seconds);
-  limits.isolate = NvrtcLimits::isolationSetting().value_or(true);
-  return limits;
+  return NvrtcLimits::within(seconds);
 }
 
 std::optional<std::pair<Spec, Target>> load(const Common& common, Diagnostics& diags,
