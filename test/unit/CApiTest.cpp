@@ -261,3 +261,59 @@ TEST(CApi, InfoReportsDropoutRounds) {
 }
 
 }  // namespace
+
+// attnc_compile_text_opts: each field checked by name, the timeout honoured, the cache directory
+// and the log callback used (a cache directory that is a file is said once, through the log).
+TEST(CApi, CompileOptionsAreCheckedAndUsed) {
+  const char* spec = "name: capi_opts\nhead_dim: 32\nheads: 2\n";
+  attnc_kernel* kernel = nullptr;
+  attnc_compile_options options{};
+  options.struct_size = 8;
+  EXPECT_EQ(attnc_compile_text_opts(spec, "sm_80", &options, &kernel, nullptr), ATTNC_ERROR);
+  char* message = nullptr;
+  attnc_compile_text_opts(spec, "sm_80", &options, &kernel, &message);
+  EXPECT_NE(takeError(message).find("options->struct_size: expected at least"), std::string::npos);
+
+  options.struct_size = sizeof options;
+  options.reserved = 1;
+  ASSERT_EQ(attnc_compile_text_opts(spec, "sm_80", &options, &kernel, &message), ATTNC_ERROR);
+  EXPECT_NE(takeError(message).find("options->reserved: expected 0, got 1"), std::string::npos);
+  options.reserved = 0;
+  options.timeout_seconds = -1;
+  ASSERT_EQ(attnc_compile_text_opts(spec, "sm_80", &options, &kernel, &message), ATTNC_ERROR);
+  EXPECT_NE(takeError(message).find("options->timeout_seconds"), std::string::npos);
+
+  options.timeout_seconds = 0.001;
+  options.use_cache = -1;
+  ASSERT_EQ(attnc_compile_text_opts(spec, "sm_80", &options, &kernel, &message), ATTNC_ERROR);
+  EXPECT_NE(takeError(message).find("took longer than 0.001 s"), std::string::npos);
+
+  char file[] = "/tmp/attnc-capi-opts-XXXXXX";
+  const int fd = ::mkstemp(file);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  std::string said;
+  int calls = 0;
+  struct Log {
+    std::string* said;
+    int* calls;
+  } log{&said, &calls};
+  options.timeout_seconds = 0;
+  options.use_cache = 1;
+  options.cache_dir = file;
+  options.log = [](void* user, const char* text) {
+    auto* into = static_cast<Log*>(user);
+    *into->said += text;
+    ++*into->calls;
+  };
+  options.log_user_data = &log;
+  ASSERT_EQ(attnc_compile_text_opts(spec, "sm_80", &options, &kernel, &message), ATTNC_OK)
+      << takeError(message);
+  attnc_info info{};
+  ASSERT_EQ(attnc_kernel_info(kernel, &info), ATTNC_OK);
+  EXPECT_EQ(std::string(info.name), "capi_opts");
+  attnc_kernel_free(kernel);
+  EXPECT_EQ(calls, 1) << said;
+  EXPECT_NE(said.find("without the disk cache"), std::string::npos) << said;
+  ::unlink(file);
+}
