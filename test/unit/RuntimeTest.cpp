@@ -14,6 +14,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <type_traits>
 #include <unistd.h>
 
 namespace attnc {
@@ -62,6 +63,36 @@ ForwardArgs validArgs() {
   args.q_len = args.kv_len = 256;
   args.inputs = {InputArg{base + (4 << 22), 0, 0, 1}};
   return args;
+}
+
+BackwardArgs validBackwardArgs();
+
+// A broken argument: how to break validArgs() (or validBackwardArgs()) and the start of the
+// message its validation must give.
+template <class Args>
+struct Rejection {
+  void (*mutate)(Args&);
+  const char* message;
+};
+
+// Each rejection's broken arguments fail validation with its message.
+template <class Args, size_t N>
+void expectRejected(const Kernel& kernel, const Rejection<Args> (&cases)[N]) {
+  for (const Rejection<Args>& c : cases) {
+    Args args;
+    Status status;
+    if constexpr (std::is_same_v<Args, ForwardArgs>) {
+      args = validArgs();
+      c.mutate(args);
+      status = kernel.validate(args);
+    } else {
+      args = validBackwardArgs();
+      c.mutate(args);
+      status = kernel.validateBackward(args);
+    }
+    EXPECT_FALSE(status.ok) << c.message;
+    EXPECT_EQ(status.message.rfind(c.message, 0), 0u) << status.message;
+  }
 }
 
 TEST(KernelMetadata, RoundTrips) {
@@ -183,11 +214,7 @@ TEST(Kernel, ValidArgumentsPass) {
 // Each broken argument yields exactly the message a user should see.
 TEST(Kernel, ValidationNamesTheArgument) {
   Kernel kernel = documentKernel();
-  struct Case {
-    void (*mutate)(ForwardArgs&);
-    const char* message;
-  };
-  const Case cases[] = {
+  const Rejection<ForwardArgs> cases[] = {
       {[](ForwardArgs& a) { a.q.stride_s = 100; },
        "ForwardArgs.q.stride_s: expected a multiple of 8 elements, got 100"},
       {[](ForwardArgs& a) { a.k.data = nullptr; }, "ForwardArgs.k.data: expected a device pointer, got null"},
@@ -209,13 +236,7 @@ TEST(Kernel, ValidationNamesTheArgument) {
       {[](ForwardArgs& a) { a.lse = reinterpret_cast<float*>(uintptr_t(0x1002)); },
        "ForwardArgs.lse: expected 4-byte alignment, got 0x1002"},
   };
-  for (const Case& c : cases) {
-    ForwardArgs args = validArgs();
-    c.mutate(args);
-    Status status = kernel.validate(args);
-    EXPECT_FALSE(status.ok) << c.message;
-    EXPECT_EQ(status.message.rfind(c.message, 0), 0u) << status.message;
-  }
+  expectRejected(kernel, cases);
 }
 
 KernelMetadata backwardMetadata() {
@@ -540,11 +561,7 @@ TEST(Kernel, BackwardPreparedInputsChecksWithoutAGpu) {
 
 TEST(Kernel, BackwardValidationNamesTheArgument) {
   Kernel kernel = backwardKernel();
-  struct Case {
-    void (*mutate)(BackwardArgs&);
-    const char* message;
-  };
-  const Case cases[] = {
+  const Rejection<BackwardArgs> cases[] = {
       {[](BackwardArgs& a) { a.d_o.data = nullptr; },
        "BackwardArgs.d_o.data: expected a device pointer, got null"},
       {[](BackwardArgs& a) { a.dq.data = static_cast<char*>(a.dq.data) + 8; },
@@ -567,13 +584,7 @@ TEST(Kernel, BackwardValidationNamesTheArgument) {
        },
        "BackwardArgs.workspace: expected 16-byte alignment, got 0x"},
   };
-  for (const Case& c : cases) {
-    BackwardArgs args = validBackwardArgs();
-    c.mutate(args);
-    Status status = kernel.validateBackward(args);
-    EXPECT_FALSE(status.ok) << c.message;
-    EXPECT_EQ(status.message.rfind(c.message, 0), 0u) << status.message;
-  }
+  expectRejected(kernel, cases);
 }
 
 // Packed [batch, seq, 3, heads, dim] Q, K and V (or dQ, dK and dV) of documentKernel()'s shape
@@ -603,11 +614,7 @@ TEST(Kernel, ValidationRejectsOverlappingWrites) {
   status = kernel.validate(packed);
   EXPECT_TRUE(status) << status.message;
 
-  struct Case {
-    void (*mutate)(ForwardArgs&);
-    const char* message;
-  };
-  const Case cases[] = {
+  const Rejection<ForwardArgs> cases[] = {
       {[](ForwardArgs& a) { a.o.data = const_cast<void*>(a.q.data); },
        "ForwardArgs.o: expected no byte in common with q, got o at [0x"},
       {[](ForwardArgs& a) { a.o.data = static_cast<char*>(const_cast<void*>(a.k.data)) - 16; },
@@ -624,13 +631,7 @@ TEST(Kernel, ValidationRejectsOverlappingWrites) {
       {[](ForwardArgs& a) { a.o.stride_b = 16 * 256 * 128 - 8; },  // one row of batch 1 in 0's
        "ForwardArgs.o.stride_b: expected a stride of at least 524288 elements"},
   };
-  for (const Case& c : cases) {
-    ForwardArgs args = validArgs();
-    c.mutate(args);
-    status = kernel.validate(args);
-    EXPECT_FALSE(status.ok) << c.message;
-    EXPECT_EQ(status.message.rfind(c.message, 0), 0u) << status.message;
-  }
+  expectRejected(kernel, cases);
 }
 
 // Strides whose extent passes int64 (or the address space) are errors naming the stride, never
@@ -642,11 +643,7 @@ TEST(Kernel, ValidationRejectsExtentsPastInt64) {
   one.q.stride_b = one.o.stride_b = INT64_MAX - 7;
   Status status = kernel.validate(one);
   EXPECT_TRUE(status) << status.message;
-  struct Case {
-    void (*mutate)(ForwardArgs&);
-    const char* message;
-  };
-  const Case cases[] = {
+  const Rejection<ForwardArgs> cases[] = {
       {[](ForwardArgs& a) { a.q.stride_b = int64_t(1) << 62; },  // x 2 bytes alone overflows
        "ForwardArgs.q.stride_b: expected a stride that keeps the tensor's last byte within 2^63 "
        "bytes of its start (2 along it, 2-byte elements), got 4611686018427387904"},
@@ -663,13 +660,7 @@ TEST(Kernel, ValidationRejectsExtentsPastInt64) {
       {[](ForwardArgs& a) { a.o.data = reinterpret_cast<void*>(~uintptr_t(0) - 4095); },
        "ForwardArgs.o.data: expected a tensor that ends inside the address space, got 0x"},
   };
-  for (const Case& c : cases) {
-    ForwardArgs args = validArgs();
-    c.mutate(args);
-    status = kernel.validate(args);
-    EXPECT_FALSE(status.ok) << c.message;
-    EXPECT_EQ(status.message.rfind(c.message, 0), 0u) << status.message;
-  }
+  expectRejected(kernel, cases);
 }
 
 // The backward writes dQ, dK, dV and the workspace: none may share a byte with another or with
@@ -687,11 +678,7 @@ TEST(Kernel, BackwardValidationRejectsOverlappingWrites) {
   Status status = kernel.validateBackward(packed);
   EXPECT_TRUE(status) << status.message;
 
-  struct Case {
-    void (*mutate)(BackwardArgs&);
-    const char* message;
-  };
-  const Case cases[] = {
+  const Rejection<BackwardArgs> cases[] = {
       {[](BackwardArgs& a) { a.dk = a.dv = a.dq; },
        "BackwardArgs.dq: expected no byte in common with dk, got dq at [0x"},
       {[](BackwardArgs& a) { a.dv.data = static_cast<char*>(a.dk.data) + (1 << 20); },
@@ -711,13 +698,7 @@ TEST(Kernel, BackwardValidationRejectsOverlappingWrites) {
        },
        "BackwardArgs.workspace: expected no byte in common with lse"},
   };
-  for (const Case& c : cases) {
-    BackwardArgs args = validBackwardArgs();
-    c.mutate(args);
-    status = kernel.validateBackward(args);
-    EXPECT_FALSE(status.ok) << c.message;
-    EXPECT_EQ(status.message.rfind(c.message, 0), 0u) << status.message;
-  }
+  expectRejected(kernel, cases);
 }
 
 // The workspace size is exact or 0: never negative, never wrapped. Lengths past the launch
