@@ -10,6 +10,8 @@
 # the normalized listings there (DIR/a, DIR/b) for `diff`. Prints a line per spec, target and
 # kernel that differs (SASS lines A -> B), then a summary; exit status 0 when everything is
 # identical, 1 when something differs, 2 on a usage or compile error or when no kernel was read.
+# ATTNC_A may instead be a DIR an earlier --keep left: its a/ listings are read, not rebuilt (a
+# baseline kept once serves every later comparison with the same --target, --spec and --forward).
 # CUOBJDUMP: the cuobjdump to use (default: the build's tools/bin/cuobjdump, then PATH).
 set -uo pipefail
 
@@ -27,8 +29,13 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ $# -eq 2 ]] || usage
-clis=()
+clis=() kept_a=""
+if [[ -d $1 ]]; then
+  [[ -d $1/a ]] || { echo "sass-diff: $1 has no a/ listings of an earlier --keep" >&2; exit 2; }
+  kept_a=$(realpath "$1/a")
+fi
 for cli in "$1" "$2"; do
+  [[ -n $kept_a && $cli == "$1" ]] && { clis+=(""); continue; }
   [[ -x $cli ]] || { echo "sass-diff: not an executable attnc: $cli" >&2; exit 2; }
   clis+=("$(realpath "$cli")")
 done
@@ -48,6 +55,7 @@ fi
 work=${keep:-$(mktemp -d)}
 [[ -n $keep ]] || trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/a" "$work/b"
+[[ -z $kept_a || $kept_a == "$(realpath "$work/a")" ]] || cp "$kept_a"/*.sass "$work/a/"
 
 # SASS of one cubin, one file per kernel: "Function : NAME" starts a kernel; comments (addresses,
 # encodings) and runs of blanks go.
@@ -84,7 +92,7 @@ compile_all() {
   done
   rm -rf "$cache"
 }
-compile_all a "${clis[0]}" &
+[[ -n $kept_a ]] || compile_all a "${clis[0]}" &
 compile_all b "${clis[1]}" &
 wait
 [[ ! -e $work/a.failed && ! -e $work/b.failed ]] || exit 2
