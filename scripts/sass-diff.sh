@@ -11,7 +11,8 @@
 # kernel that differs (SASS lines A -> B), then a summary; exit status 0 when everything is
 # identical, 1 when something differs, 2 on a usage or compile error or when no kernel was read.
 # ATTNC_A may instead be a DIR an earlier --keep left: its a/ listings are read, not rebuilt (a
-# baseline kept once serves every later comparison with the same --target, --spec and --forward).
+# baseline kept once serves every later comparison of those targets and specs, with or without
+# --forward as it was kept).
 # CUOBJDUMP: the cuobjdump to use (default: the build's tools/bin/cuobjdump, then PATH).
 set -uo pipefail
 
@@ -55,7 +56,14 @@ fi
 work=${keep:-$(mktemp -d)}
 [[ -n $keep ]] || trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/a" "$work/b"
-[[ -z $kept_a || $kept_a == "$(realpath "$work/a")" ]] || cp "$kept_a"/*.sass "$work/a/"
+# (a kept baseline's listings of the chosen specs and targets only)
+if [[ -n $kept_a && $kept_a != "$(realpath "$work/a")" ]]; then
+  for target in "${targets[@]}"; do
+    for spec in "${specs[@]}"; do
+      cp "$kept_a/$(basename "$spec" .yaml).$target."*.sass "$work/a/" 2>/dev/null
+    done
+  done
+fi
 
 # SASS of one cubin, one file per kernel: "Function : NAME" starts a kernel; comments (addresses,
 # encodings) and runs of blanks go.
