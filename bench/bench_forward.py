@@ -4,7 +4,8 @@ bf16, BHSD. Each attnc row is checked against a peer's output (relerr < 1e-2) be
 Times are CUDA-event medians of >= 20 timed batches after warm-up; FLOPs = 4*B*Hq*Sq*Skv*D times
 the exact unmasked fraction.
 
-  python3 bench/bench_forward.py [--quick] [--md docs/perf/H200.md] [--png docs/perf/H200-forward.png]
+  python3 bench/bench_forward.py [--quick] [--json forward.json] [--png forward.png] [--md FILE]
+  (docs/perf/forward.md is rendered from the JSON by bench/perf_page.py)
 """
 import argparse
 import contextlib
@@ -91,6 +92,19 @@ def selected(row, only):
 def shown_command(argv):
     """The command line as the reports print it: the device's output folder as $OUT."""
     return " ".join(a.replace(os.environ.get("OUT", "//"), "$OUT") for a in argv)
+
+
+def run_facts(script, argv):
+    """What a --json page says of how its run was made (bench/perf_page.py): the command, the
+    warm-up and the source's commit where git knows it."""
+    try:
+        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True, timeout=20).stdout.strip() or None
+    except Exception:  # noqa: BLE001
+        commit = None  # a bundle without its repository
+    shown = (a.replace(os.environ.get("OUT", "//"), "$OUT") for a in argv)
+    command = " ".join(f'"{a}"' if " " in a else a for a in shown)
+    return {"command": f"bash bench/{script} {command}", "warm_ms": WARM_MS, "commit": commit}
 
 
 def spec_of(row):
@@ -519,7 +533,7 @@ def main():
     facts = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
              "gpu": torch.cuda.get_device_name(), "driver": driver, "torch": torch.__version__,
              "cuda": torch.version.cuda, "cudnn": str(torch.backends.cudnn.version()),
-             "attnc": lib.version(), "target": target}
+             "attnc": lib.version(), "target": target, **run_facts("run.sh", sys.argv[1:])}
     print(facts, flush=True)
     results = []
     t0 = time.time()
