@@ -155,7 +155,7 @@ def alibi_slopes(n):
 # Milliseconds of back-to-back calls before an implementation's timed batches (--warm-ms). Under
 # sustained load the H200 sits at its power limit with lower clocks than after an idle moment (a
 # compile, a correctness check): measured without this, the implementation timed first in a row (attnc)
-# ran 4-10% faster than it does at steady state (bench/interleave.py, docs/perf/H200.md).
+# ran 4-10% faster than it does at steady state (bench/interleave.py).
 WARM_MS = 500.0
 
 
@@ -467,7 +467,7 @@ def write_outputs(results, facts, argv, md_path, png_path, json_path):
     notes = [f"- {r['row']}: {k}: {v}" for r in results for k, v in r["note"].items()]
     if notes:
         lines += ["", "## Notes", ""] + notes
-    lines += ["", f"Plot: [H200-forward.png](H200-forward.png)", ""]
+    lines += ["", f"Plot: [{os.path.basename(png_path)}]({os.path.basename(png_path)})" if png_path else "", ""]
     if md_path:
         with open(md_path, "w") as f:
             f.write("\n".join(lines) + "\n")
