@@ -3,12 +3,15 @@ the C API, default dQ mode) against torch SDPA's cuDNN and FlashAttention-2 back
 FlexAttention's (torch.compile), in one process, bf16, BHSD. Each attnc row's dQ is checked against
 a peer's (relerr < 2e-2) before it is timed. TFLOP/s = 2.5 x the forward's FLOPs / time.
 
-  python3 bench/bench_backward.py [--quick] [--md docs/perf/H200-backward.md] [--no-flex]
+  python3 bench/bench_backward.py [--quick] [--json backward.json] [--md FILE] [--no-flex]
+  (docs/perf/backward.md is rendered from the JSON by bench/perf_page.py --backward)
 """
 import argparse
 import contextlib
 import datetime
+import json
 import math
+import subprocess
 import os
 import sys
 
@@ -171,7 +174,7 @@ def write_md(path, results, argv):
             f.write("# attnc backward performance on the H200\n\n")
             f.write(f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}\n- GPU: {facts}\n")
             f.write(f"- command: `bash bench/run-backward.sh {command}`\n")
-            f.write("- bf16, BHSD; the rows of docs/perf/H200.md; TFLOP/s = 2.5 x 4 B Hq N^2 D x unmasked "
+            f.write("- bf16, BHSD; the rows of docs/perf/forward.md; TFLOP/s = 2.5 x 4 B Hq N^2 D x unmasked "
                     f"fraction / median time (CUDA events, after {fwd.WARM_MS:.0f} ms of untimed calls); "
                     "attnc in its default dQ mode (fp32 sums: TMA "
                     "bulk reductions in the sm_90a dK/dV kernel, atomics in the sm80 one; at hd136-256 "
@@ -185,10 +188,28 @@ def write_md(path, results, argv):
     return lines
 
 
+def write_json(path, results, lib):
+    """The run as bench_forward.py's --json writes it: {"facts": ..., "results": [...]}."""
+    if not path:
+        return
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=20).stdout.strip()
+    except Exception:  # noqa: BLE001
+        driver = "?"
+    facts = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+             "gpu": torch.cuda.get_device_name(), "driver": driver, "torch": torch.__version__,
+             "cuda": torch.version.cuda, "cudnn": str(torch.backends.cudnn.version()),
+             "attnc": lib.version(), **fwd.run_facts("run-backward.sh", sys.argv[1:])}
+    with open(path, "w") as f:
+        json.dump({"facts": facts, "results": results}, f, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--md", default=None)
+    ap.add_argument("--json", default=None, help="the run's facts and rows (bench/perf_page.py)")
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--warm-ms", type=float, default=fwd.WARM_MS,
                     help="ms of untimed back-to-back calls before each implementation's timed batches")
@@ -216,6 +237,7 @@ def main():
         torch._dynamo.reset()
         results.append(run_row(lib, row, flex, create_block_mask, not args.no_flex))
         write_md(args.md, results, sys.argv[1:])  # partial results survive a timeout
+        write_json(args.json, results, lib)
     print("\n".join(write_md(args.md, results, sys.argv[1:])))
 
 

@@ -4,7 +4,8 @@ bf16, BHSD. Each attnc row is checked against a peer's output (relerr < 1e-2) be
 Times are CUDA-event medians of >= 20 timed batches after warm-up; FLOPs = 4*B*Hq*Sq*Skv*D times
 the exact unmasked fraction.
 
-  python3 bench/bench_forward.py [--quick] [--md docs/perf/H200.md] [--png docs/perf/H200-forward.png]
+  python3 bench/bench_forward.py [--quick] [--json forward.json] [--png forward.png] [--md FILE]
+  (docs/perf/forward.md is rendered from the JSON by bench/perf_page.py)
 """
 import argparse
 import contextlib
@@ -93,6 +94,19 @@ def shown_command(argv):
     return " ".join(a.replace(os.environ.get("OUT", "//"), "$OUT") for a in argv)
 
 
+def run_facts(script, argv):
+    """What a --json page says of how its run was made (bench/perf_page.py): the command, the
+    warm-up and the source's commit where git knows it."""
+    try:
+        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True, timeout=20).stdout.strip() or None
+    except Exception:  # noqa: BLE001
+        commit = None  # a bundle without its repository
+    shown = (a.replace(os.environ.get("OUT", "//"), "$OUT") for a in argv)
+    command = " ".join(f'"{a}"' if " " in a else a for a in shown)
+    return {"command": f"bash bench/{script} {command}", "warm_ms": WARM_MS, "commit": commit}
+
+
 def spec_of(row):
     mask = {"none": "none", "causal": "causal", "window": f"{{window: {row.window}}}",
             "prefix": f"{{prefix: {row.prefix}}}", "document": "{document: doc, causal: true}"}[row.mask]
@@ -141,7 +155,7 @@ def alibi_slopes(n):
 # Milliseconds of back-to-back calls before an implementation's timed batches (--warm-ms). Under
 # sustained load the H200 sits at its power limit with lower clocks than after an idle moment (a
 # compile, a correctness check): measured without this, the implementation timed first in a row (attnc)
-# ran 4-10% faster than it does at steady state (bench/interleave.py, docs/perf/H200.md).
+# ran 4-10% faster than it does at steady state (bench/interleave.py).
 WARM_MS = 500.0
 
 
@@ -453,7 +467,7 @@ def write_outputs(results, facts, argv, md_path, png_path, json_path):
     notes = [f"- {r['row']}: {k}: {v}" for r in results for k, v in r["note"].items()]
     if notes:
         lines += ["", "## Notes", ""] + notes
-    lines += ["", f"Plot: [H200-forward.png](H200-forward.png)", ""]
+    lines += ["", f"Plot: [{os.path.basename(png_path)}]({os.path.basename(png_path)})" if png_path else "", ""]
     if md_path:
         with open(md_path, "w") as f:
             f.write("\n".join(lines) + "\n")
@@ -519,7 +533,7 @@ def main():
     facts = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
              "gpu": torch.cuda.get_device_name(), "driver": driver, "torch": torch.__version__,
              "cuda": torch.version.cuda, "cudnn": str(torch.backends.cudnn.version()),
-             "attnc": lib.version(), "target": target}
+             "attnc": lib.version(), "target": target, **run_facts("run.sh", sys.argv[1:])}
     print(facts, flush=True)
     results = []
     t0 = time.time()

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The Hopper fast path's speed targets, checked against one bench run: the forward rows
-(bench_forward.py, the "targets" section of docs/perf/H200.md) or the backward ones
-(bench_backward.py, docs/perf/H200-backward.md). Also runs on its own (no torch needed) over a
+(bench_forward.py, the "targets" section of docs/perf/forward.md) or the backward ones
+(bench_backward.py, docs/perf/backward.md). Also runs on its own (no torch needed) over a
 JSON of the run's results:  python3 bench/targets.py [--backward] fwd.json
 """
 import argparse
