@@ -8,8 +8,9 @@
 #                                 [--no-suites] [--rounds N]
 # 1. the forward suite, 2. the backward suite, 3. compute-sanitizer memcheck and racecheck over
 # both small subsets, all on CANDIDATE; 4. dev/bench/ab_mix.py over the --fwd rows, 5. its
-# --backward over the --bwd rows (BASE first, so the ratios are CANDIDATE / BASE; --rounds alternating
-# batches each, 30 unless told). Logs and tables go to DIR ($OUT, else /tmp/gpu-candidate).
+# --backward over the --bwd rows (BASE first, so the ratios are CANDIDATE / BASE; --rounds
+# alternating batches each, 30 unless told). Logs and tables go to DIR ($OUT, else
+# /tmp/gpu-candidate).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,9 +38,9 @@ source dev/gpu-steps.sh  # step(), summary
 
 if [[ $suites == 1 ]]; then
   step "forward suite" 120 "$out/forward.log" \
-    python3 test/gpu/test_forward.py --lib "$candidate" --results-md "$out/RESULTS.md"
+    python3 test/gpu/test_forward.py --lib "$candidate" --results "$out/forward-sm90.md"
   step "backward suite" 240 "$out/backward.log" \
-    python3 test/gpu/test_backward.py --lib "$candidate" --results-md "$out/RESULTS-backward.md"
+    python3 test/gpu/test_backward.py --lib "$candidate" --results "$out/backward-sm90.md"
   step "sanitizers" 150 "$out/sanitize.log" \
     env ATTNC_LIB="$(realpath "$candidate")" bash test/gpu/sanitize.sh
   grep -hE "^FAIL" "$out/forward.log" "$out/backward.log" | head -n 8
