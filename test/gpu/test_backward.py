@@ -75,7 +75,7 @@ def plan(subset):
     # the dQ kernel takes, bwd_config.h dqKernelTakesInputMask).
     groups.append(("document_causal", 256, "bf16", [(129, 1000), (1000, 1000)], 1))
     groups.append(("dropout0.1", 256, "bf16", [(300, 300)], 1))
-    # The head-dim split with the epilogues it takes since 2026-12-03 (TileRule.cpp): a score whose
+    # The head-dim split with the epilogues it takes (TileRule.cpp): a score whose
     # derivative depends on it, a mask the rule charges 16 registers, per-head input reads,
     # dropout in fp16 over the padded chunks, a window.
     groups.append(("softcap", 256, "bf16", [(129, 1000), (1000, 1000)], 1))
@@ -89,9 +89,8 @@ def plan(subset):
     # The padded split with dK over four chunks (three loaded) and dV over two.
     groups.append(("causal", (192, 128), "bf16", [(127, 1000), (1000, 1000)], 2))
     # A head dim of three chunks beside a narrow d_v: the dQ columns need a fourth K chunk
-    # (sm90/bwd_config.h keyTileChunks; until 2026-12-04 these failed to compile), which with dQ's
-    # fp32 tiles leaves no room, so the dK/dV kernel runs without dQ beside the dQ kernel
-    # (BwdConfig SeparateDq; until then the sm80 dK/dV kernel served them), here with 3 and 2
+    # (sm90/bwd_config.h keyTileChunks), which with dQ's fp32 tiles leaves no room, so the dK/dV
+    # kernel runs without dQ beside the dQ kernel (BwdConfig SeparateDq), here with 3 and 2
     # stages, a window, a prefix, dropout, a score hook, GQA and an odd last kv block (the second
     # consumer without rows: the staged dK/dV stores' barrier).
     groups.append(("causal", (192, 64), "bf16", [(127, 1000), (1000, 1000)], 1))
@@ -105,9 +104,8 @@ def plan(subset):
     # The split beside a head dim of at most 64 columns, padded to two chunks (bwd_config.h
     # splitColumns: the second consumer's share all padding), where the plain kernel's registers
     # do not fit: a narrow d_v (under a document mask too, beside the dQ kernel) and a narrow
-    # head dim (beside the dQ kernel, its kv tile halved to fit the shared
-    # memory); until 2026-12-04 the sm80 dK/dV kernel served these. And the plain kernel's
-    # deterministic dQ kernel with its kv tile halved, (16, 224).
+    # head dim (beside the dQ kernel, its kv tile halved to fit the shared memory). And the plain
+    # kernel's deterministic dQ kernel with its kv tile halved, (16, 224).
     groups.append(("causal", (256, 64), "bf16", [(127, 1000), (1000, 1000)], 1))
     groups.append(("causal", (64, 256), "bf16", [(1000, 127), (1000, 1000)], 1))
     groups.append(("dropout0.1", (232, 24), "bf16", [(300, 300)], 1))
@@ -116,11 +114,9 @@ def plan(subset):
     groups.append(("alibi", (8, 248), "fp16", [(1000, 129)], 1))
     groups.append(("causal", (16, 224), "bf16", [(129, 1000)], 1))
     # The sm_90a dQ kernel under masks that read declared inputs (its producer reads the launch's
-    # classes of its kv tiles, `_bwd_q_tile_classes`; until 2026-12-04 the sm80 dQ kernel served
-    # them, then up to head dim 192 its producer walked the inputs' summaries): the split's default
-    # backward at hd192 (beside this kernel since it reads classes), the dK/dV kernel without dQ
-    # at (192, 64) and, above head dim 192 (where
-    # the sm80 dK/dV kernel served), at (224, 32) and (240, 8); the deterministic mode wherever
+    # classes of its kv tiles, `_bwd_q_tile_classes`): the split's default backward at hd192
+    # (beside this kernel since it reads classes), the dK/dV kernel without dQ at (192, 64) and,
+    # above head dim 192, at (224, 32) and (240, 8); the deterministic mode wherever
     # (document_causal and head_document at hd64 above too), up to the widest pairs the dQ kernel
     # takes (bwd_config.h dqKernelTakesInputMask: (224, 224), (256, 96)).
     groups.append(("document_causal", 192, "bf16", [(129, 1000), (1000, 1000)], 1))
