@@ -5,9 +5,12 @@ JOBS       ?= 2
 BUILD_DIR  ?= build
 BUILD_TYPE ?= Release
 LLVM_ROOT  ?= /usr/lib/llvm-22
+# Where `make install` puts bin/, lib/ (libattnc.so, libattncRuntime.a, the CMake package) and
+# include/; DESTDIR, as for any CMake install, stages it elsewhere.
+PREFIX     ?= /usr/local
 export JOBS BUILD_DIR BUILD_TYPE LLVM_ROOT
 
-.PHONY: all deps build check demo docs clean
+.PHONY: all deps build check demo docs install clean
 all: build
 
 deps:
@@ -21,6 +24,11 @@ check: build
 
 demo: build
 	@scripts/demo.sh
+
+# The attnc CLI, libattnc, the public headers with the device templates, and the CMake package
+# that find_package(attnc) reads (set CMAKE_PREFIX_PATH to PREFIX if it is not a default one).
+install: build
+	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
 # Regenerates the dialect, op and pass reference in docs/dialect from the .td files.
 docs: build

@@ -133,7 +133,7 @@ struct Counts {
   std::map<std::string, uint64_t> failures;
   double slowestSeconds = 0;
   uint64_t slowestCase = 0;
-  // One line of key=value pairs: scripts/fuzz.sh adds up the rounds' lines.
+  // One line of key=value pairs: dev/fuzz.sh adds up the rounds' lines.
   std::string summary(double seconds) const {
     uint64_t total = 0;
     std::string classes;

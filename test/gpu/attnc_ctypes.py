@@ -66,7 +66,7 @@ def default_library_path():
     for path in candidates:
         if path and os.path.exists(path):
             return path
-    raise AttncError("libattnc.so not found: set ATTNC_LIB or run scripts/device-bundle.sh")
+    raise AttncError("libattnc.so not found: set ATTNC_LIB or run dev/device-bundle.sh")
 
 
 class Library:
@@ -172,7 +172,7 @@ def _fill_shared(args, tensors, lse, inputs, seed, offset, batch, q_len, kv_len)
     (tensor, dims) or Input structs) and the dropout stream. The struct holds only addresses, so
     it keeps every tensor it points at alive (`tensors`, LSE, the inputs' tensors and their
     array): a launch from a struct whose caller dropped its tensors would read freed memory that
-    the caching allocator hands to the next tensor (bench/ab_mix.py once timed a document mask
+    the caching allocator hands to the next tensor (dev/bench/ab_mix.py once timed a document mask
     over ids overwritten that way)."""
     args.lse = lse.data_ptr() if lse is not None else None
     args.batch, args.q_len, args.kv_len = batch, q_len, kv_len

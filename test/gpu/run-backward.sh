@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU backward suite (needs a CUDA GPU, torch and libattnc.so: $ATTNC_LIB or .device/bundle/).
-#   bash test/gpu/run-backward.sh [--subset small] [--results-md test/gpu/RESULTS-backward.md]
+#   bash test/gpu/run-backward.sh [--subset small] [--results results/gpu/backward-sm90.md]
 #                                 [--target sm_80] [--only VARIANT]... [--head-dim N]...
 set -euo pipefail
 cd "$(dirname "$0")/../.."

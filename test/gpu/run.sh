@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU test suite: the device tanh forms' errors, then the forward suite (needs a CUDA GPU, torch and libattnc.so: $ATTNC_LIB or .device/bundle/).
-#   bash test/gpu/run.sh [--subset small] [--results-md test/gpu/RESULTS.md]
+#   bash test/gpu/run.sh [--subset small] [--results results/gpu/forward-sm90.md]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export ATTNC_CACHE_DIR=${ATTNC_CACHE_DIR:-/tmp/attnc-cache}

@@ -4,14 +4,13 @@ mods with derived gradients, GQA/MQA, dtypes, layouts, odd lengths, dropout (the
 mask rebuilt on the host), the deterministic mode (bit-identical over 3 runs), and never worse than
 2x torch SDPA's own backward error where SDPA has the variant. Prints a summary table last.
 
-  python3 test/gpu/test_backward.py [--subset all|small] [--results-md PATH] [--target T]
+  python3 test/gpu/test_backward.py [--subset all|small] [--results PATH] [--target T]
                                     [--only VARIANT]... [--head-dim N]...
 
 --target compiles for another target than the device's (sm_80 on the H200: the sm_80 family's
 kernels, which the driver compiles from their PTX); --head-dim keeps the groups of those head dims
 (of head_dim, or of either member of a (d, d_v) pair)."""
 import argparse
-import datetime
 import os
 import sys
 import time
@@ -22,6 +21,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attnc_ctypes  # noqa: E402
 import philox_host  # noqa: E402
+import results_page  # noqa: E402
 from test_forward import V, TORCH_DTYPE, Ctx, relerr, device_facts  # noqa: E402
 
 TOL = {"bf16": 1e-2, "fp16": 2e-3}
@@ -75,7 +75,7 @@ def plan(subset):
     # the dQ kernel takes, bwd_config.h dqKernelTakesInputMask).
     groups.append(("document_causal", 256, "bf16", [(129, 1000), (1000, 1000)], 1))
     groups.append(("dropout0.1", 256, "bf16", [(300, 300)], 1))
-    # The head-dim split with the epilogues it takes since 2026-12-03 (TileRule.cpp): a score whose
+    # The head-dim split with the epilogues it takes (TileRule.cpp): a score whose
     # derivative depends on it, a mask the rule charges 16 registers, per-head input reads,
     # dropout in fp16 over the padded chunks, a window.
     groups.append(("softcap", 256, "bf16", [(129, 1000), (1000, 1000)], 1))
@@ -89,9 +89,8 @@ def plan(subset):
     # The padded split with dK over four chunks (three loaded) and dV over two.
     groups.append(("causal", (192, 128), "bf16", [(127, 1000), (1000, 1000)], 2))
     # A head dim of three chunks beside a narrow d_v: the dQ columns need a fourth K chunk
-    # (sm90/bwd_config.h keyTileChunks; until 2026-12-04 these failed to compile), which with dQ's
-    # fp32 tiles leaves no room, so the dK/dV kernel runs without dQ beside the dQ kernel
-    # (BwdConfig SeparateDq; until then the sm80 dK/dV kernel served them), here with 3 and 2
+    # (sm90/bwd_config.h keyTileChunks), which with dQ's fp32 tiles leaves no room, so the dK/dV
+    # kernel runs without dQ beside the dQ kernel (BwdConfig SeparateDq), here with 3 and 2
     # stages, a window, a prefix, dropout, a score hook, GQA and an odd last kv block (the second
     # consumer without rows: the staged dK/dV stores' barrier).
     groups.append(("causal", (192, 64), "bf16", [(127, 1000), (1000, 1000)], 1))
@@ -105,9 +104,8 @@ def plan(subset):
     # The split beside a head dim of at most 64 columns, padded to two chunks (bwd_config.h
     # splitColumns: the second consumer's share all padding), where the plain kernel's registers
     # do not fit: a narrow d_v (under a document mask too, beside the dQ kernel) and a narrow
-    # head dim (beside the dQ kernel, its kv tile halved to fit the shared
-    # memory); until 2026-12-04 the sm80 dK/dV kernel served these. And the plain kernel's
-    # deterministic dQ kernel with its kv tile halved, (16, 224).
+    # head dim (beside the dQ kernel, its kv tile halved to fit the shared memory). And the plain
+    # kernel's deterministic dQ kernel with its kv tile halved, (16, 224).
     groups.append(("causal", (256, 64), "bf16", [(127, 1000), (1000, 1000)], 1))
     groups.append(("causal", (64, 256), "bf16", [(1000, 127), (1000, 1000)], 1))
     groups.append(("dropout0.1", (232, 24), "bf16", [(300, 300)], 1))
@@ -116,11 +114,9 @@ def plan(subset):
     groups.append(("alibi", (8, 248), "fp16", [(1000, 129)], 1))
     groups.append(("causal", (16, 224), "bf16", [(129, 1000)], 1))
     # The sm_90a dQ kernel under masks that read declared inputs (its producer reads the launch's
-    # classes of its kv tiles, `_bwd_q_tile_classes`; until 2026-12-04 the sm80 dQ kernel served
-    # them, then up to head dim 192 its producer walked the inputs' summaries): the split's default
-    # backward at hd192 (beside this kernel since it reads classes), the dK/dV kernel without dQ
-    # at (192, 64) and, above head dim 192 (where
-    # the sm80 dK/dV kernel served), at (224, 32) and (240, 8); the deterministic mode wherever
+    # classes of its kv tiles, `_bwd_q_tile_classes`): the split's default backward at hd192
+    # (beside this kernel since it reads classes), the dK/dV kernel without dQ at (192, 64) and,
+    # above head dim 192, at (224, 32) and (240, 8); the deterministic mode wherever
     # (document_causal and head_document at hd64 above too), up to the widest pairs the dQ kernel
     # takes (bwd_config.h dqKernelTakesInputMask: (224, 224), (256, 96)).
     groups.append(("document_causal", 192, "bf16", [(129, 1000), (1000, 1000)], 1))
@@ -190,7 +186,7 @@ def sdpa_grads(var, q, k, v, do, scale, hq, hkv, ql, kl):
     return [t.grad.transpose(1, 2) for t in (qt, kt, vt)]
 
 
-def run_case(kern, var, hd, hdv, dtype, B, ql, kl, results, key):
+def run_case(kern, var, hd, hdv, dtype, B, ql, kl, results, failures, key):
     info = kern.info
     hq, hkv, scale, p = info["heads_q"], info["heads_kv"], float(info["scale"]), float(info["dropout"])
     dt, dev = TORCH_DTYPE[dtype], torch.device("cuda")
@@ -248,6 +244,8 @@ def run_case(kern, var, hd, hdv, dtype, B, ql, kl, results, key):
     sd = "-" if not sdpa_err else f"{max(sdpa_err):.2e}"
     print(f"{'ok  ' if ok else 'FAIL'} {key:30s} B{B} Sq{ql:5d} Skv{kl:5d} worst {worst:.2e} sdpa {sd}"
           + ("" if ok else "  <- " + "; ".join(sorted(set(problems)))), flush=True)
+    if not ok:
+        failures.append(f"{key} B{B} Sq{ql} Skv{kl}: " + "; ".join(sorted(set(problems))))
     row = results.setdefault(key, [0, 0, 0.0, None])
     row[0] += 1
     row[1] += ok
@@ -256,10 +254,27 @@ def run_case(kern, var, hd, hdv, dtype, B, ql, kl, results, key):
         row[3] = max(row[3] or 0.0, max(sdpa_err))
 
 
+def write_results(path, results, failures, commit, argv, elapsed):
+    bounds = ("Bounds: relative Frobenius error of each of dQ, dK, dV against float64 autograd"
+              " <= 1e-2 (bf16) / 2e-3 (fp16), and <= 2 x SDPA's own backward error where SDPA has"
+              " the variant; each case runs the default (dQ summed in fp32 by atomics or bulk"
+              " reductions, order not fixed) and the deterministic mode three times, which must"
+              " agree bit for bit (and, for masks that read declared inputs, with the inputs"
+              " prepared once: forward and deterministic backward bit-identical to the plain"
+              " calls); gradients are poisoned with NaN before each run.")
+    columns = ["variant", "cases", "pass", "worst rel err (dQ, dK, dV)", "SDPA's worst"]
+    rows = [[key, n, ok, f"{worst:.2e}", "-" if sd is None else f"{sd:.2e}"]
+            for key, (n, ok, worst, sd) in results.items()]
+    results_page.write(path, "attnc GPU backward tests: results",
+                       results_page.command_line(__file__, argv), device_facts(), commit, elapsed,
+                       bounds, columns, rows, failures)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--subset", default="all", choices=["all", "small"])
-    ap.add_argument("--results-md", default=None)
+    ap.add_argument("--results", "--results-md", default=None, metavar="PATH",
+                    help="also write the summary page there (results/gpu/backward-sm90.md)")
     ap.add_argument("--lib", default=None)
     ap.add_argument("--only", action="append", default=None,
                     help="run only these variants (repeatable), e.g. --only softcap")
@@ -270,7 +285,7 @@ def main():
     torch.manual_seed(0)
     start = time.time()
     lib = attnc_ctypes.Library(args.lib)
-    results = {}
+    results, failures = {}, []
     def dims_of(group):
         return group[1] if isinstance(group[1], tuple) else (group[1],)
     groups = [g for g in plan(args.subset)
@@ -288,7 +303,7 @@ def main():
         key = (f"{name} hd{hd}" + (f" dv{hdv}" if hdv != hd else "") + f" {dtype}"
                + (f" {var.hq}:{var.hkv}" if var.hq != var.hkv else ""))
         for ql, kl in lens:
-            run_case(kern, var, hd, hdv, dtype, B, ql, kl, results, key)
+            run_case(kern, var, hd, hdv, dtype, B, ql, kl, results, failures, key)
     cases = sum(r[0] for r in results.values())
     passed = sum(r[1] for r in results.values())
     elapsed = time.time() - start
@@ -296,22 +311,9 @@ def main():
     for key, (n, ok, worst, sd) in results.items():
         print(f"{key:34s} {n:5d} {ok:5d} {worst:13.2e} {'-' if sd is None else f'{sd:.2e}':>11s}")
     print(f"\n{passed}/{cases} passed, {cases - passed} failed, {elapsed:.0f} s")
-    if args.results_md:
-        facts = device_facts()
-        with open(args.results_md, "w") as f:
-            f.write("# attnc GPU backward tests: results\n\n")
-            f.write(f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC\n- GPU: {facts['gpu']}, driver "
-                    f"{facts['driver']}; torch {facts['torch']} (CUDA {facts['cuda']}, cuDNN {facts['cudnn']})\n")
-            f.write(f"- command: `bash test/gpu/run-backward.sh {' '.join(sys.argv[1:])}` ({elapsed:.0f} s)\n")
-            f.write(f"- result: **{passed}/{cases} cases passed**\n\n")
-            f.write("Bounds: relative Frobenius error of each of dQ, dK, dV against float64 autograd <= 1e-2 "
-                    "(bf16) / 2e-3 (fp16), and <= 2 x SDPA's own backward error where SDPA has the variant; "
-                    "each case runs the default (dQ summed in fp32 by atomics or bulk reductions, order not fixed) and the deterministic mode three times, "
-                    "which must agree bit for bit (and, for masks that read declared inputs, with the inputs prepared once: forward and "
-                    "deterministic backward bit-identical to the plain calls); gradients are poisoned with NaN before each run.\n\n")
-            f.write("| variant | cases | pass | worst rel err (dQ, dK, dV) | SDPA's worst |\n|---|---:|---:|---:|---:|\n")
-            for key, (n, ok, worst, sd) in results.items():
-                f.write(f"| {key} | {n} | {ok} | {worst:.2e} | {'-' if sd is None else f'{sd:.2e}'} |\n")
+    if args.results:
+        write_results(args.results, results, failures, results_page.commit_of(lib.path),
+                      sys.argv[1:], elapsed)
     sys.exit(0 if passed == cases else 1)
 
 

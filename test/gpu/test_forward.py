@@ -5,14 +5,13 @@ dropout (against a host rebuild of the Philox mask), argument validation, and pe
 whose scores grow along the keys (O rescaled mid-row, past the sm_90a forward's lazy row maxima).
 Prints a summary table last.
 
-  python3 test/gpu/test_forward.py [--subset all|small] [--ref-device cuda|cpu] [--results-md PATH]
+  python3 test/gpu/test_forward.py [--subset all|small] [--ref-device cuda|cpu] [--results PATH]
 
 ATTNC_TEST_BREAK_MASK=1 feeds attnc a subtly different mask than the reference checks (the suite
 must then fail): it only changes the spec text, never the kernels or the reference."""
 import argparse
 import concurrent.futures
 import contextlib
-import datetime
 import functools
 import math
 import os
@@ -27,6 +26,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attnc_ctypes  # noqa: E402
 import philox_host  # noqa: E402
+import results_page  # noqa: E402
 
 TOL = {"bf16": 5e-3, "fp16": 1e-3}
 LSE_TOL = 1e-3
@@ -691,36 +691,23 @@ def device_facts():
     return facts
 
 
-def write_results_md(path, res, facts, argv, elapsed, compile_errors):
-    total = sum(r["cases"] for r in res.rows.values())
-    passed = sum(r["pass"] for r in res.rows.values())
-    lines = ["# attnc GPU forward tests: results", "",
-             f"- date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
-             f"- GPU: {facts['gpu']}, driver {facts['driver']}; torch {facts['torch']} (CUDA {facts['cuda']},"
-             f" cuDNN {facts['cudnn']})",
-             f"- command: `bash test/gpu/run.sh {' '.join(argv)}` ({elapsed:.0f} s)",
-             f"- result: **{passed}/{total} cases passed**, {total - passed} failed"
-             + (f"; {len(compile_errors)} specs failed to compile" if compile_errors else ""), "",
-             "Bounds: relative Frobenius error of O against a float64 reference <= 5e-3 (bf16) / 1e-3 (fp16),"
-             f" and <= {SDPA_FACTOR:g} x torch SDPA's error on the same inputs where SDPA has the variant"
-             f" (floor {SDPA_FLOOR:g}); LSE max abs error <= {LSE_TOL:g} on rows with a key; fully masked rows"
-             " O == 0 and LSE == -inf exactly; no NaN anywhere (outputs are poisoned with NaN). Each case runs"
-             " both layouts (BSHD and BHSD). Dropout: bit-identical reruns, other seed/offset differ, host"
-             " Philox keep fraction within 3 sigma of 1-p, and O against the float64 reference with exactly"
-             " the host's dropout mask.", "",
-             "| variant | cases | pass | worst rel err | worst LSE err | SDPA's worst rel err |",
-             "|---|---:|---:|---:|---:|---:|"]
-    for key, r in res.rows.items():
-        sd = "-" if r["sdpa"] is None else f"{r['sdpa']:.2e}"
-        lines.append(f"| {key} | {r['cases']} | {r['pass']} | {r['err']:.2e} | {r['lse']:.1e} | {sd} |")
-    if any(" dv" in key for key in res.rows):
-        lines += ["", "`hdD dvN`: head_dim D, head_dim_v N (Q and K are D wide, V and O N wide)."]
-    if res.failures or compile_errors:
-        lines += ["", "## Failures", ""]
-        lines += [f"- {f}" for f in res.failures[:50]]
-        lines += [f"- compile {k}: {e}" for k, e in compile_errors.items()]
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+def write_results(path, res, facts, commit, argv, elapsed):
+    bounds = ("Bounds: relative Frobenius error of O against a float64 reference <= 5e-3 (bf16) /"
+              f" 1e-3 (fp16), and <= {SDPA_FACTOR:g} x torch SDPA's error on the same inputs where"
+              f" SDPA has the variant (floor {SDPA_FLOOR:g}); LSE max abs error <= {LSE_TOL:g} on rows"
+              " with a key; fully masked rows O == 0 and LSE == -inf exactly; no NaN anywhere"
+              " (outputs are poisoned with NaN). Each case runs both layouts (BSHD and BHSD)."
+              " Dropout: bit-identical reruns, other seed/offset differ, host Philox keep fraction"
+              " within 3 sigma of 1-p, and O against the float64 reference with exactly the host's"
+              " dropout mask.")
+    columns = ["variant", "cases", "pass", "worst rel err", "worst LSE err", "SDPA's worst rel err"]
+    rows = [[key, r["cases"], r["pass"], f"{r['err']:.2e}", f"{r['lse']:.1e}",
+             "-" if r["sdpa"] is None else f"{r['sdpa']:.2e}"] for key, r in res.rows.items()]
+    notes = (["`hdD dvN`: head_dim D, head_dim_v N (Q and K are D wide, V and O N wide)."]
+             if any(" dv" in key for key in res.rows) else [])
+    results_page.write(path, "attnc GPU forward tests: results",
+                       results_page.command_line(__file__, argv), facts, commit, elapsed, bounds,
+                       columns, rows, res.failures, notes)
 
 
 def main():
@@ -728,7 +715,8 @@ def main():
     ap.add_argument("--subset", default="all", choices=["all", "small"])
     ap.add_argument("--ref-device", default="cuda")
     ap.add_argument("--target", default=None, help="attnc target (default: the device's)")
-    ap.add_argument("--results-md", default=None)
+    ap.add_argument("--results", "--results-md", default=None, metavar="PATH",
+                    help="also write the summary page there (results/gpu/forward-sm90.md)")
     ap.add_argument("--lib", default=None)
     args = ap.parse_args()
     t_start = time.time()
@@ -778,8 +766,9 @@ def main():
     for key, r in res.rows.items():
         sd = "-" if r["sdpa"] is None else f"{r['sdpa']:.2e}"
         print(f"{key:36s} {r['cases']:5d} {r['pass']:5d} {r['err']:10.2e} {r['lse']:9.1e} {sd:>9s}")
-    if args.results_md:
-        write_results_md(args.results_md, res, facts, sys.argv[1:], elapsed, compile_errors)
+    if args.results:
+        write_results(args.results, res, facts, results_page.commit_of(lib.path), sys.argv[1:],
+                      elapsed)
     print(f"\n{passed}/{total} passed, {total - passed} failed, {elapsed:.0f} s"
           + (" (ATTNC_TEST_BREAK_MASK=1)" if BREAK else ""))
     return 0 if passed == total and not compile_errors else 1

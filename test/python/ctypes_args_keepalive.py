@@ -1,7 +1,8 @@
 """test/gpu/attnc_ctypes.py's argument structs keep alive every tensor they point at: a launch from
 a struct whose caller dropped its tensors reads memory the caching allocator has handed to another
-tensor (bench/ab_mix.py once timed a document mask over overwritten ids that way). No torch or GPU:
-stand-in tensors with the few methods the helper calls. Exit status 0 when the property holds."""
+tensor (dev/bench/ab_mix.py once timed a document mask over overwritten ids that way). No torch or
+GPU: stand-in tensors with the few methods the helper calls. Exit status 0 when the property
+holds."""
 import gc
 import os
 import sys

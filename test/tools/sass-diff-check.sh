@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/sass-diff.sh on one spec: a CLI against itself is identical everywhere (exit 0, every
+# dev/sass-diff.sh on one spec: a CLI against itself is identical everywhere (exit 0, every
 # kernel counted), and against itself with another kv tile (--block-kv 64) the forward differs
 # (exit 1, the kernel named).
 #   test/tools/sass-diff-check.sh ATTNC CUOBJDUMP
@@ -18,7 +18,7 @@ chmod +x "$work/attnc-bkv64"
 export CUOBJDUMP=$cuobjdump
 fail=0
 
-out=$(bash "$root/scripts/sass-diff.sh" --target sm_90a --spec "$root/examples/full_hd64.yaml" \
+out=$(bash "$root/dev/sass-diff.sh" --target sm_90a --spec "$root/examples/full_hd64.yaml" \
         "$attnc" "$attnc" 2>&1)
 rc=$?
 echo "$out"
@@ -27,7 +27,7 @@ if [[ $rc -ne 0 ]] || ! grep -qE '^sass-diff: [1-9][0-9]* kernels identical, 0 d
   fail=1
 fi
 
-out=$(bash "$root/scripts/sass-diff.sh" --target sm_90a --spec "$root/examples/full_hd64.yaml" \
+out=$(bash "$root/dev/sass-diff.sh" --target sm_90a --spec "$root/examples/full_hd64.yaml" \
         --forward "$attnc" "$work/attnc-bkv64" 2>&1)
 rc=$?
 echo "$out"

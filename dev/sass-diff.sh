@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Whether a template change changes machine code: compiles every example and test/kernel-specs
-# spec with two attnc CLIs (e.g. main's build and a branch's, scripts/branch-lib.sh) and compares
+# spec with two attnc CLIs (e.g. main's build and a branch's, dev/branch-lib.sh) and compares
 # the SASS of each kernel, with addresses, encodings and whitespace stripped so that only
 # instructions and their operands count. A change whose SASS is identical everywhere needs no GPU
-# A/B; one that differs must be measured (experiments/README.md).
-#   scripts/sass-diff.sh [--target T]... [--spec FILE]... [--forward] [--keep DIR] ATTNC_A ATTNC_B
+# A/B; one that differs must be measured (dev/README.md).
+#   dev/sass-diff.sh [--target T]... [--spec FILE]... [--forward] [--keep DIR] ATTNC_A ATTNC_B
 # --target: sm_90a and sm_80 unless told; --spec: these specs only (default: examples/*.yaml and
 # test/kernel-specs/*.yaml); --forward: forward kernels only (no --backward); --keep DIR: leave
 # the normalized listings there (DIR/a, DIR/b) for `diff`. Prints a line per spec, target and

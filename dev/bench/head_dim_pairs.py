@@ -5,7 +5,7 @@ For changes that move a pair from one kernel to another (which `attnc explain --
 measured in one process so that all see the same clocks. dQ, dK and dV of every build are
 checked against the first build's.
 
-  python3 bench/head_dim_pairs.py --lib A.so [--lib B.so] [--pair 192,64]... [--n 4096]
+  python3 dev/bench/head_dim_pairs.py --lib A.so [--lib B.so] [--pair 192,64]... [--n 4096]
       [--rounds 16] [--docs 8 [--position-docs]] [--deterministic]
 
 FLOPs: forward 2 B H N^2 (d + d_v) x the unmasked fraction, backward 2.5 x that (for d = d_v, the
@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "test", "gpu"))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "test", "gpu"))
 import attnc_ctypes  # noqa: E402
 import bench_forward as bf  # noqa: E402
 

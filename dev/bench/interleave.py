@@ -4,10 +4,11 @@ timed them before its warm-up (all of one implementation's batches, then all of 
 nvidia-smi's SM clock and power over the run), and in alternating batches, so that both see the same
 clocks, power and temperature. Prints, per row and method, the medians and their ratio.
 
-  python3 bench/interleave.py [--lib L] [--rounds 3] --only "hd128 full N=4K"
+  python3 dev/bench/interleave.py [--lib L] [--rounds 3] --only "hd128 full N=4K"
 """
 import argparse
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -16,7 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-import bench_forward as bf
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))  # the bench rows and their setup
+import bench_forward as bf  # noqa: E402
 
 
 def smi():

@@ -4,7 +4,7 @@ last wave that leaves SMs idle shows as a dip in TFLOP/s at the partial-wave siz
 full N=4K, 2 heads, batch 30-34 (1920-2176 blocks of 128 rows: 14.5, 15.03, 15.5, 16.0, 16.5
 waves), the bench's own shape (batch 4 x 16 heads), hd64 full N=4K with 4 heads, batch 31-33.
 
-  python3 bench/waves.py [--lib .device/bundle/libattnc.so] [--rounds 15]
+  python3 dev/bench/waves.py [--lib .device/bundle/libattnc.so] [--rounds 15]
 """
 import argparse
 import os
@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "test", "gpu"))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "test", "gpu"))
 import attnc_ctypes  # noqa: E402
 import bench_forward as bf  # noqa: E402
 

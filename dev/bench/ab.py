@@ -3,7 +3,7 @@ backward bench runs once per build per round, builds alternating (A, B, A, B, ..
 and thermal drift hit both, FlexAttention skipped; then one line per row with every run's attnc
 TFLOP/s (cuDNN's from the same pass in brackets) and the median of each build against the first.
 Needs what bench/run.sh needs.
-  python3 bench/ab.py --lib .device/bundle/libattnc.so --lib .device/bundleB/libattnc.so \
+  python3 dev/bench/ab.py --lib .device/bundle/libattnc.so --lib .device/bundleB/libattnc.so \
       [--backward] [--rounds 2] [--timeout 120] --only "hd128 causal N=4K" --only ALiBi
 """
 import argparse
@@ -14,7 +14,8 @@ import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BENCH = os.path.join(ROOT, "bench")  # the benches it runs, beside the tables they make
 
 
 def table(md_path):
@@ -49,7 +50,7 @@ def main():
     args = ap.parse_args()
     if len(args.lib) < 2:
         ap.error("--lib: expected at least two builds, got one")
-    script = os.path.join(HERE, "bench_backward.py" if args.backward else "bench_forward.py")
+    script = os.path.join(BENCH, "bench_backward.py" if args.backward else "bench_forward.py")
     runs = {lib: [] for lib in args.lib}  # lib -> [table per round]
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):

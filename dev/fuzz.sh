@@ -4,7 +4,7 @@
 # limits, one accepted spec in NVRTC_EVERY also through NVRTC on sm_80 and sm_90a. A crash or
 # hang is reported with its round, seed and case, and that round goes on from the next case. The
 # failing specs land in OUT; the last line sums the rounds up. Exit status 0 when nothing failed.
-#   scripts/fuzz.sh [BUILD_DIR]                      (default: build)
+#   dev/fuzz.sh [BUILD_DIR]                      (default: build)
 # Then CAPI_CASES calls of the C API argument fuzzer (test/fuzz/capi_fuzz.cpp) with seed SEED.
 # Environment: ROUNDS (3), CASES (10000), SEED (first round's seed, 1), NVRTC_EVERY (100),
 # TIMEOUT (CPU seconds per compile, 20), CAPI_CASES (5000), OUT (BUILD_DIR/fuzz-failures).

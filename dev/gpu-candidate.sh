@@ -2,14 +2,15 @@
 # On the GPU machine, in one call: what a candidate build must pass before it lands, then its A/B
 # against a base build, each step time-bounded, a summary last (device time is scarce: one call,
 # no step can hang it). CANDIDATE and BASE are libattnc.so files, normally the candidate's
-# .device/bundle/libattnc.so (scripts/device-bundle.sh, whose backward kernels the suite also
+# .device/bundle/libattnc.so (dev/device-bundle.sh, whose backward kernels the suite also
 # uses) and a base library copied into .device/bundleB/.
-#   bash scripts/gpu-candidate.sh CANDIDATE BASE [--fwd ROW]... [--bwd ROW]... [--out DIR]
+#   bash dev/gpu-candidate.sh CANDIDATE BASE [--fwd ROW]... [--bwd ROW]... [--out DIR]
 #                                 [--no-suites] [--rounds N]
 # 1. the forward suite, 2. the backward suite, 3. compute-sanitizer memcheck and racecheck over
-# both small subsets, all on CANDIDATE; 4. bench/ab_mix.py over the --fwd rows, 5. its --backward
-# over the --bwd rows (BASE first, so the ratios are CANDIDATE / BASE; --rounds alternating
-# batches each, 30 unless told). Logs and tables go to DIR ($OUT, else /tmp/gpu-candidate).
+# both small subsets, all on CANDIDATE; 4. dev/bench/ab_mix.py over the --fwd rows, 5. its
+# --backward over the --bwd rows (BASE first, so the ratios are CANDIDATE / BASE; --rounds
+# alternating batches each, 30 unless told). Logs and tables go to DIR ($OUT, else
+# /tmp/gpu-candidate).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,13 +34,13 @@ for lib in "$candidate" "$base"; do
 done
 mkdir -p "$out"
 export ATTNC_CACHE_DIR=${ATTNC_CACHE_DIR:-/tmp/attnc-cache}
-source scripts/gpu-steps.sh  # step(), summary
+source dev/gpu-steps.sh  # step(), summary
 
 if [[ $suites == 1 ]]; then
   step "forward suite" 120 "$out/forward.log" \
-    python3 test/gpu/test_forward.py --lib "$candidate" --results-md "$out/RESULTS.md"
+    python3 test/gpu/test_forward.py --lib "$candidate" --results "$out/forward-sm90.md"
   step "backward suite" 240 "$out/backward.log" \
-    python3 test/gpu/test_backward.py --lib "$candidate" --results-md "$out/RESULTS-backward.md"
+    python3 test/gpu/test_backward.py --lib "$candidate" --results "$out/backward-sm90.md"
   step "sanitizers" 150 "$out/sanitize.log" \
     env ATTNC_LIB="$(realpath "$candidate")" bash test/gpu/sanitize.sh
   grep -hE "^FAIL" "$out/forward.log" "$out/backward.log" | head -n 8
@@ -50,12 +51,12 @@ if [[ ${#fwd[@]} -gt 0 ]]; then
   # rows of 4 builds took 55 s); the limits leave room for that twice over. fwd and bwd hold two
   # words a row (--only ROW).
   step "A/B forward" $((60 + 12 * ${#fwd[@]})) "$out/ab-forward.md" \
-    python3 bench/ab_mix.py --lib "$base" --lib "$candidate" --rounds "$rounds" "${fwd[@]}"
+    python3 dev/bench/ab_mix.py --lib "$base" --lib "$candidate" --rounds "$rounds" "${fwd[@]}"
   cat "$out/ab-forward.md"
 fi
 if [[ ${#bwd[@]} -gt 0 ]]; then
   step "A/B backward" $((60 + 15 * ${#bwd[@]})) "$out/ab-backward.md" \
-    python3 bench/ab_mix.py --backward --lib "$base" --lib "$candidate" --rounds "$rounds" "${bwd[@]}"
+    python3 dev/bench/ab_mix.py --backward --lib "$base" --lib "$candidate" --rounds "$rounds" "${bwd[@]}"
   cat "$out/ab-backward.md"
 fi
 echo "== gpu-candidate: $candidate against $base"

@@ -21,6 +21,12 @@ cp "$BUILD_DIR/bin/jit-host" "$BUNDLE/bin/jit-host"
 strip --strip-unneeded "$BUNDLE/libattnc.so"
 strip "$BUNDLE/attnc" "$BUNDLE/bin/jit-host"
 ln -sf ../attnc "$BUNDLE/bin/attnc"
+# The commit the bundle was built from (-dirty with uncommitted changes to tracked files): the
+# suites' result pages name the code they ran, and the GPU machine's copy may have no .git.
+if commit=$(git rev-parse --verify -q HEAD); then
+  git diff --quiet HEAD -- || commit+=-dirty
+  echo "$commit" > "$BUNDLE/COMMIT"
+fi
 # The GPU machine has no LLVM: only system libraries may be needed at load time.
 for f in "$BUNDLE/libattnc.so" "$BUNDLE/attnc" "$BUNDLE/bin/jit-host"; do
   if ldd "$f" | grep -vE 'linux-vdso|ld-linux|libc\.so|libm\.so|libstdc\+\+|libgcc_s|libdl\.so|libpthread' | grep -q '=>'; then

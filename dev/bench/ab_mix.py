@@ -3,11 +3,11 @@ alternating batches: per bench row (bench_forward.py's names), each build's kern
 tensors, and cuDNN's where the row has it, warmed up, then R rounds of one batch each in turn (A,
 B, ..., cuDNN, A, B, ...), so that all see the same clocks, power and temperature; prints each
 one's median TFLOP/s and the ratios to the first build. One torch start and one compile per build
-and row, so it takes a fraction of bench/ab.py's time (which starts a bench process per build and
+and row, so it takes a fraction of ab.py's time (which starts a bench process per build and
 round). Outputs are checked against the first build's (same inputs; dropout rows compare the same
 seed; the backward compares dQ).
 
-  python3 bench/ab_mix.py --lib A.so --lib B.so [--lib C.so] [--backward] [--rounds 40] \
+  python3 dev/bench/ab_mix.py --lib A.so --lib B.so [--lib C.so] [--backward] [--rounds 40] \
       --only "hd128 full N=4K"
 """
 import argparse
@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))  # the bench rows and their setup
 import bench_backward as bb  # noqa: E402
 import bench_forward as bf  # noqa: E402
 

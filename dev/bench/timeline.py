@@ -8,7 +8,7 @@ timeline kernels are cached apart from the plain ones, and their results mean no
 writes no LSE; the dK/dV kernel writes over the LSE it reads), so nothing else should share the
 process. The backward's O and LSE come from a plain forward (compiled with ATTNC_TIMELINE=0).
 
-  python3 bench/timeline.py [--lib .device/bundle/libattnc.so] [--backward] --only ROW [--only ROW ...]
+  python3 dev/bench/timeline.py [--lib .device/bundle/libattnc.so] [--backward] --only ROW [--only ROW ...]
 """
 import argparse
 import os
@@ -19,7 +19,8 @@ os.environ["ATTNC_TIMELINE"] = "1"  # read by the JIT at each compile
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))  # the bench rows and their setup
 import bench_backward as bb  # noqa: E402
 import bench_forward as bf  # noqa: E402
 

@@ -3,9 +3,9 @@
 # libattnc.so: $ATTNC_LIB or .device/bundle/): the forward kernel (fwd) or the backward's dK/dV
 # kernel (bwd). Clocks are left as the GPU runs them (--clock-control none), so the numbers match
 # the bench's. Writes OUT_PREFIX.{ncu-rep,txt,stalls.txt,sass.csv,log} and prints a summary.
-#   bash bench/profile.sh fwd|bwd ROW OUT_PREFIX      e.g. bwd "hd128 full N=4K" /tmp/bwd-hd128
+#   bash dev/bench/profile.sh fwd|bwd ROW OUT_PREFIX      e.g. bwd "hd128 full N=4K" /tmp/bwd-hd128
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 pass=${1:?fwd or bwd}
 row=${2:?row name, as the bench takes it with --only}
 out=${3:?output prefix}

@@ -1,25 +1,24 @@
 #!/usr/bin/env bash
 # On the GPU machine, in one call: the run whose tables are committed (docs/perf/H200.md,
-# docs/perf/H200-backward.md, test/gpu/RESULTS*.md), for the library in .device/bundle/ (or
+# docs/perf/H200-backward.md, results/gpu/*-sm90.md), for the library in .device/bundle/ (or
 # $ATTNC_LIB): the forward suite, jit-host's prepared-inputs check (the bundle's, whatever
 # $ATTNC_LIB is), the forward bench with its targets, the backward bench, the backward suite, the
 # sanitizers and the cold JIT times, each step time-bounded, a summary last.
-#   bash scripts/gpu-final.sh [--out DIR] [--no-jit] [--benches | --checks]
+#   bash dev/gpu-final.sh [--out DIR] [--no-jit] [--benches | --checks]
 # Files go to DIR ($OUT, else /tmp/gpu-final): H200.md, H200-forward.png, fwd.json,
-# H200-backward.md, RESULTS.md, RESULTS-backward.md, targets.txt, jit.md and each step's log.
+# H200-backward.md, forward-sm90.md, backward-sm90.md, targets.txt, jit.md and each step's log.
 # About 590 s with the JIT times (two rounds, about 130 s), near the device's 600 s per-call
 # limit; 340-470 s without, so `--no-jit` and bench/jit_time.py --rounds 2 in a second call are
 # the safer pair (each bench implementation warms up for 500 ms); the bench rows are the committed
 # tables' (N=4K, N=8K, hd128 N=16K). The sanitizers get 150 s: compiling their kernels into an
-# empty cache took more than the 45 s an earlier hand-written version allowed, which cut the
-# backward racecheck. Since the suites run every head dim (2026-12-04: forward about 45 s,
-# backward about 175 s) the whole call is near 600 s even without the JIT times: --benches runs
+# empty cache takes more than 45 s. The suites run every head dim (forward about 45 s, backward
+# about 175 s), so the whole call is near 600 s even without the JIT times: --benches runs
 # the two benches alone (with their targets), --checks the rest (the suites, jit-host, the tanh
 # error and the sanitizers), each in its own call on the same bundle.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '6p' "$0" | sed -e 's/^#  */usage: /' >&2; exit 2; }
+usage() { sed -n '7p' "$0" | sed -e 's/^#  */usage: /' >&2; exit 2; }
 out=${OUT:-/tmp/gpu-final} jit=1 benches=1 checks=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -31,12 +30,12 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 lib=${ATTNC_LIB:-.device/bundle/libattnc.so}
-[[ -f "$lib" ]] || { echo "gpu-final: no such library: $lib (scripts/device-bundle.sh makes it)" >&2; exit 2; }
+[[ -f "$lib" ]] || { echo "gpu-final: no such library: $lib (dev/device-bundle.sh makes it)" >&2; exit 2; }
 export ATTNC_LIB=$(realpath "$lib")
 export ATTNC_CACHE_DIR=${ATTNC_CACHE_DIR:-/tmp/attnc-cache}
 mkdir -p "$out"
 rows=(--only N=4K --only N=8K --only "hd128 full N=16K" --only "hd128 causal N=16K")
-source scripts/gpu-steps.sh  # step(), summary
+source dev/gpu-steps.sh  # step(), summary
 
 echo "== gpu-final: $(cat .device/bundle/COMMIT 2>/dev/null || echo "code ?") $(date -u +%F' '%H:%M) UTC"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -44,7 +43,7 @@ python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backe
 if [[ $checks == 1 ]]; then
   step "tanh error" 60 "$out/tanh.log" python3 test/gpu/tanh_error.py
   step "forward suite" 120 "$out/forward.log" \
-    python3 test/gpu/test_forward.py --results-md "$out/RESULTS.md"
+    python3 test/gpu/test_forward.py --results "$out/forward-sm90.md"
   # The C++ API's prepared inputs (docs/runtime.md) from a host program: the bundle's jit-host times
   # document's forward both ways and fails unless the outputs are bit-identical.
   step "jit-host --prepared" 60 "$out/jit-host.log" \
@@ -59,13 +58,12 @@ if [[ $benches == 1 ]]; then
 fi
 if [[ $checks == 1 ]]; then
   step "backward suite" 240 "$out/backward.log" \
-    python3 test/gpu/test_backward.py --results-md "$out/RESULTS-backward.md"
+    python3 test/gpu/test_backward.py --results "$out/backward-sm90.md"
   step "sanitizers" 150 "$out/sanitize.log" bash test/gpu/sanitize.sh
 fi
 if [[ $jit == 1 ]]; then
   # Two rounds, the fastest of each spec's two cold compiles: one round on this machine varied by
-  # up to 60% between calls (docs/perf/H200.md, 4be449d's run: document's forward alone took
-  # longer than its forward and backward in the same round).
+  # up to 60% between calls.
   step "cold JIT" 240 "$out/jit.md" python3 bench/jit_time.py --lib "$ATTNC_LIB" --rounds 2 examples/*.yaml
 fi
 if [[ $checks == 1 ]]; then

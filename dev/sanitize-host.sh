@@ -5,7 +5,7 @@
 # the C API tests, the lit suite and short runs of the spec and C API fuzzers (test/fuzz), every
 # sanitizer report fatal. Not part of `make check` (it is a second build: about 12 minutes on two
 # cores, the tests about 5 more); run it after changes to host code. The last line is a summary; exit status 0 when everything passed clean.
-#   scripts/sanitize-host.sh [BUILD_DIR]      (default: ../build-asan, beside the checkout)
+#   dev/sanitize-host.sh [BUILD_DIR]      (default: ../build-asan, beside the checkout)
 # JOBS as for ninja (default 2); LLVM_ROOT as for scripts/build.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -4,8 +4,8 @@
 # revision's commit in .device/NAME/REVISION. The checkout is untouched: the revision is built in a
 # worktree of its own and a build tree beside it, both reused by later calls (the first build of a
 # tree takes about as long as `make build`; later ones rebuild what the revision changes).
-#   bash scripts/branch-lib.sh REV NAME      e.g. wip/fwd-rotated-loop rotated
-# then on the GPU machine: python3 bench/ab_mix.py --lib .device/bundle/libattnc.so \
+#   bash dev/branch-lib.sh REV NAME      e.g. wip/fwd-rotated-loop rotated
+# then on the GPU machine: python3 dev/bench/ab_mix.py --lib .device/bundle/libattnc.so \
 #   --lib .device/NAME/libattnc.so --only ROW ...
 # WORK (default ../branch-lib): where the worktree and the build tree live; JOBS as for ninja.
 set -euo pipefail
