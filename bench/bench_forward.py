@@ -155,7 +155,7 @@ def alibi_slopes(n):
 # Milliseconds of back-to-back calls before an implementation's timed batches (--warm-ms). Under
 # sustained load the H200 sits at its power limit with lower clocks than after an idle moment (a
 # compile, a correctness check): measured without this, the implementation timed first in a row (attnc)
-# ran 4-10% faster than it does at steady state (bench/interleave.py).
+# ran 4-10% faster than it does at steady state (dev/bench/interleave.py).
 WARM_MS = 500.0
 
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# On the GPU machine, in one call: the run whose tables are committed (docs/perf/H200.md,
-# docs/perf/H200-backward.md, results/gpu/*-sm90.md), for the library in .device/bundle/ (or
+# On the GPU machine, in one call: the run whose pages are committed (docs/perf/forward.json and
+# backward.json, rendered by bench/perf_page.py; results/gpu/*-sm90.md), for the library in .device/bundle/ (or
 # $ATTNC_LIB): the forward suite, jit-host's prepared-inputs check (the bundle's, whatever
 # $ATTNC_LIB is), the forward bench with its targets, the backward bench, the backward suite, the
 # sanitizers and the cold JIT times, each step time-bounded, a summary last.
 #   bash dev/gpu-final.sh [--out DIR] [--no-jit] [--benches | --checks]
-# Files go to DIR ($OUT, else /tmp/gpu-final): H200.md, H200-forward.png, fwd.json,
-# H200-backward.md, forward-sm90.md, backward-sm90.md, targets.txt, jit.md and each step's log.
+# Files go to DIR ($OUT, else /tmp/gpu-final): forward.json, forward.png, forward.md,
+# backward.json, backward.md, forward-sm90.md, backward-sm90.md, targets.txt, jit.md and each step's log.
 # About 590 s with the JIT times (two rounds, about 130 s), near the device's 600 s per-call
 # limit; 340-470 s without, so `--no-jit` and bench/jit_time.py --rounds 2 in a second call are
 # the safer pair (each bench implementation warms up for 500 ms); the bench rows are the committed
@@ -51,10 +51,10 @@ if [[ $checks == 1 ]]; then
 fi
 if [[ $benches == 1 ]]; then
   step "forward bench" 300 "$out/bench-fwd.log" \
-    bash bench/run.sh "${rows[@]}" --md "$out/H200.md" --png "$out/H200-forward.png" --json "$out/fwd.json"
-  python3 bench/targets.py "$out/fwd.json" > "$out/targets.txt" 2>&1
+    bash bench/run.sh "${rows[@]}" --md "$out/forward.md" --png "$out/forward.png" --json "$out/forward.json"
+  python3 bench/targets.py "$out/forward.json" > "$out/targets.txt" 2>&1
   step "backward bench" 340 "$out/bench-bwd.log" \
-    bash bench/run-backward.sh "${rows[@]}" --md "$out/H200-backward.md"
+    bash bench/run-backward.sh "${rows[@]}" --md "$out/backward.md" --json "$out/backward.json"
 fi
 if [[ $checks == 1 ]]; then
   step "backward suite" 240 "$out/backward.log" \
@@ -73,7 +73,7 @@ if [[ $checks == 1 ]]; then
 fi
 if [[ $benches == 1 ]]; then
   grep -E "NOT met|: attnc/" "$out/targets.txt" | head -n 20
-  grep "^|" "$out/H200-backward.md" | cut -c1-110
+  grep "^|" "$out/backward.md" | cut -c1-110
 fi
 [[ $jit == 1 ]] && tail -n 23 "$out/jit.md"
 echo "== gpu-final: $(date -u +%H:%M) UTC"
