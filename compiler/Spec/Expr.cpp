@@ -32,17 +32,15 @@ constexpr FuncInfo kFuncs[] = {
     {"abs", Func::Abs, 1},     {"min", Func::Min, 2},   {"max", Func::Max, 2},
 };
 
-const FuncInfo *findFunc(llvm::StringRef name) {
-  for (const FuncInfo &info : kFuncs)
-    if (info.name == name)
-      return &info;
+const FuncInfo* findFunc(llvm::StringRef name) {
+  for (const FuncInfo& info : kFuncs)
+    if (info.name == name) return &info;
   return nullptr;
 }
 
 bool isIndexVar(llvm::StringRef name) {
   for (llvm::StringRef var : kIndexVars)
-    if (var == name)
-      return true;
+    if (var == name) return true;
   return false;
 }
 
@@ -61,8 +59,7 @@ public:
   explicit Lexer(llvm::StringRef text) : text(text) {}
 
   Token next() {
-    while (pos < text.size() && llvm::isSpace(text[pos]))
-      ++pos;
+    while (pos < text.size() && llvm::isSpace(text[pos])) ++pos;
     Token tok;
     tok.offset = pos;
     if (pos >= text.size()) {
@@ -72,18 +69,15 @@ public:
     char c = text[pos];
     if (llvm::isAlpha(c) || c == '_') {
       size_t end = pos;
-      while (end < text.size() && (llvm::isAlnum(text[end]) || text[end] == '_'))
-        ++end;
+      while (end < text.size() && (llvm::isAlnum(text[end]) || text[end] == '_')) ++end;
       return take(Tok::Ident, end);
     }
     if (llvm::isDigit(c) || (c == '.' && pos + 1 < text.size() && llvm::isDigit(text[pos + 1])))
       return lexNumber();
     static constexpr llvm::StringLiteral twoChar[] = {"<=", ">=", "==", "!=", "&&", "||"};
     for (llvm::StringRef op : twoChar)
-      if (text.substr(pos).starts_with(op))
-        return take(Tok::Punct, pos + 2);
-    if (llvm::StringRef("+-*/%<>!()[],").contains(c))
-      return take(Tok::Punct, pos + 1);
+      if (text.substr(pos).starts_with(op)) return take(Tok::Punct, pos + 2);
+    if (llvm::StringRef("+-*/%<>!()[],").contains(c)) return take(Tok::Punct, pos + 1);
     return take(Tok::Error, pos + 1);
   }
 
@@ -97,23 +91,18 @@ private:
   Token lexNumber() {
     size_t end = pos;
     bool isFloat = false;
-    while (end < text.size() && llvm::isDigit(text[end]))
-      ++end;
+    while (end < text.size() && llvm::isDigit(text[end])) ++end;
     if (end < text.size() && text[end] == '.') {
       isFloat = true;
       ++end;
-      while (end < text.size() && llvm::isDigit(text[end]))
-        ++end;
+      while (end < text.size() && llvm::isDigit(text[end])) ++end;
     }
     if (end < text.size() && (text[end] == 'e' || text[end] == 'E')) {
       isFloat = true;
       ++end;
-      if (end < text.size() && (text[end] == '+' || text[end] == '-'))
-        ++end;
-      if (end >= text.size() || !llvm::isDigit(text[end]))
-        return malformed(end);
-      while (end < text.size() && llvm::isDigit(text[end]))
-        ++end;
+      if (end < text.size() && (text[end] == '+' || text[end] == '-')) ++end;
+      if (end >= text.size() || !llvm::isDigit(text[end])) return malformed(end);
+      while (end < text.size() && llvm::isDigit(text[end])) ++end;
     }
     // "2k" or "1.5.2" is a typo, not a number followed by a name.
     if (end < text.size() && (llvm::isAlnum(text[end]) || text[end] == '_' || text[end] == '.'))
@@ -153,9 +142,8 @@ struct SyntaxError {
   std::string message;
 };
 
-std::string describe(const Token &tok) {
-  if (tok.kind == Tok::End)
-    return "the end of the expression";
+std::string describe(const Token& tok) {
+  if (tok.kind == Tok::End) return "the end of the expression";
   return "'" + tok.text.str() + "'";
 }
 
@@ -164,15 +152,12 @@ public:
   explicit Parser(llvm::StringRef text) : lexer(text) { advance(); }
 
   SyntaxPtr parseAll() {
-    if (current.kind == Tok::End)
-      return fail(current.offset, "empty expression");
+    if (current.kind == Tok::End) return fail(current.offset, "empty expression");
     SyntaxPtr root = parseOr();
-    if (!root)
-      return nullptr;
+    if (!root) return nullptr;
     if (current.kind == Tok::Punct && current.text == ")")
       return fail(current.offset, "unbalanced parenthesis: ')' has no matching '('");
-    if (current.kind == Tok::Error)
-      return fail(current.offset, lexErrorMessage(current.text));
+    if (current.kind == Tok::Error) return fail(current.offset, lexErrorMessage(current.text));
     if (current.kind != Tok::End)
       return fail(current.offset, "unexpected " + describe(current) +
                                       " after a complete expression (missing operator?)");
@@ -189,8 +174,7 @@ private:
   bool isPunct(llvm::StringRef p) const { return current.kind == Tok::Punct && current.text == p; }
 
   SyntaxPtr fail(size_t offset, std::string message) {
-    if (!error)
-      error = SyntaxError{offset, std::move(message)};
+    if (!error) error = SyntaxError{offset, std::move(message)};
     return nullptr;
   }
 
@@ -202,15 +186,14 @@ private:
   }
 
   // Counts a new node of the tree and checks the limits on its size; `offset` is its token.
-  bool admit(Syntax &node, size_t offset, bool isOperand) {
+  bool admit(Syntax& node, size_t offset, bool isOperand) {
     ++nodes;
     if (isOperand && ++operands > limits::kMaxExprOperands) {
-      fail(offset, "expression has more than " + std::to_string(limits::kMaxExprOperands) +
-                       " operands");
+      fail(offset,
+           "expression has more than " + std::to_string(limits::kMaxExprOperands) + " operands");
       return false;
     }
-    for (const SyntaxPtr &arg : node.args)
-      node.height = std::max(node.height, arg->height + 1);
+    for (const SyntaxPtr& arg : node.args) node.height = std::max(node.height, arg->height + 1);
     if (node.height > limits::kMaxExprDepth) {
       tooDeep(offset);
       return false;
@@ -225,8 +208,7 @@ private:
     node->offset = offset;
     node->args.push_back(std::move(lhs));
     node->args.push_back(std::move(rhs));
-    if (!admit(*node, offset, /*isOperand=*/false))
-      return nullptr;
+    if (!admit(*node, offset, /*isOperand=*/false)) return nullptr;
     return node;
   }
 
@@ -235,17 +217,14 @@ private:
   SyntaxPtr parseLevel(std::initializer_list<std::pair<llvm::StringLiteral, Op>> ops, Next next) {
     SyntaxPtr lhs = (this->*next)();
     while (lhs) {
-      const std::pair<llvm::StringLiteral, Op> *match = nullptr;
-      for (const auto &entry : ops)
-        if (isPunct(entry.first))
-          match = &entry;
-      if (!match)
-        break;
+      const std::pair<llvm::StringLiteral, Op>* match = nullptr;
+      for (const auto& entry : ops)
+        if (isPunct(entry.first)) match = &entry;
+      if (!match) break;
       size_t offset = current.offset;
       advance();
       SyntaxPtr rhs = (this->*next)();
-      if (!rhs)
-        return nullptr;
+      if (!rhs) return nullptr;
       // The chain's tree leans left: its depth grows by one per operator, checked here.
       lhs = makeBinary(match->second, offset, std::move(lhs), std::move(rhs));
     }
@@ -270,8 +249,7 @@ private:
 
   SyntaxPtr parseUnary() {
     // Parentheses recurse without adding a node: the parser's own depth is bounded apart.
-    if (++depth > limits::kMaxExprDepth)
-      return tooDeep(current.offset);
+    if (++depth > limits::kMaxExprDepth) return tooDeep(current.offset);
     SyntaxPtr result;
     if (isPunct("-") || isPunct("!")) {
       auto node = std::make_unique<Syntax>();
@@ -282,8 +260,7 @@ private:
       SyntaxPtr operand = parseUnary();
       if (operand) {
         node->args.push_back(std::move(operand));
-        if (admit(*node, node->offset, /*isOperand=*/false))
-          result = std::move(node);
+        if (admit(*node, node->offset, /*isOperand=*/false)) result = std::move(node);
       }
     } else {
       result = parsePrimary();
@@ -293,7 +270,7 @@ private:
   }
 
   // Arguments of f(...) or indices of x[...], up to the closing bracket.
-  bool parseList(llvm::StringRef open, llvm::StringRef close, Syntax &node) {
+  bool parseList(llvm::StringRef open, llvm::StringRef close, Syntax& node) {
     size_t openOffset = current.offset;
     advance();
     if (isPunct(close)) {
@@ -302,8 +279,7 @@ private:
     }
     while (true) {
       SyntaxPtr arg = parseOr();
-      if (!arg)
-        return false;
+      if (!arg) return false;
       node.args.push_back(std::move(arg));
       if (isPunct(",")) {
         advance();
@@ -329,8 +305,7 @@ private:
     switch (current.kind) {
     case Tok::Int: {
       node->kind = Syntax::Int;
-      if (!admit(*node, current.offset, /*isOperand=*/true))
-        return nullptr;
+      if (!admit(*node, current.offset, /*isOperand=*/true)) return nullptr;
       uint64_t value = 0;
       if (current.text.getAsInteger(10, value) || value > uint64_t(INT32_MAX))
         return fail(current.offset, "integer literal " + current.text.str() +
@@ -341,8 +316,7 @@ private:
     }
     case Tok::Float: {
       node->kind = Syntax::Float;
-      if (!admit(*node, current.offset, /*isOperand=*/true))
-        return nullptr;
+      if (!admit(*node, current.offset, /*isOperand=*/true)) return nullptr;
       double value = std::strtod(current.text.str().c_str(), nullptr);
       // Below FLT_MIN a literal is a subnormal f32 or 0, not the value written (and the device's
       // .ftz instructions flush it to 0).
@@ -366,8 +340,7 @@ private:
       if (isPunct("(") || isPunct("[")) {
         bool isCall = isPunct("(");
         node->kind = isCall ? Syntax::Call : Syntax::Index;
-        if (!parseList(isCall ? "(" : "[", isCall ? ")" : "]", *node))
-          return nullptr;
+        if (!parseList(isCall ? "(" : "[", isCall ? ")" : "]", *node)) return nullptr;
         // An input read is an operand; a call is an operator over its arguments.
         return admit(*node, node->offset, /*isOperand=*/!isCall) ? std::move(node) : nullptr;
       }
@@ -379,8 +352,7 @@ private:
         size_t openOffset = current.offset;
         advance();
         SyntaxPtr inner = parseOr();
-        if (!inner)
-          return nullptr;
+        if (!inner) return nullptr;
         if (!isPunct(")")) {
           if (current.kind == Tok::End)
             return fail(openOffset, "unbalanced parenthesis: '(' is never closed");
@@ -392,10 +364,8 @@ private:
       if (isPunct(")"))
         return fail(current.offset, "unbalanced parenthesis: ')' has no matching '('");
       return fail(current.offset, "expected a value, got " + describe(current));
-    case Tok::End:
-      return fail(current.offset, "expected a value, got the end of the expression");
-    case Tok::Error:
-      return fail(current.offset, lexErrorMessage(current.text));
+    case Tok::End: return fail(current.offset, "expected a value, got the end of the expression");
+    case Tok::Error: return fail(current.offset, lexErrorMessage(current.text));
     }
     return nullptr;
   }
@@ -403,14 +373,10 @@ private:
   static std::string lexErrorMessage(llvm::StringRef text) {
     if (!text.empty() && (llvm::isDigit(text[0]) || text[0] == '.'))
       return "malformed number '" + text.str() + "'";
-    if (text == "?")
-      return "unexpected '?': write a conditional as where(condition, then, else)";
-    if (text == "=")
-      return "unexpected '=': did you mean '=='?";
-    if (text == "&")
-      return "unexpected '&': did you mean '&&'?";
-    if (text == "|")
-      return "unexpected '|': did you mean '||'?";
+    if (text == "?") return "unexpected '?': write a conditional as where(condition, then, else)";
+    if (text == "=") return "unexpected '=': did you mean '=='?";
+    if (text == "&") return "unexpected '&': did you mean '&&'?";
+    if (text == "|") return "unexpected '|': did you mean '||'?";
     return "unexpected character '" + text.str() + "'";
   }
 
@@ -422,12 +388,11 @@ private:
 
 // ---- Type checker ----
 
-std::string suggestion(llvm::StringRef name, const std::vector<std::string> &candidates) {
-  if (name.size() < 3)
-    return "";
+std::string suggestion(llvm::StringRef name, const std::vector<std::string>& candidates) {
+  if (name.size() < 3) return "";
   std::string best;
   unsigned bestDistance = ~0u;
-  for (const std::string &candidate : candidates) {
+  for (const std::string& candidate : candidates) {
     unsigned distance = name.edit_distance(candidate, /*AllowReplacements=*/true);
     if (distance < bestDistance) {
       bestDistance = distance;
@@ -443,12 +408,12 @@ bool isNumber(ScalarType type) { return type != ScalarType::I1; }
 
 class Checker {
 public:
-  Checker(Role role, const std::vector<InputDecl> &inputs, LocateFn locate)
+  Checker(Role role, const std::vector<InputDecl>& inputs, LocateFn locate)
       : role(role), inputs(inputs), locate(locate) {}
 
   std::vector<ParseError> errors;
 
-  ExprPtr check(const Syntax &syntax) {
+  ExprPtr check(const Syntax& syntax) {
     switch (syntax.kind) {
     case Syntax::Int: {
       auto node = make(Kind::IntLit, ScalarType::I32, syntax.offset);
@@ -465,16 +430,11 @@ public:
       node->boolValue = syntax.boolValue;
       return node;
     }
-    case Syntax::Ident:
-      return checkIdent(syntax);
-    case Syntax::Index:
-      return checkIndex(syntax);
-    case Syntax::Call:
-      return checkCall(syntax);
-    case Syntax::Unary:
-      return checkUnary(syntax);
-    case Syntax::Binary:
-      return checkBinary(syntax);
+    case Syntax::Ident: return checkIdent(syntax);
+    case Syntax::Index: return checkIndex(syntax);
+    case Syntax::Call: return checkCall(syntax);
+    case Syntax::Unary: return checkUnary(syntax);
+    case Syntax::Binary: return checkBinary(syntax);
     }
     return nullptr;
   }
@@ -490,32 +450,27 @@ private:
 
   // The same mistake repeated (doc[q] == doc[k] with doc undeclared) is reported once.
   ExprPtr error(size_t offset, std::string message) {
-    for (const ParseError &earlier : errors)
-      if (earlier.message == message)
-        return nullptr;
+    for (const ParseError& earlier : errors)
+      if (earlier.message == message) return nullptr;
     errors.push_back({offset, std::move(message)});
     return nullptr;
   }
 
-  const InputDecl *findInput(llvm::StringRef name) const {
-    for (const InputDecl &input : inputs)
-      if (input.name == name)
-        return &input;
+  const InputDecl* findInput(llvm::StringRef name) const {
+    for (const InputDecl& input : inputs)
+      if (input.name == name) return &input;
     return nullptr;
   }
 
   std::vector<std::string> knownNames() const {
     std::vector<std::string> names(std::begin(kIndexVars), std::end(kIndexVars));
-    if (role == Role::Score)
-      names.push_back("score");
-    for (const InputDecl &input : inputs)
-      names.push_back(input.name);
+    if (role == Role::Score) names.push_back("score");
+    for (const InputDecl& input : inputs) names.push_back(input.name);
     return names;
   }
 
   ExprPtr promote(ExprPtr operand, ScalarType to) {
-    if (to != ScalarType::F32 || operand->type != ScalarType::I32)
-      return operand;
+    if (to != ScalarType::F32 || operand->type != ScalarType::I32) return operand;
     auto node = std::make_shared<Node>();
     node->kind = Kind::ToFloat;
     node->type = ScalarType::F32;
@@ -524,14 +479,14 @@ private:
     return node;
   }
 
-  static std::string dimsText(const InputDecl &input) {
+  static std::string dimsText(const InputDecl& input) {
     std::string text = "[";
     for (size_t i = 0; i < input.dims.size(); ++i)
       text += (i ? ", " : "") + toString(input.dims[i]).str();
     return text + "]";
   }
 
-  ExprPtr checkIdent(const Syntax &syntax) {
+  ExprPtr checkIdent(const Syntax& syntax) {
     llvm::StringRef name = syntax.name;
     if (isIndexVar(name)) {
       auto node = make(Kind::Var, ScalarType::I32, syntax.offset);
@@ -540,12 +495,13 @@ private:
     }
     if (name == "score") {
       if (role != Role::Score)
-        return error(syntax.offset, "'score' is only available in score expressions, not in a mask");
+        return error(syntax.offset,
+                     "'score' is only available in score expressions, not in a mask");
       auto node = make(Kind::Var, ScalarType::F32, syntax.offset);
       node->name = "score";
       return node;
     }
-    if (const InputDecl *input = findInput(name))
+    if (const InputDecl* input = findInput(name))
       return error(syntax.offset, "input '" + name.str() + "' must be indexed, one index per dim " +
                                       dimsText(*input) + ", e.g. " + name.str() + "[...]");
     if (findFunc(name))
@@ -556,24 +512,23 @@ private:
   }
 
   // Checks every argument even after one fails, so all their errors are reported.
-  bool checkArgs(const Syntax &syntax, std::vector<ExprPtr> &out) {
+  bool checkArgs(const Syntax& syntax, std::vector<ExprPtr>& out) {
     bool ok = true;
-    for (const SyntaxPtr &arg : syntax.args) {
+    for (const SyntaxPtr& arg : syntax.args) {
       out.push_back(check(*arg));
       ok &= out.back() != nullptr;
     }
     return ok;
   }
 
-  ExprPtr checkIndex(const Syntax &syntax) {
+  ExprPtr checkIndex(const Syntax& syntax) {
     llvm::StringRef name = syntax.name;
-    const InputDecl *input = findInput(name);
+    const InputDecl* input = findInput(name);
     if (!input) {
       if (isIndexVar(name) || name == "score")
         return error(syntax.offset, "'" + name.str() + "' is not an input and cannot be indexed");
       std::vector<std::string> inputNames;
-      for (const InputDecl &decl : inputs)
-        inputNames.push_back(decl.name);
+      for (const InputDecl& decl : inputs) inputNames.push_back(decl.name);
       return error(syntax.offset, "undeclared input '" + name.str() + "'" +
                                       suggestion(name, inputNames) +
                                       "; declare it under 'inputs:'");
@@ -593,39 +548,35 @@ private:
                                           toString(indices[i]->type).str());
         ok = false;
       }
-    if (!ok)
-      return nullptr;
+    if (!ok) return nullptr;
     auto node = make(Kind::InputIndex, input->type, syntax.offset);
     node->name = name.str();
     node->children = std::move(indices);
     return node;
   }
 
-  ExprPtr checkCall(const Syntax &syntax) {
+  ExprPtr checkCall(const Syntax& syntax) {
     llvm::StringRef name = syntax.name;
-    const FuncInfo *info = findFunc(name);
+    const FuncInfo* info = findFunc(name);
     if (!info) {
       if (findInput(name))
         return error(syntax.offset, "'" + name.str() + "' is an input: index it with [], not ()");
       if (isIndexVar(name) || name == "score")
         return error(syntax.offset, "'" + name.str() + "' is not a function");
       std::string known;
-      for (const FuncInfo &func : kFuncs)
-        known += (known.empty() ? "" : ", ") + func.name.str();
+      for (const FuncInfo& func : kFuncs) known += (known.empty() ? "" : ", ") + func.name.str();
       return error(syntax.offset, "unknown function '" + name.str() + "' (known: " + known + ")");
     }
     std::vector<ExprPtr> args;
     bool ok = checkArgs(syntax, args);
     if (args.size() != info->arity) {
-      std::string expected = std::to_string(info->arity) + " argument" +
-                             (info->arity == 1 ? "" : "s");
-      if (info->func == Func::Where)
-        expected += " (condition, value if true, value if false)";
-      return error(syntax.offset, name.str() + "() takes " + expected + ", got " +
-                                      std::to_string(args.size()));
+      std::string expected =
+          std::to_string(info->arity) + " argument" + (info->arity == 1 ? "" : "s");
+      if (info->func == Func::Where) expected += " (condition, value if true, value if false)";
+      return error(syntax.offset,
+                   name.str() + "() takes " + expected + ", got " + std::to_string(args.size()));
     }
-    if (!ok)
-      return nullptr;
+    if (!ok) return nullptr;
 
     auto node = make(Kind::Call, ScalarType::F32, syntax.offset);
     node->func = info->func;
@@ -636,8 +587,7 @@ private:
         return error(syntax.args[0]->offset, "where(): the condition must be a boolean (i1), got " +
                                                  toString(args[0]->type).str());
       auto joined = joinBranches(syntax, "where()", args[1], args[2], /*allowBool=*/true);
-      if (!joined)
-        return nullptr;
+      if (!joined) return nullptr;
       node->type = *joined;
       node->children = {args[0], promote(args[1], *joined), promote(args[2], *joined)};
       return node;
@@ -645,8 +595,7 @@ private:
     case Func::Min:
     case Func::Max: {
       auto joined = joinBranches(syntax, name.str() + "()", args[0], args[1], /*allowBool=*/false);
-      if (!joined)
-        return nullptr;
+      if (!joined) return nullptr;
       node->type = *joined;
       node->children = {promote(args[0], *joined), promote(args[1], *joined)};
       return node;
@@ -657,7 +606,7 @@ private:
       node->type = args[0]->type;
       node->children = {args[0]};
       return node;
-    default: // tanh exp exp2 log sqrt: f32 -> f32
+    default:  // tanh exp exp2 log sqrt: f32 -> f32
       if (!isNumber(args[0]->type))
         return error(syntax.args[0]->offset, name.str() + "() needs a number, got i1");
       node->children = {promote(args[0], ScalarType::F32)};
@@ -667,13 +616,12 @@ private:
 
   // The common type of two values that meet (where's branches, min/max operands): numbers promote
   // to f32 if either is f32; booleans only meet booleans.
-  std::optional<ScalarType> joinBranches(const Syntax &syntax, const std::string &what,
-                                         const ExprPtr &a, const ExprPtr &b, bool allowBool) {
+  std::optional<ScalarType> joinBranches(const Syntax& syntax, const std::string& what,
+                                         const ExprPtr& a, const ExprPtr& b, bool allowBool) {
     if (isNumber(a->type) && isNumber(b->type))
       return (a->type == ScalarType::F32 || b->type == ScalarType::F32) ? ScalarType::F32
                                                                         : ScalarType::I32;
-    if (allowBool && a->type == ScalarType::I1 && b->type == ScalarType::I1)
-      return ScalarType::I1;
+    if (allowBool && a->type == ScalarType::I1 && b->type == ScalarType::I1) return ScalarType::I1;
     if (!allowBool)
       error(syntax.offset, what + " needs numbers, got " + toString(a->type).str() + " and " +
                                toString(b->type).str());
@@ -683,26 +631,23 @@ private:
     return std::nullopt;
   }
 
-  ExprPtr checkUnary(const Syntax &syntax) {
+  ExprPtr checkUnary(const Syntax& syntax) {
     ExprPtr operand = check(*syntax.args[0]);
-    if (!operand)
-      return nullptr;
+    if (!operand) return nullptr;
     if (syntax.op == Op::Neg && !isNumber(operand->type))
       return error(syntax.offset, "unary '-' needs a number, got i1");
     if (syntax.op == Op::Not && operand->type != ScalarType::I1)
-      return error(syntax.offset,
-                   "'!' needs a boolean (i1), got " + toString(operand->type).str());
+      return error(syntax.offset, "'!' needs a boolean (i1), got " + toString(operand->type).str());
     auto node = make(Kind::Unary, operand->type, syntax.offset);
     node->op = syntax.op;
     node->children = {operand};
     return node;
   }
 
-  ExprPtr checkBinary(const Syntax &syntax) {
+  ExprPtr checkBinary(const Syntax& syntax) {
     ExprPtr lhs = check(*syntax.args[0]);
     ExprPtr rhs = check(*syntax.args[1]);
-    if (!lhs || !rhs)
-      return nullptr;
+    if (!lhs || !rhs) return nullptr;
     Op op = syntax.op;
     std::string opText = "'" + spelling(op).str() + "'";
     std::string types = toString(lhs->type).str() + " and " + toString(rhs->type).str();
@@ -721,8 +666,7 @@ private:
       return node;
     }
     if (!isNumber(lhs->type) || !isNumber(rhs->type)) {
-      if (bothBool)
-        return error(syntax.offset, opText + " needs numbers, got " + types);
+      if (bothBool) return error(syntax.offset, opText + " needs numbers, got " + types);
       return error(syntax.offset,
                    "cannot mix a boolean with a number: " + opText + " got " + types);
     }
@@ -737,7 +681,7 @@ private:
   }
 
   Role role;
-  const std::vector<InputDecl> &inputs;
+  const std::vector<InputDecl>& inputs;
   LocateFn locate;
 };
 
@@ -746,9 +690,9 @@ size_t firstNonSpace(llvm::StringRef text) {
   return offset == llvm::StringRef::npos ? 0 : offset;
 }
 
-} // namespace
+}  // namespace
 
-ParseResult parse(llvm::StringRef text, Role role, const std::vector<InputDecl> &inputs,
+ParseResult parse(llvm::StringRef text, Role role, const std::vector<InputDecl>& inputs,
                   LocateFn locate) {
   ParseResult result;
   Parser parser(text);
@@ -762,20 +706,19 @@ ParseResult parse(llvm::StringRef text, Role role, const std::vector<InputDecl> 
   Checker checker(role, inputs, locate);
   ExprPtr root = checker.check(*syntax);
   result.errors = std::move(checker.errors);
-  if (!root)
-    return result;
+  if (!root) return result;
 
   size_t start = firstNonSpace(text);
   if (role == Role::Mask && root->type != ScalarType::I1) {
-    result.errors.push_back({start, "a mask expression must be a boolean (i1), got " +
-                                        toString(root->type).str()});
+    result.errors.push_back(
+        {start, "a mask expression must be a boolean (i1), got " + toString(root->type).str()});
     return result;
   }
   if (role == Role::Score) {
     if (root->type == ScalarType::I1) {
-      result.errors.push_back(
-          {start, "a score expression must be a number (f32), got a boolean (i1); "
-                  "to drop elements use 'mask:'"});
+      result.errors.push_back({start,
+                               "a score expression must be a number (f32), got a boolean (i1); "
+                               "to drop elements use 'mask:'"});
       return result;
     }
     if (root->type == ScalarType::I32) {
@@ -813,9 +756,8 @@ llvm::StringRef spelling(Op op) {
 }
 
 llvm::StringRef spelling(Func func) {
-  for (const FuncInfo &info : kFuncs)
-    if (info.func == func)
-      return info.name;
+  for (const FuncInfo& info : kFuncs)
+    if (info.func == func) return info.name;
   return "?";
 }
 
@@ -828,21 +770,16 @@ std::string formatFloatLiteral(double value) {
   char buffer[64];
   std::snprintf(buffer, sizeof buffer, "%.9g", value);
   std::string text = buffer;
-  if (text.find_first_of(".eEn") == std::string::npos)
-    text += ".0";
+  if (text.find_first_of(".eEn") == std::string::npos) text += ".0";
   return text;
 }
 
-std::string print(const Node &node) {
+std::string print(const Node& node) {
   switch (node.kind) {
-  case Kind::IntLit:
-    return std::to_string(node.intValue);
-  case Kind::FloatLit:
-    return formatFloatLiteral(node.floatValue);
-  case Kind::BoolLit:
-    return node.boolValue ? "true" : "false";
-  case Kind::Var:
-    return node.name;
+  case Kind::IntLit: return std::to_string(node.intValue);
+  case Kind::FloatLit: return formatFloatLiteral(node.floatValue);
+  case Kind::BoolLit: return node.boolValue ? "true" : "false";
+  case Kind::Var: return node.name;
   case Kind::InputIndex:
   case Kind::Call: {
     std::string text = node.name + (node.kind == Kind::Call ? "(" : "[");
@@ -850,15 +787,13 @@ std::string print(const Node &node) {
       text += (i ? ", " : "") + print(*node.children[i]);
     return text + (node.kind == Kind::Call ? ")" : "]");
   }
-  case Kind::Unary:
-    return "(" + spelling(node.op).str() + print(*node.children[0]) + ")";
+  case Kind::Unary: return "(" + spelling(node.op).str() + print(*node.children[0]) + ")";
   case Kind::Binary:
     return "(" + print(*node.children[0]) + " " + spelling(node.op).str() + " " +
            print(*node.children[1]) + ")";
-  case Kind::ToFloat:
-    return "float(" + print(*node.children[0]) + ")";
+  case Kind::ToFloat: return "float(" + print(*node.children[0]) + ")";
   }
   return "?";
 }
 
-} // namespace attnc::expr
+}  // namespace attnc::expr

@@ -32,7 +32,7 @@ using detail::Place;
 
 namespace {
 
-constexpr llvm::StringRef kTopFields[] = {"name",  "head_dim", "head_dim_v", "dtype",  "heads",
+constexpr llvm::StringRef kTopFields[] = {"name",  "head_dim", "head_dim_v", "dtype",   "heads",
                                           "scale", "mask",     "score",      "dropout", "inputs"};
 
 // The text being read and how to turn a pointer into it into file:line:col plus the line's text.
@@ -41,19 +41,16 @@ public:
   SourceText(llvm::StringRef text, llvm::StringRef fileName) : text(text), fileName(fileName) {
     lineStarts.push_back(0);
     for (size_t i = 0; i < text.size(); ++i)
-      if (text[i] == '\n')
-        lineStarts.push_back(i + 1);
+      if (text[i] == '\n') lineStarts.push_back(i + 1);
   }
 
-  bool contains(const char *ptr) const {
-    return ptr && ptr >= text.begin() && ptr <= text.end();
-  }
+  bool contains(const char* ptr) const { return ptr && ptr >= text.begin() && ptr <= text.end(); }
 
-  Place place(const char *ptr) const {
-    if (!contains(ptr))
-      ptr = text.begin();
+  Place place(const char* ptr) const {
+    if (!contains(ptr)) ptr = text.begin();
     size_t offset = ptr - text.begin();
-    size_t line = std::upper_bound(lineStarts.begin(), lineStarts.end(), offset) - lineStarts.begin();
+    size_t line =
+        std::upper_bound(lineStarts.begin(), lineStarts.end(), offset) - lineStarts.begin();
     size_t start = lineStarts[line - 1];
     size_t end = text.find('\n', start);
     llvm::StringRef lineText = text.slice(start, end == llvm::StringRef::npos ? text.size() : end);
@@ -69,57 +66,50 @@ private:
   std::vector<size_t> lineStarts;
 };
 
-std::string describeNode(yaml::Node *node) {
-  if (!node)
-    return "nothing";
+std::string describeNode(yaml::Node* node) {
+  if (!node) return "nothing";
   switch (node->getType()) {
-  case yaml::Node::NK_Null:
-    return "nothing";
-  case yaml::Node::NK_Mapping:
-    return "a mapping";
-  case yaml::Node::NK_Sequence:
-    return "a list";
-  case yaml::Node::NK_Alias:
-    return "an alias";
-  default:
-    return "a value";
+  case yaml::Node::NK_Null: return "nothing";
+  case yaml::Node::NK_Mapping: return "a mapping";
+  case yaml::Node::NK_Sequence: return "a list";
+  case yaml::Node::NK_Alias: return "an alias";
+  default: return "a value";
   }
 }
 
 class SpecReader {
 public:
-  SpecReader(const SourceText &source, Diagnostics &diags) : source(source), diags(diags) {}
+  SpecReader(const SourceText& source, Diagnostics& diags) : source(source), diags(diags) {}
 
-  std::optional<Spec> read(yaml::Stream &stream);
+  std::optional<Spec> read(yaml::Stream& stream);
 
 private:
-  const char *start(yaml::Node *node) const { return node->getSourceRange().Start.getPointer(); }
+  const char* start(yaml::Node* node) const { return node->getSourceRange().Start.getPointer(); }
 
-  Place placeOf(yaml::Node *node, yaml::Node *fallback = nullptr) const {
+  Place placeOf(yaml::Node* node, yaml::Node* fallback = nullptr) const {
     // A missing value's position is wherever the parser stopped, and an alias's is past it: its
     // key says more.
-    bool vague = llvm::isa_and_nonnull<yaml::NullNode>(node) ||
-                 llvm::isa_and_nonnull<yaml::AliasNode>(node);
-    const char *ptr = node && !(fallback && vague) ? start(node) : nullptr;
-    if (!source.contains(ptr) && fallback)
-      ptr = start(fallback);
+    bool vague =
+        llvm::isa_and_nonnull<yaml::NullNode>(node) || llvm::isa_and_nonnull<yaml::AliasNode>(node);
+    const char* ptr = node && !(fallback && vague) ? start(node) : nullptr;
+    if (!source.contains(ptr) && fallback) ptr = start(fallback);
     return source.place(ptr);
   }
 
-  void error(const Place &place, std::string message) {
+  void error(const Place& place, std::string message) {
     diags.push_back(Diagnostic{place.loc, std::move(message), place.sourceLine, ""});
   }
 
-  void error(yaml::Node *node, std::string message, yaml::Node *fallback = nullptr) {
+  void error(yaml::Node* node, std::string message, yaml::Node* fallback = nullptr) {
     error(placeOf(node, fallback), std::move(message));
   }
 
-  void noteSite(const std::string &field, yaml::Node *value, yaml::Node *key) {
+  void noteSite(const std::string& field, yaml::Node* value, yaml::Node* key) {
     sites.fields[field].place = placeOf(value, key);
   }
 
-  void typeError(const std::string &field, yaml::Node *value, yaml::Node *key,
-                 const std::string &expected, const std::string &got) {
+  void typeError(const std::string& field, yaml::Node* value, yaml::Node* key,
+                 const std::string& expected, const std::string& got) {
     std::string message = field + ": expected " + expected + ", got " + got;
     if (llvm::isa_and_nonnull<yaml::NullNode>(value) && key &&
         llvm::StringRef(placeOf(key).sourceLine).contains(": !"))
@@ -129,22 +119,21 @@ private:
   }
 
   // The scalar text of `value`, or a diagnostic saying it should have been `expected`.
-  std::optional<std::string> scalar(const std::string &field, yaml::Node *value, yaml::Node *key,
-                                    const std::string &expected) {
-    if (auto *scalarNode = llvm::dyn_cast_or_null<yaml::ScalarNode>(value)) {
+  std::optional<std::string> scalar(const std::string& field, yaml::Node* value, yaml::Node* key,
+                                    const std::string& expected) {
+    if (auto* scalarNode = llvm::dyn_cast_or_null<yaml::ScalarNode>(value)) {
       llvm::SmallString<64> storage;
       return scalarNode->getValue(storage).str();
     }
-    if (auto *block = llvm::dyn_cast_or_null<yaml::BlockScalarNode>(value))
+    if (auto* block = llvm::dyn_cast_or_null<yaml::BlockScalarNode>(value))
       return block->getValue().str();
     typeError(field, value, key, expected, describeNode(value));
     return std::nullopt;
   }
 
-  std::optional<int64_t> integer(const std::string &field, yaml::Node *value, yaml::Node *key) {
+  std::optional<int64_t> integer(const std::string& field, yaml::Node* value, yaml::Node* key) {
     std::optional<std::string> text = scalar(field, value, key, "an integer");
-    if (!text)
-      return std::nullopt;
+    if (!text) return std::nullopt;
     int64_t result = 0;
     if (llvm::StringRef(*text).getAsInteger(10, result)) {
       typeError(field, value, key, "an integer", "'" + *text + "'");
@@ -153,14 +142,14 @@ private:
     return result;
   }
 
-  std::optional<double> number(const std::string &field, yaml::Node *value, yaml::Node *key,
-                               const std::string &expected = "a number") {
+  std::optional<double> number(const std::string& field, yaml::Node* value, yaml::Node* key,
+                               const std::string& expected = "a number") {
     std::optional<std::string> text = scalar(field, value, key, expected);
-    if (!text)
-      return std::nullopt;
+    if (!text) return std::nullopt;
     // Decimal notation only: strtod would also take "inf", "nan" and hex floats.
     llvm::StringRef digits(*text);
-    bool plain = !digits.empty() && digits.find_first_not_of("0123456789.eE+-") == llvm::StringRef::npos;
+    bool plain =
+        !digits.empty() && digits.find_first_not_of("0123456789.eE+-") == llvm::StringRef::npos;
     double result = 0;
     if (!plain || digits.getAsDouble(result) || !std::isfinite(result)) {
       typeError(field, value, key, expected, "'" + *text + "'");
@@ -169,12 +158,10 @@ private:
     return result;
   }
 
-  std::optional<bool> boolean(const std::string &field, yaml::Node *value, yaml::Node *key) {
+  std::optional<bool> boolean(const std::string& field, yaml::Node* value, yaml::Node* key) {
     std::optional<std::string> text = scalar(field, value, key, "true or false");
-    if (!text)
-      return std::nullopt;
-    if (*text == "true" || *text == "false")
-      return *text == "true";
+    if (!text) return std::nullopt;
+    if (*text == "true" || *text == "false") return *text == "true";
     typeError(field, value, key, "true or false", "'" + *text + "'");
     return std::nullopt;
   }
@@ -182,16 +169,16 @@ private:
   // Walks a mapping's entries, reporting non-scalar keys, unknown fields (with the nearest known
   // one) and duplicates; calls `handle(key, keyNode, valueNode)` for each known, first-seen field.
   template <typename Handle>
-  void forEachField(yaml::MappingNode *mapping, const std::string &prefix,
+  void forEachField(yaml::MappingNode* mapping, const std::string& prefix,
                     llvm::ArrayRef<llvm::StringRef> known, Handle handle) {
     llvm::StringMap<Place> seen;
-    for (yaml::KeyValueNode &entry : *mapping) {
-      yaml::Node *keyNode = entry.getKey();
-      yaml::Node *valueNode = entry.getValue();
-      auto *keyScalar = llvm::dyn_cast_or_null<yaml::ScalarNode>(keyNode);
+    for (yaml::KeyValueNode& entry : *mapping) {
+      yaml::Node* keyNode = entry.getKey();
+      yaml::Node* valueNode = entry.getValue();
+      auto* keyScalar = llvm::dyn_cast_or_null<yaml::ScalarNode>(keyNode);
       if (!keyScalar) {
-        error(keyNode ? keyNode : valueNode, prefix + "expected a field name, got " +
-                                                describeNode(keyNode), mapping);
+        error(keyNode ? keyNode : valueNode,
+              prefix + "expected a field name, got " + describeNode(keyNode), mapping);
         continue;
       }
       llvm::SmallString<32> storage;
@@ -202,11 +189,9 @@ private:
         if (!nearest.empty()) {
           message += "; did you mean '" + prefix + nearest + "'?";
           suggested.insert(prefix + nearest);
-        }
-        else {
+        } else {
           message += "; expected one of ";
-          for (size_t i = 0; i < known.size(); ++i)
-            message += (i ? ", " : "") + known[i].str();
+          for (size_t i = 0; i < known.size(); ++i) message += (i ? ", " : "") + known[i].str();
         }
         error(keyNode, message);
         continue;
@@ -227,17 +212,17 @@ private:
     }
   }
 
-  void readTop(yaml::MappingNode *top);
-  void readHeads(yaml::Node *key, yaml::Node *value);
-  void readDropout(yaml::Node *key, yaml::Node *value);
-  void readMask(yaml::Node *key, yaml::Node *value);
-  void readScore(yaml::Node *key, yaml::Node *value);
-  void readInputs(yaml::Node *key, yaml::Node *value);
-  void readInput(const std::string &name, yaml::Node *key, yaml::Node *value);
-  FieldSite expressionSite(yaml::Node *value, const std::string &cooked);
+  void readTop(yaml::MappingNode* top);
+  void readHeads(yaml::Node* key, yaml::Node* value);
+  void readDropout(yaml::Node* key, yaml::Node* value);
+  void readMask(yaml::Node* key, yaml::Node* value);
+  void readScore(yaml::Node* key, yaml::Node* value);
+  void readInputs(yaml::Node* key, yaml::Node* value);
+  void readInput(const std::string& name, yaml::Node* key, yaml::Node* value);
+  FieldSite expressionSite(yaml::Node* value, const std::string& cooked);
 
-  const SourceText &source;
-  Diagnostics &diags;
+  const SourceText& source;
+  Diagnostics& diags;
   Spec spec;
   detail::SpecSites sites;
   bool sawHeadDimV = false, sawHeadsKV = false;
@@ -249,15 +234,14 @@ private:
 // characters in order against the raw source, letting folded line breaks stand for spaces and
 // skipping quotes, escapes and indentation. If the match fails (exotic escapes), every offset maps
 // to the scalar's start, which is still the right line.
-FieldSite SpecReader::expressionSite(yaml::Node *value, const std::string &cooked) {
+FieldSite SpecReader::expressionSite(yaml::Node* value, const std::string& cooked) {
   FieldSite site;
   site.place = placeOf(value);
-  const char *begin = start(value);
-  const char *end = value->getSourceRange().End.getPointer();
-  if (!source.contains(begin) || !source.contains(end) || end < begin)
-    return site;
-  std::vector<size_t> offsets; // source offset of each cooked byte, plus one past the last
-  const char *cursor = begin;
+  const char* begin = start(value);
+  const char* end = value->getSourceRange().End.getPointer();
+  if (!source.contains(begin) || !source.contains(end) || end < begin) return site;
+  std::vector<size_t> offsets;  // source offset of each cooked byte, plus one past the last
+  const char* cursor = begin;
   bool matched = true;
   for (char c : cooked) {
     while (cursor < end && !(*cursor == c || (c == ' ' && (*cursor == '\n' || *cursor == '\r'))))
@@ -269,30 +253,28 @@ FieldSite SpecReader::expressionSite(yaml::Node *value, const std::string &cooke
     offsets.push_back(cursor - source.text.begin());
     ++cursor;
   }
-  if (!matched)
-    return site;
+  if (!matched) return site;
   offsets.push_back(cursor - source.text.begin());
-  const SourceText *text = &source;
+  const SourceText* text = &source;
   Place fallback = site.place;
   site.offsetPlace = [text, offsets, fallback](size_t offset) {
-    if (offset >= offsets.size())
-      return fallback;
+    if (offset >= offsets.size()) return fallback;
     return text->place(text->text.begin() + offsets[offset]);
   };
   return site;
 }
 
-std::optional<Spec> SpecReader::read(yaml::Stream &stream) {
+std::optional<Spec> SpecReader::read(yaml::Stream& stream) {
   spec.loc = SourceLoc{source.fileName.str(), 0, 0};
   auto document = stream.begin();
-  yaml::Node *root = document == stream.end() ? nullptr : document->getRoot();
+  yaml::Node* root = document == stream.end() ? nullptr : document->getRoot();
   if (!root || llvm::isa<yaml::NullNode>(root)) {
-    diags.push_back(Diagnostic{SourceLoc{source.fileName.str(), 1, 1},
-                               "empty spec: expected a mapping of fields (name, head_dim, heads, ...)",
-                               "", ""});
+    diags.push_back(Diagnostic{
+        SourceLoc{source.fileName.str(), 1, 1},
+        "empty spec: expected a mapping of fields (name, head_dim, heads, ...)", "", ""});
     return std::nullopt;
   }
-  auto *top = llvm::dyn_cast<yaml::MappingNode>(root);
+  auto* top = llvm::dyn_cast<yaml::MappingNode>(root);
   if (!top) {
     error(root, "a spec must be a mapping of fields (name, head_dim, heads, ...), got " +
                     describeNode(root));
@@ -302,28 +284,24 @@ std::optional<Spec> SpecReader::read(yaml::Stream &stream) {
   spec.loc = sites.top.loc;
   readTop(top);
   if (++document != stream.end())
-    if (yaml::Node *extra = document->getRoot(); extra && !llvm::isa<yaml::NullNode>(extra))
+    if (yaml::Node* extra = document->getRoot(); extra && !llvm::isa<yaml::NullNode>(extra))
       error(extra, "a spec file holds one YAML document; found another");
 
-  if (!sawHeadDimV)
-    spec.headDimV = spec.headDim;
-  if (!sawHeadsKV)
-    spec.headsKV = spec.headsQ;
+  if (!sawHeadDimV) spec.headDimV = spec.headDim;
+  if (!sawHeadsKV) spec.headsKV = spec.headsQ;
   detail::checkSpec(spec, &sites, diags);
-  if (!diags.empty())
-    return std::nullopt;
+  if (!diags.empty()) return std::nullopt;
   return spec;
 }
 
-void SpecReader::readTop(yaml::MappingNode *top) {
+void SpecReader::readTop(yaml::MappingNode* top) {
   bool sawName = false, sawHeadDim = false, sawHeads = false;
-  forEachField(top, "", kTopFields, [&](const std::string &field, yaml::Node *key,
-                                        yaml::Node *value) {
+  forEachField(top, "", kTopFields,
+               [&](const std::string& field, yaml::Node* key, yaml::Node* value) {
     noteSite(field, value, key);
     if (field == "name") {
       sawName = true;
-      if (auto text = scalar(field, value, key, "an identifier"))
-        spec.name = *text;
+      if (auto text = scalar(field, value, key, "an identifier")) spec.name = *text;
     } else if (field == "head_dim" || field == "head_dim_v") {
       if (field == "head_dim")
         sawHeadDim = true;
@@ -342,10 +320,9 @@ void SpecReader::readTop(yaml::MappingNode *top) {
       sawHeads = true;
       readHeads(key, value);
     } else if (field == "scale") {
-      if (auto *scalarNode = llvm::dyn_cast_or_null<yaml::ScalarNode>(value)) {
+      if (auto* scalarNode = llvm::dyn_cast_or_null<yaml::ScalarNode>(value)) {
         llvm::SmallString<16> storage;
-        if (scalarNode->getValue(storage) == "auto")
-          return;
+        if (scalarNode->getValue(storage) == "auto") return;
       }
       if (auto number = this->number(field, value, key, "'auto' or a positive number"))
         spec.scale = *number;
@@ -361,68 +338,63 @@ void SpecReader::readTop(yaml::MappingNode *top) {
   });
   for (auto [seen, field] : {std::pair{sawName, "name"}, std::pair{sawHeadDim, "head_dim"},
                              std::pair{sawHeads, "heads"}}) {
-    if (seen)
-      continue;
+    if (seen) continue;
     sites.reported.insert(field);
-    if (suggested.count(field))
-      continue;
+    if (suggested.count(field)) continue;
     error(sites.top, std::string("missing required field '") + field + "'");
   }
 }
 
-void SpecReader::readHeads(yaml::Node *key, yaml::Node *value) {
+void SpecReader::readHeads(yaml::Node* key, yaml::Node* value) {
   // `heads: 8` is shorthand for {q: 8, kv: 8}.
   if (llvm::isa_and_nonnull<yaml::ScalarNode>(value)) {
     sites.fields["heads.q"] = sites.fields["heads"];
-    if (auto count = integer("heads.q", value, key))
-      spec.headsQ = *count;
+    if (auto count = integer("heads.q", value, key)) spec.headsQ = *count;
     return;
   }
-  auto *mapping = llvm::dyn_cast_or_null<yaml::MappingNode>(value);
+  auto* mapping = llvm::dyn_cast_or_null<yaml::MappingNode>(value);
   if (!mapping)
     return typeError("heads", value, key, "a mapping {q: N, kv: M}", describeNode(value));
   bool sawQ = false;
   forEachField(mapping, "heads.", {"q", "kv"},
-               [&](const std::string &field, yaml::Node *fieldKey, yaml::Node *fieldValue) {
-                 std::string path = "heads." + field;
-                 noteSite(path, fieldValue, fieldKey);
-                 if (field == "q")
-                   sawQ = true;
-                 else
-                   sawHeadsKV = true;
-                 if (auto count = integer(path, fieldValue, fieldKey))
-                   (field == "q" ? spec.headsQ : spec.headsKV) = *count;
-               });
+               [&](const std::string& field, yaml::Node* fieldKey, yaml::Node* fieldValue) {
+    std::string path = "heads." + field;
+    noteSite(path, fieldValue, fieldKey);
+    if (field == "q")
+      sawQ = true;
+    else
+      sawHeadsKV = true;
+    if (auto count = integer(path, fieldValue, fieldKey))
+      (field == "q" ? spec.headsQ : spec.headsKV) = *count;
+  });
   if (!sawQ) {
     sites.reported.insert("heads.q");
-    if (!suggested.count("heads.q"))
-      error(value, "heads: missing required field 'q'", key);
+    if (!suggested.count("heads.q")) error(value, "heads: missing required field 'q'", key);
   }
 }
 
-void SpecReader::readDropout(yaml::Node *key, yaml::Node *value) {
+void SpecReader::readDropout(yaml::Node* key, yaml::Node* value) {
   // `dropout: 0.1` is shorthand for {p: 0.1} (Philox's default rounds).
   if (!llvm::isa_and_nonnull<yaml::MappingNode>(value)) {
     if (auto number = this->number("dropout", value, key, "a probability in [0, 1)"))
       spec.dropout = *number;
     return;
   }
-  auto *mapping = llvm::cast<yaml::MappingNode>(value);
+  auto* mapping = llvm::cast<yaml::MappingNode>(value);
   bool sawP = false;
   forEachField(mapping, "dropout.", {"p", "rounds"},
-               [&](const std::string &field, yaml::Node *fieldKey, yaml::Node *fieldValue) {
-                 // p's problems are reported as the shorthand's ("dropout"), at p's value.
-                 const std::string path = field == "p" ? "dropout" : "dropout.rounds";
-                 noteSite(path, fieldValue, fieldKey);
-                 if (field == "p") {
-                   sawP = true;
-                   if (auto number = this->number(path, fieldValue, fieldKey,
-                                                  "a probability in [0, 1)"))
-                     spec.dropout = *number;
-                 } else if (auto rounds = integer(path, fieldValue, fieldKey)) {
-                   spec.dropoutRounds = *rounds;
-                 }
-               });
+               [&](const std::string& field, yaml::Node* fieldKey, yaml::Node* fieldValue) {
+    // p's problems are reported as the shorthand's ("dropout"), at p's value.
+    const std::string path = field == "p" ? "dropout" : "dropout.rounds";
+    noteSite(path, fieldValue, fieldKey);
+    if (field == "p") {
+      sawP = true;
+      if (auto number = this->number(path, fieldValue, fieldKey, "a probability in [0, 1)"))
+        spec.dropout = *number;
+    } else if (auto rounds = integer(path, fieldValue, fieldKey)) {
+      spec.dropoutRounds = *rounds;
+    }
+  });
   if (!sawP) {
     sites.reported.insert("dropout");
     error(value, "dropout: missing required field 'p' (the probability of dropping)", key);
@@ -430,15 +402,17 @@ void SpecReader::readDropout(yaml::Node *key, yaml::Node *value) {
 }
 
 // A value like `!q` parses as an empty scalar tagged "!q"; say so instead of reporting the rest.
-static bool hasStrayTag(yaml::Node *value) {
+static bool hasStrayTag(yaml::Node* value) {
   return value && !value->getRawTag().empty() && !value->getRawTag().starts_with("!!");
 }
 
-void SpecReader::readMask(yaml::Node *key, yaml::Node *value) {
-  MaskSpec &mask = spec.mask;
+void SpecReader::readMask(yaml::Node* key, yaml::Node* value) {
+  MaskSpec& mask = spec.mask;
   if (hasStrayTag(value)) {
-    error(value, "mask: a value starting with '!' is a YAML tag: quote the expression, e.g. "
-                 "\"!(k > q)\"", key);
+    error(value,
+          "mask: a value starting with '!' is a YAML tag: quote the expression, e.g. "
+          "\"!(k > q)\"",
+          key);
     sites.reported.insert("mask");
     return;
   }
@@ -446,15 +420,14 @@ void SpecReader::readMask(yaml::Node *key, yaml::Node *value) {
   if (llvm::isa_and_nonnull<yaml::ScalarNode>(value) ||
       llvm::isa_and_nonnull<yaml::BlockScalarNode>(value)) {
     std::string text = *scalar("mask", value, key, "");
-    if (text == "none")
-      return;
+    if (text == "none") return;
     if (text == "causal") {
       mask.kind = MaskSpec::Causal;
       return;
     }
     if (text == "window" || text == "prefix" || text == "document") {
-      static const char *examples[] = {"{window: 256}", "{prefix: 64}", "{document: doc_ids}"};
-      const char *example = examples[text == "window" ? 0 : text == "prefix" ? 1 : 2];
+      static const char* examples[] = {"{window: 256}", "{prefix: 64}", "{document: doc_ids}"};
+      const char* example = examples[text == "window" ? 0 : text == "prefix" ? 1 : 2];
       error(value, "mask: '" + text + "' needs a value, e.g. mask: " + example);
       sites.reported.insert("mask");
       return;
@@ -464,7 +437,7 @@ void SpecReader::readMask(yaml::Node *key, yaml::Node *value) {
     sites.fields["mask"] = expressionSite(value, text);
     return;
   }
-  auto *mapping = llvm::dyn_cast_or_null<yaml::MappingNode>(value);
+  auto* mapping = llvm::dyn_cast_or_null<yaml::MappingNode>(value);
   if (!mapping)
     return typeError("mask", value, key,
                      "none, causal, {causal: ...}, {window: W}, {prefix: P}, {document: INPUT} or "
@@ -478,20 +451,23 @@ void SpecReader::readMask(yaml::Node *key, yaml::Node *value) {
   std::map<std::string, Entry> entries;
   size_t before = diags.size();
   forEachField(mapping, "mask.", {"causal", "window", "prefix", "document"},
-               [&](const std::string &field, yaml::Node *fieldKey, yaml::Node *fieldValue) {
-                 entries[field] = Entry{fieldKey, fieldValue};
-               });
+               [&](const std::string& field, yaml::Node* fieldKey, yaml::Node* fieldValue) {
+    entries[field] = Entry{fieldKey, fieldValue};
+  });
   if (diags.size() != before) {
     sites.reported.insert("mask");
     return;
   }
-  auto has = [&](const char *field) { return entries.count(field) != 0; };
+  auto has = [&](const char* field) { return entries.count(field) != 0; };
   int kinds = has("window") + has("prefix") + has("document") + (has("causal") && !has("document"));
   if (kinds != 1) {
     sites.reported.insert("mask");
     std::string what = kinds == 0 ? "got an empty mapping" : "got more than one";
-    return error(value, "mask: expected exactly one of causal, window, prefix, document "
-                        "(document may add 'causal: true'); " + what, key);
+    return error(value,
+                 "mask: expected exactly one of causal, window, prefix, document "
+                 "(document may add 'causal: true'); " +
+                     what,
+                 key);
   }
   bool ok = true;
   if (has("document")) {
@@ -533,12 +509,11 @@ void SpecReader::readMask(yaml::Node *key, yaml::Node *value) {
     else
       ok = false;
   }
-  if (!ok)
-    sites.reported.insert("mask");
+  if (!ok) sites.reported.insert("mask");
 }
 
-void SpecReader::readScore(yaml::Node *key, yaml::Node *value) {
-  ScoreSpec &score = spec.score;
+void SpecReader::readScore(yaml::Node* key, yaml::Node* value) {
+  ScoreSpec& score = spec.score;
   if (hasStrayTag(value)) {
     error(value, "score: a value starting with '!' is a YAML tag: quote the expression", key);
     sites.reported.insert("score");
@@ -548,8 +523,7 @@ void SpecReader::readScore(yaml::Node *key, yaml::Node *value) {
   if (llvm::isa_and_nonnull<yaml::ScalarNode>(value) ||
       llvm::isa_and_nonnull<yaml::BlockScalarNode>(value)) {
     std::string text = *scalar("score", value, key, "");
-    if (text == "none")
-      return;
+    if (text == "none") return;
     if (text == "alibi") {
       score.kind = ScoreSpec::Alibi;
       return;
@@ -564,7 +538,7 @@ void SpecReader::readScore(yaml::Node *key, yaml::Node *value) {
     sites.fields["score"] = expressionSite(value, text);
     return;
   }
-  auto *mapping = llvm::dyn_cast_or_null<yaml::MappingNode>(value);
+  auto* mapping = llvm::dyn_cast_or_null<yaml::MappingNode>(value);
   if (!mapping)
     return typeError("score", value, key,
                      "none, alibi, {softcap: C}, {alibi: INPUT} or an expression string",
@@ -572,41 +546,42 @@ void SpecReader::readScore(yaml::Node *key, yaml::Node *value) {
   int kinds = 0;
   size_t before = diags.size();
   forEachField(mapping, "score.", {"softcap", "alibi"},
-               [&](const std::string &field, yaml::Node *fieldKey, yaml::Node *fieldValue) {
-                 ++kinds;
-                 noteSite("score", fieldValue, fieldKey);
-                 if (field == "softcap") {
-                   score.kind = ScoreSpec::Softcap;
-                   if (auto cap = number("score", fieldValue, fieldKey, "a positive number"))
-                     score.softcap = *cap;
-                 } else {
-                   score.kind = ScoreSpec::Alibi;
-                   if (auto input = scalar("score", fieldValue, fieldKey, "the name of an f32 input"))
-                     score.alibiSlopes = *input;
-                 }
-               });
+               [&](const std::string& field, yaml::Node* fieldKey, yaml::Node* fieldValue) {
+    ++kinds;
+    noteSite("score", fieldValue, fieldKey);
+    if (field == "softcap") {
+      score.kind = ScoreSpec::Softcap;
+      if (auto cap = number("score", fieldValue, fieldKey, "a positive number"))
+        score.softcap = *cap;
+    } else {
+      score.kind = ScoreSpec::Alibi;
+      if (auto input = scalar("score", fieldValue, fieldKey, "the name of an f32 input"))
+        score.alibiSlopes = *input;
+    }
+  });
   if (diags.size() != before) {
     sites.reported.insert("score");
     return;
   }
   if (kinds != 1) {
     sites.reported.insert("score");
-    error(value, std::string("score: expected exactly one of softcap, alibi; ") +
-                     (kinds == 0 ? "got an empty mapping" : "got both"),
+    error(value,
+          std::string("score: expected exactly one of softcap, alibi; ") +
+              (kinds == 0 ? "got an empty mapping" : "got both"),
           key);
   }
 }
 
-void SpecReader::readInputs(yaml::Node *key, yaml::Node *value) {
-  auto *mapping = llvm::dyn_cast_or_null<yaml::MappingNode>(value);
+void SpecReader::readInputs(yaml::Node* key, yaml::Node* value) {
+  auto* mapping = llvm::dyn_cast_or_null<yaml::MappingNode>(value);
   if (!mapping)
     return typeError("inputs", value, key, "a mapping {NAME: {dtype: i32|f32, dims: [...]}}",
                      describeNode(value));
   llvm::StringMap<Place> seen;
-  for (yaml::KeyValueNode &entry : *mapping) {
-    yaml::Node *nameNode = entry.getKey();
-    yaml::Node *declNode = entry.getValue();
-    auto *nameScalar = llvm::dyn_cast_or_null<yaml::ScalarNode>(nameNode);
+  for (yaml::KeyValueNode& entry : *mapping) {
+    yaml::Node* nameNode = entry.getKey();
+    yaml::Node* declNode = entry.getValue();
+    auto* nameScalar = llvm::dyn_cast_or_null<yaml::ScalarNode>(nameNode);
     if (!nameScalar) {
       error(nameNode ? nameNode : declNode,
             "inputs: expected an input name, got " + describeNode(nameNode), mapping);
@@ -625,13 +600,13 @@ void SpecReader::readInputs(yaml::Node *key, yaml::Node *value) {
   }
 }
 
-void SpecReader::readInput(const std::string &name, yaml::Node *key, yaml::Node *value) {
+void SpecReader::readInput(const std::string& name, yaml::Node* key, yaml::Node* value) {
   std::string field = "inputs." + name;
-  noteSite(field, key, key); // name problems point at the name
+  noteSite(field, key, key);  // name problems point at the name
   InputDecl input;
   input.name = name;
   input.loc = placeOf(key).loc;
-  auto *mapping = llvm::dyn_cast_or_null<yaml::MappingNode>(value);
+  auto* mapping = llvm::dyn_cast_or_null<yaml::MappingNode>(value);
   if (!mapping) {
     typeError(field, value, key, "a mapping {dtype: i32|f32, dims: [...]}", describeNode(value));
     spec.inputs.push_back(input);
@@ -639,41 +614,37 @@ void SpecReader::readInput(const std::string &name, yaml::Node *key, yaml::Node 
   }
   bool sawDtype = false, sawDims = false;
   forEachField(mapping, field + ".", {"dtype", "dims"},
-               [&](const std::string &sub, yaml::Node *subKey, yaml::Node *subValue) {
-                 std::string path = field + "." + sub;
-                 noteSite(path, subValue, subKey);
-                 if (sub == "dtype") {
-                   sawDtype = true;
-                   if (auto text = scalar(path, subValue, subKey, "i32 or f32")) {
-                     if (*text == "i32" || *text == "f32")
-                       input.type = *text == "i32" ? ScalarType::I32 : ScalarType::F32;
-                     else
-                       typeError(path, subValue, subKey, "i32 or f32", "'" + *text + "'");
-                   }
-                   return;
-                 }
-                 sawDims = true;
-                 auto *dims = llvm::dyn_cast_or_null<yaml::SequenceNode>(subValue);
-                 if (!dims)
-                   return typeError(path, subValue, subKey, "a list of b, h, pos",
-                                    llvm::isa_and_nonnull<yaml::ScalarNode>(subValue)
-                                        ? "'" + scalar(path, subValue, subKey, "").value_or("") + "'"
-                                        : describeNode(subValue));
-                 for (yaml::Node &dimNode : *dims) {
-                   std::optional<std::string> dim = scalar(path, &dimNode, subKey, "b, h or pos");
-                   if (!dim)
-                     continue;
-                   if (*dim == "b" || *dim == "h" || *dim == "pos")
-                     input.dims.push_back(*dim == "b"   ? InputDim::B
-                                          : *dim == "h" ? InputDim::H
-                                                        : InputDim::Pos);
-                   else
-                     typeError(path, &dimNode, subKey, "b, h or pos", "'" + *dim + "'");
-                 }
-               });
+               [&](const std::string& sub, yaml::Node* subKey, yaml::Node* subValue) {
+    std::string path = field + "." + sub;
+    noteSite(path, subValue, subKey);
+    if (sub == "dtype") {
+      sawDtype = true;
+      if (auto text = scalar(path, subValue, subKey, "i32 or f32")) {
+        if (*text == "i32" || *text == "f32")
+          input.type = *text == "i32" ? ScalarType::I32 : ScalarType::F32;
+        else
+          typeError(path, subValue, subKey, "i32 or f32", "'" + *text + "'");
+      }
+      return;
+    }
+    sawDims = true;
+    auto* dims = llvm::dyn_cast_or_null<yaml::SequenceNode>(subValue);
+    if (!dims)
+      return typeError(path, subValue, subKey, "a list of b, h, pos",
+                       llvm::isa_and_nonnull<yaml::ScalarNode>(subValue)
+                           ? "'" + scalar(path, subValue, subKey, "").value_or("") + "'"
+                           : describeNode(subValue));
+    for (yaml::Node& dimNode : *dims) {
+      std::optional<std::string> dim = scalar(path, &dimNode, subKey, "b, h or pos");
+      if (!dim) continue;
+      if (*dim == "b" || *dim == "h" || *dim == "pos")
+        input.dims.push_back(*dim == "b" ? InputDim::B : *dim == "h" ? InputDim::H : InputDim::Pos);
+      else
+        typeError(path, &dimNode, subKey, "b, h or pos", "'" + *dim + "'");
+    }
+  });
   for (auto [seen, sub] : {std::pair{sawDtype, "dtype"}, std::pair{sawDims, "dims"}}) {
-    if (seen)
-      continue;
+    if (seen) continue;
     sites.reported.insert(field + "." + sub);
     if (!suggested.count(field + "." + sub))
       error(mapping, field + ": missing required field '" + sub + "'", key);
@@ -684,12 +655,12 @@ void SpecReader::readInput(const std::string &name, yaml::Node *key, yaml::Node 
 // LLVM's YAML scanner reports syntax errors through the SourceMgr; this collects them as ours
 // instead of letting them reach stderr.
 struct YamlErrorSink {
-  const SourceText *source;
+  const SourceText* source;
   Diagnostics diags;
 
-  static void handle(const llvm::SMDiagnostic &smDiag, void *context) {
-    auto *sink = static_cast<YamlErrorSink *>(context);
-    const char *ptr = smDiag.getLoc().getPointer();
+  static void handle(const llvm::SMDiagnostic& smDiag, void* context) {
+    auto* sink = static_cast<YamlErrorSink*>(context);
+    const char* ptr = smDiag.getLoc().getPointer();
     Place place;
     if (sink->source->contains(ptr)) {
       place = sink->source->place(ptr);
@@ -703,7 +674,8 @@ struct YamlErrorSink {
     llvm::StringRef line(place.sourceLine);
     size_t bang = line.find(": !");
     if (bang != llvm::StringRef::npos && !line.substr(bang + 3).starts_with("!"))
-      message += " (a value starting with '!' is a YAML tag: quote the expression, e.g. \"!(k > q)\")";
+      message +=
+          " (a value starting with '!' is a YAML tag: quote the expression, e.g. \"!(k > q)\")";
     sink->diags.push_back(Diagnostic{place.loc, message, place.sourceLine, ""});
   }
 };
@@ -713,34 +685,29 @@ struct YamlErrorSink {
 // collection on the line itself, plus the flow brackets open at each '[' or '{' (counted inside
 // quotes too: that only makes the bound stricter). Returns where the bound first exceeds
 // kMaxYamlNesting, or null.
-const char *findDeepNesting(llvm::StringRef text) {
-  std::vector<size_t> indents; // columns of the open indentation levels
+const char* findDeepNesting(llvm::StringRef text) {
+  std::vector<size_t> indents;  // columns of the open indentation levels
   unsigned flow = 0;
   size_t lineStart = 0;
   while (lineStart < text.size()) {
     size_t lineEnd = text.find('\n', lineStart);
-    if (lineEnd == llvm::StringRef::npos)
-      lineEnd = text.size();
+    if (lineEnd == llvm::StringRef::npos) lineEnd = text.size();
     llvm::StringRef line = text.slice(lineStart, lineEnd);
     size_t indent = line.find_first_not_of(' ');
-    bool blank = indent == llvm::StringRef::npos ||
-                 line.substr(indent).ltrim(" \t\r").empty() || line[indent] == '#';
+    bool blank = indent == llvm::StringRef::npos || line.substr(indent).ltrim(" \t\r").empty() ||
+                 line[indent] == '#';
     unsigned depth = unsigned(indents.size());
     if (!blank && flow == 0) {
-      while (!indents.empty() && indents.back() > indent)
-        indents.pop_back();
-      if (indents.empty() || indents.back() < indent)
-        indents.push_back(indent);
+      while (!indents.empty() && indents.back() > indent) indents.pop_back();
+      if (indents.empty() || indents.back() < indent) indents.push_back(indent);
       depth = unsigned(indents.size());
       // `- - - x` and `? ? ? x` open one collection per indicator.
       size_t pos = indent;
       while (pos < line.size() && llvm::StringRef("-?:").contains(line[pos]) &&
              (pos + 1 == line.size() || llvm::StringRef(" \t\r").contains(line[pos + 1]))) {
-        if (++depth > limits::kMaxYamlNesting)
-          return line.data() + pos;
+        if (++depth > limits::kMaxYamlNesting) return line.data() + pos;
         pos = line.find_first_not_of(" \t\r", pos + 1);
-        if (pos == llvm::StringRef::npos)
-          break;
+        if (pos == llvm::StringRef::npos) break;
       }
       // `key: ? ? ? x`: a complex key opens a mapping wherever it stands (and `?` has no other
       // use in a spec: expressions write conditionals with where()).
@@ -750,12 +717,10 @@ const char *findDeepNesting(llvm::StringRef text) {
             ++depth > limits::kMaxYamlNesting)
           return line.data() + pos;
     }
-    if (depth > limits::kMaxYamlNesting)
-      return line.data() + (blank ? 0 : indent);
-    for (const char &c : line) {
+    if (depth > limits::kMaxYamlNesting) return line.data() + (blank ? 0 : indent);
+    for (const char& c : line) {
       if (c == '[' || c == '{') {
-        if (depth + ++flow > limits::kMaxYamlNesting)
-          return &c;
+        if (depth + ++flow > limits::kMaxYamlNesting) return &c;
       } else if ((c == ']' || c == '}') && flow > 0) {
         --flow;
       }
@@ -768,30 +733,28 @@ const char *findDeepNesting(llvm::StringRef text) {
 // Parses the whole of `node` (llvm::yaml parses lazily, as nodes are visited), descending no
 // deeper than kMaxYamlNesting: returns false with `deep` set to the first node past it. Aliases
 // are not followed, so an alias bomb costs its text's length.
-bool walkBounded(yaml::Node *node, unsigned depth, yaml::Node *&deep) {
-  if (!node)
-    return true;
+bool walkBounded(yaml::Node* node, unsigned depth, yaml::Node*& deep) {
+  if (!node) return true;
   if (depth > limits::kMaxYamlNesting) {
     deep = node;
     return false;
   }
-  if (auto *mapping = llvm::dyn_cast<yaml::MappingNode>(node)) {
-    for (yaml::KeyValueNode &entry : *mapping)
+  if (auto* mapping = llvm::dyn_cast<yaml::MappingNode>(node)) {
+    for (yaml::KeyValueNode& entry : *mapping)
       if (!walkBounded(entry.getKey(), depth + 1, deep) ||
           !walkBounded(entry.getValue(), depth + 1, deep))
         return false;
-  } else if (auto *sequence = llvm::dyn_cast<yaml::SequenceNode>(node)) {
-    for (yaml::Node &item : *sequence)
-      if (!walkBounded(&item, depth + 1, deep))
-        return false;
+  } else if (auto* sequence = llvm::dyn_cast<yaml::SequenceNode>(node)) {
+    for (yaml::Node& item : *sequence)
+      if (!walkBounded(&item, depth + 1, deep)) return false;
   }
   return true;
 }
 
-} // namespace
+}  // namespace
 
 std::optional<Spec> parseSpecText(llvm::StringRef text, llvm::StringRef fileName,
-                                  Diagnostics &diags) {
+                                  Diagnostics& diags) {
   SourceText source(text, fileName);
   if (text.size() > limits::kMaxSpecBytes) {
     // Reported where the text crosses the limit.
@@ -802,18 +765,17 @@ std::optional<Spec> parseSpecText(llvm::StringRef text, llvm::StringRef fileName
                                place.sourceLine, ""});
     return std::nullopt;
   }
-  auto tooDeep = [&](const char *at) {
+  auto tooDeep = [&](const char* at) {
     Place place = source.place(at);
-    diags.push_back(Diagnostic{place.loc, "invalid YAML: nested more than " +
-                                              std::to_string(limits::kMaxYamlNesting) +
-                                              " levels deep",
+    diags.push_back(Diagnostic{place.loc,
+                               "invalid YAML: nested more than " +
+                                   std::to_string(limits::kMaxYamlNesting) + " levels deep",
                                place.sourceLine, ""});
     return std::nullopt;
   };
   // LLVM's YAML parser recurses once per nesting level, so absurd nesting would overflow the stack
   // instead of failing: reject it before the parser sees it.
-  if (const char *at = findDeepNesting(text))
-    return tooDeep(at);
+  if (const char* at = findDeepNesting(text)) return tooDeep(at);
   // First pass: syntax and nesting only. The node walk below runs on a document known to be
   // well-formed and shallow, so it never sees the partial nodes LLVM builds after a syntax error.
   {
@@ -822,11 +784,10 @@ std::optional<Spec> parseSpecText(llvm::StringRef text, llvm::StringRef fileName
     sourceMgr.setDiagHandler(&YamlErrorSink::handle, &sink);
     yaml::Stream stream(text, sourceMgr, /*ShowColors=*/false);
     for (auto document = stream.begin(); document != stream.end(); ++document) {
-      yaml::Node *deep = nullptr;
+      yaml::Node* deep = nullptr;
       if (!walkBounded(document->getRoot(), 1, deep) && deep && sink.diags.empty())
         return tooDeep(deep->getSourceRange().Start.getPointer());
-      if (deep || !sink.diags.empty())
-        break;
+      if (deep || !sink.diags.empty()) break;
     }
     if (!sink.diags.empty() || stream.failed()) {
       if (sink.diags.empty())
@@ -853,15 +814,14 @@ std::optional<Spec> parseSpecText(llvm::StringRef text, llvm::StringRef fileName
   return spec;
 }
 
-std::optional<Spec> parseSpecFile(llvm::StringRef path, Diagnostics &diags) {
-  auto fail = [&](const std::string &message) {
+std::optional<Spec> parseSpecFile(llvm::StringRef path, Diagnostics& diags) {
+  auto fail = [&](const std::string& message) {
     diags.push_back(Diagnostic{SourceLoc{path.str(), 0, 0}, message, "", ""});
     return std::nullopt;
   };
   // Non-blocking, so that opening a FIFO nobody writes to returns at once instead of hanging.
   int fd = ::open(path.str().c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0)
-    return fail("cannot read spec file: " + std::string(std::strerror(errno)));
+  if (fd < 0) return fail("cannot read spec file: " + std::string(std::strerror(errno)));
   struct FdCloser {
     int fd;
     ~FdCloser() { ::close(fd); }
@@ -869,13 +829,11 @@ std::optional<Spec> parseSpecFile(llvm::StringRef path, Diagnostics &diags) {
   struct stat info;
   if (::fstat(fd, &info) != 0)
     return fail("cannot read spec file: " + std::string(std::strerror(errno)));
-  if (S_ISDIR(info.st_mode))
-    return fail("cannot read spec file: it is a directory");
+  if (S_ISDIR(info.st_mode)) return fail("cannot read spec file: it is a directory");
   // A pipe (`<(...)`, a FIFO) is read to its end; devices such as /dev/zero never end.
   if (!S_ISREG(info.st_mode) && !S_ISFIFO(info.st_mode))
     return fail("cannot read spec file: not a regular file or a pipe");
-  if (S_ISFIFO(info.st_mode))
-    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  if (S_ISFIFO(info.st_mode)) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   // At most one byte past the limit: enough to tell a file that is larger (or a pipe that never
   // ends) without reading it whole; parseSpecText reports such a text where it crosses the limit.
   std::string text(S_ISREG(info.st_mode)
@@ -885,21 +843,17 @@ std::optional<Spec> parseSpecFile(llvm::StringRef path, Diagnostics &diags) {
   size_t size = 0;
   while (true) {
     if (size == text.size()) {
-      if (size > limits::kMaxSpecBytes)
-        break;
+      if (size > limits::kMaxSpecBytes) break;
       text.resize(std::min(2 * size, limits::kMaxSpecBytes + 1));
     }
     ssize_t got = ::read(fd, &text[size], text.size() - size);
-    if (got < 0 && errno == EINTR)
-      continue;
-    if (got < 0)
-      return fail("cannot read spec file: " + std::string(std::strerror(errno)));
-    if (got == 0)
-      break;
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return fail("cannot read spec file: " + std::string(std::strerror(errno)));
+    if (got == 0) break;
     size += size_t(got);
   }
   text.resize(size);
   return parseSpecText(text, path, diags);
 }
 
-} // namespace attnc
+}  // namespace attnc
