@@ -1,5 +1,5 @@
 // Rendering and ordering of spec diagnostics.
-#include "compiler/Spec/Diagnostic.h"
+#include "attnc/diagnostic.h"
 
 #include <algorithm>
 

@@ -35,7 +35,7 @@ llvm::StringRef toString(InputDim dim) {
   return "?";
 }
 
-const InputDecl* Spec::findInput(llvm::StringRef inputName) const {
+const InputDecl* Spec::findInput(std::string_view inputName) const {
   for (const InputDecl& input : inputs)
     if (input.name == inputName) return &input;
   return nullptr;

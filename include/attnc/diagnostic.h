@@ -1,5 +1,6 @@
 // Errors about a spec as values: where (file:line:col, or the spec's name for builder-made specs),
-// what went wrong, and the offending line so a caret can point at it, clang style.
+// what went wrong, and the offending line so a caret can point at it, clang style. Plain C++17;
+// the definitions are in the attncJit library (its attncSpec part).
 #pragma once
 
 #include <string>
@@ -20,8 +21,7 @@ struct Diagnostic {
   // The text of the line loc points into (without its newline); empty when there is none. For a
   // builder-made spec it is the expression string an expression error points into.
   std::string sourceLine;
-  // Names the spec when there is no file ("spec 'NAME'"), so builder errors still say whose they
-  // are.
+  // Names the spec when there is no file ("spec 'NAME'"): builder errors still say whose they are.
   std::string specName;
 
   // "file:line:col: error: message\n<sourceLine>\n    ^\n", or "spec 'NAME': error: message\n"
