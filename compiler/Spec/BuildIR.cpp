@@ -28,14 +28,13 @@ public:
   Value lower(const expr::Node& node) {
     Location loc = locationOf(*b.getContext(), node.loc);
     switch (node.kind) {
-    case expr::Kind::IntLit:
-      return arith::ConstantIntOp::create(b, loc, node.intValue, 32);
+    case expr::Kind::IntLit: return arith::ConstantIntOp::create(b, loc, node.intValue, 32);
     case expr::Kind::FloatLit:
-      return arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(float(node.floatValue)));
+      return arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
+                                            APFloat(float(node.floatValue)));
     case expr::Kind::BoolLit:
       return arith::ConstantIntOp::create(b, loc, node.boolValue ? 1 : 0, 1);
-    case expr::Kind::Var:
-      return variable(node.name);
+    case expr::Kind::Var: return variable(node.name);
     case expr::Kind::ToFloat:
       return arith::SIToFPOp::create(b, loc, b.getF32Type(), lower(*node.children[0]));
     case expr::Kind::InputIndex: {
@@ -44,12 +43,9 @@ public:
       Type type = node.type == ScalarType::F32 ? Type(b.getF32Type()) : Type(b.getI32Type());
       return attn::LoadOp::create(b, loc, type, node.name, indices);
     }
-    case expr::Kind::Unary:
-      return unary(node, loc);
-    case expr::Kind::Binary:
-      return binary(node, loc);
-    case expr::Kind::Call:
-      return call(node, loc);
+    case expr::Kind::Unary: return unary(node, loc);
+    case expr::Kind::Binary: return binary(node, loc);
+    case expr::Kind::Call: return call(node, loc);
     }
     llvm_unreachable("unknown expression kind");
   }
@@ -181,9 +177,11 @@ std::optional<DictionaryAttr> maskBuiltin(Builder& b, const MaskSpec& mask) {
   switch (mask.kind) {
   case MaskSpec::Causal: return dict({kind("causal"), topLeft});
   case MaskSpec::Window:
-    return dict({kind("window"), b.getNamedAttr("size", b.getI64IntegerAttr(mask.window)), topLeft});
+    return dict(
+        {kind("window"), b.getNamedAttr("size", b.getI64IntegerAttr(mask.window)), topLeft});
   case MaskSpec::Prefix:
-    return dict({kind("prefix"), b.getNamedAttr("length", b.getI64IntegerAttr(mask.prefix)), topLeft});
+    return dict(
+        {kind("prefix"), b.getNamedAttr("length", b.getI64IntegerAttr(mask.prefix)), topLeft});
   case MaskSpec::Document:
     return dict({kind("document"), b.getNamedAttr("input", b.getStringAttr(mask.documentInput)),
                  b.getNamedAttr("causal", b.getBoolAttr(mask.documentCausal)), topLeft});

@@ -1,5 +1,5 @@
 // Rendering and ordering of spec diagnostics.
-#include "compiler/Spec/Diagnostic.h"
+#include "attnc/diagnostic.h"
 
 #include <algorithm>
 
@@ -7,7 +7,7 @@ namespace attnc {
 
 // The caret line copies the tabs of the source line so the caret lands under the right character
 // whatever the terminal's tab width.
-static std::string caretLine(const std::string &sourceLine, unsigned col) {
+static std::string caretLine(const std::string& sourceLine, unsigned col) {
   std::string caret;
   for (unsigned i = 0; i + 1 < col; ++i)
     caret += (i < sourceLine.size() && sourceLine[i] == '\t') ? '\t' : ' ';
@@ -19,14 +19,12 @@ std::string Diagnostic::render() const {
   std::string out;
   if (!loc.file.empty()) {
     out = loc.file;
-    if (loc.line != 0)
-      out += ":" + std::to_string(loc.line) + ":" + std::to_string(loc.col);
+    if (loc.line != 0) out += ":" + std::to_string(loc.line) + ":" + std::to_string(loc.col);
   } else {
     out = "spec '" + specName + "'";
   }
   out += ": error: " + message + "\n";
-  if (sourceLine.empty() || loc.col == 0)
-    return out;
+  if (sourceLine.empty() || loc.col == 0) return out;
   // A long line (a generated expression, a minified spec) is shown as a window around the caret,
   // so that an error about a 100 KB line is not itself 100 KB.
   constexpr size_t kShownColumns = 160;
@@ -36,24 +34,22 @@ std::string Diagnostic::render() const {
   const size_t begin = caret > kShownColumns / 2 ? caret - kShownColumns / 2 : 0;
   const size_t end = std::min(sourceLine.size(), begin + kShownColumns);
   const std::string lead = begin > 0 ? "..." : "";
-  const std::string window = lead + sourceLine.substr(begin, end - begin) +
-                             (end < sourceLine.size() ? "..." : "");
+  const std::string window =
+      lead + sourceLine.substr(begin, end - begin) + (end < sourceLine.size() ? "..." : "");
   return out + window + "\n" + caretLine(window, unsigned(lead.size() + caret - begin + 1)) + "\n";
 }
 
-std::string renderAll(const Diagnostics &diags) {
+std::string renderAll(const Diagnostics& diags) {
   std::string out;
-  for (const Diagnostic &diag : diags)
-    out += diag.render();
+  for (const Diagnostic& diag : diags) out += diag.render();
   return out;
 }
 
-void sortByPosition(Diagnostics &diags) {
-  std::stable_sort(diags.begin(), diags.end(), [](const Diagnostic &a, const Diagnostic &b) {
-    if (a.loc.line != b.loc.line)
-      return a.loc.line < b.loc.line;
+void sortByPosition(Diagnostics& diags) {
+  std::stable_sort(diags.begin(), diags.end(), [](const Diagnostic& a, const Diagnostic& b) {
+    if (a.loc.line != b.loc.line) return a.loc.line < b.loc.line;
     return a.loc.col < b.loc.col;
   });
 }
 
-} // namespace attnc
+}  // namespace attnc

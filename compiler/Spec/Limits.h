@@ -2,8 +2,7 @@
 // that hostile input could otherwise drive without bound (a stack overflow, a heap exhaustion, a
 // compile that never ends); each is far above what a real spec needs. Exceeding one is an error
 // at the offending text, never a crash.
-#ifndef ATTNC_SPEC_LIMITS_H
-#define ATTNC_SPEC_LIMITS_H
+#pragma once
 
 #include <cstddef>
 
@@ -41,6 +40,4 @@ constexpr unsigned kMaxExprOperands = 256;
 // included: the kernel evaluates both per element and the backward differentiates the score.
 constexpr unsigned kMaxSpecExprNodes = 512;
 
-} // namespace attnc::limits
-
-#endif // ATTNC_SPEC_LIMITS_H
+}  // namespace attnc::limits

@@ -1,11 +1,11 @@
 // Spec semantics shared by the YAML reader and the C++ builder: value ranges, cross-field rules,
 // the builtin masks and scores written out as expressions, and the builder itself.
 #include "compiler/Spec/Spec.h"
+#include "attnc/common/params.h"
+#include "attnc/common/philox.h"
 #include "compiler/Spec/Expr.h"
 #include "compiler/Spec/Limits.h"
 #include "compiler/Spec/SpecCheck.h"
-#include "attnc/common/params.h"
-#include "attnc/common/philox.h"
 
 #include "llvm/ADT/StringExtras.h"
 
@@ -35,73 +35,62 @@ llvm::StringRef toString(InputDim dim) {
   return "?";
 }
 
-const InputDecl *Spec::findInput(llvm::StringRef inputName) const {
-  for (const InputDecl &input : inputs)
-    if (input.name == inputName)
-      return &input;
+const InputDecl* Spec::findInput(std::string_view inputName) const {
+  for (const InputDecl& input : inputs)
+    if (input.name == inputName) return &input;
   return nullptr;
 }
 
-double Spec::effectiveScale() const {
-  return scale ? *scale : 1.0 / std::sqrt(double(headDim));
-}
+double Spec::effectiveScale() const { return scale ? *scale : 1.0 / std::sqrt(double(headDim)); }
 
 // ---- Builtins as expressions ----
 
 // The query row aligned to the key sequence's end (bottom-right), as FlashAttention 2 does.
-static constexpr const char *kAlignedQuery = "q + kv_len - q_len";
+static constexpr const char* kAlignedQuery = "q + kv_len - q_len";
 
-std::string builtinExpressionText(const MaskSpec &mask, const std::vector<InputDecl> &inputs) {
+std::string builtinExpressionText(const MaskSpec& mask, const std::vector<InputDecl>& inputs) {
   std::string aligned = kAlignedQuery;
   switch (mask.kind) {
   case MaskSpec::None:
-  case MaskSpec::Expr:
-    return "";
-  case MaskSpec::Causal:
-    return mask.topLeft ? "k <= q" : "k <= " + aligned;
+  case MaskSpec::Expr: return "";
+  case MaskSpec::Causal: return mask.topLeft ? "k <= q" : "k <= " + aligned;
   case MaskSpec::Window:
     return "k <= " + aligned + " && k > " + aligned + " - " + std::to_string(mask.window);
-  case MaskSpec::Prefix:
-    return "k < " + std::to_string(mask.prefix) + " || k <= " + aligned;
+  case MaskSpec::Prefix: return "k < " + std::to_string(mask.prefix) + " || k <= " + aligned;
   case MaskSpec::Document: {
     // Document ids are per key position; a query row sits at key position q' (bottom-right).
     bool perBatch = false;
-    for (const InputDecl &input : inputs)
-      if (input.name == mask.documentInput)
-        perBatch = input.dims.size() == 2;
-    const std::string &doc = mask.documentInput;
+    for (const InputDecl& input : inputs)
+      if (input.name == mask.documentInput) perBatch = input.dims.size() == 2;
+    const std::string& doc = mask.documentInput;
     std::string text = perBatch ? doc + "[b, " + aligned + "] == " + doc + "[b, k]"
                                 : doc + "[" + aligned + "] == " + doc + "[k]";
-    if (mask.documentCausal)
-      text += " && k <= " + aligned;
+    if (mask.documentCausal) text += " && k <= " + aligned;
     return text;
   }
   }
   return "";
 }
 
-std::string builtinExpressionText(const ScoreSpec &score, int64_t headsQ) {
+std::string builtinExpressionText(const ScoreSpec& score, int64_t headsQ) {
   switch (score.kind) {
   case ScoreSpec::None:
-  case ScoreSpec::Expr:
-    return "";
+  case ScoreSpec::Expr: return "";
   case ScoreSpec::Softcap: {
     std::string cap = expr::formatFloatLiteral(score.softcap);
     return cap + " * tanh(score / " + cap + ")";
   }
   case ScoreSpec::Alibi: {
     std::string distance = std::string("abs(") + kAlignedQuery + " - k)";
-    if (!score.alibiSlopes.empty())
-      return "score - " + score.alibiSlopes + "[h] * " + distance;
+    if (!score.alibiSlopes.empty()) return "score - " + score.alibiSlopes + "[h] * " + distance;
     // standardAlibiSlopes() as a function of h, so no table needs passing at launch.
     int64_t pow2 = 1;
-    while (pow2 * 2 <= headsQ)
-      pow2 *= 2;
+    while (pow2 * 2 <= headsQ) pow2 *= 2;
     std::string n = std::to_string(pow2);
     std::string slope = "exp2(-8.0 * (h + 1) / " + n + ")";
     if (pow2 != headsQ)
-      slope = "where(h < " + n + ", " + slope + ", exp2(-4.0 * (2 * (h - " + n + ") + 1) / " + n +
-              "))";
+      slope =
+          "where(h < " + n + ", " + slope + ", exp2(-4.0 * (2 * (h - " + n + ") + 1) / " + n + "))";
     return "score - " + slope + " * " + distance;
   }
   }
@@ -110,11 +99,9 @@ std::string builtinExpressionText(const ScoreSpec &score, int64_t headsQ) {
 
 std::vector<double> standardAlibiSlopes(int64_t heads) {
   std::vector<double> slopes;
-  if (heads <= 0)
-    return slopes;
+  if (heads <= 0) return slopes;
   int64_t pow2 = 1;
-  while (pow2 * 2 <= heads)
-    pow2 *= 2;
+  while (pow2 * 2 <= heads) pow2 *= 2;
   for (int64_t i = 0; i < pow2; ++i)
     slopes.push_back(std::exp2(-8.0 * double(i + 1) / double(pow2)));
   // The rest are every other slope of 2 * pow2 heads, starting with the first.
@@ -144,14 +131,12 @@ std::string nearestName(llvm::StringRef name, llvm::ArrayRef<llvm::StringRef> ca
     }
   }
   // Close means a typo: a third of the name's letters at most, at least one.
-  if (bestDistance <= std::max<size_t>(1, name.size() / 3))
-    return best.str();
+  if (bestDistance <= std::max<size_t>(1, name.size() / 3)) return best.str();
   return "";
 }
 
 static bool isIdentifier(llvm::StringRef text) {
-  if (text.empty() || !(llvm::isAlpha(text[0]) || text[0] == '_'))
-    return false;
+  if (text.empty() || !(llvm::isAlpha(text[0]) || text[0] == '_')) return false;
   return llvm::all_of(text, [](char c) { return llvm::isAlnum(c) || c == '_'; });
 }
 
@@ -162,21 +147,19 @@ static_assert(kDefaultDropoutRounds == attnc::kDropoutRoundsDefault,
 
 class Checker {
 public:
-  Checker(Spec &spec, const SpecSites *sites, Diagnostics &diags)
+  Checker(Spec& spec, const SpecSites* sites, Diagnostics& diags)
       : spec(spec), sites(sites), diags(diags) {}
 
   bool run() {
     size_t before = diags.size();
     checkName();
     checkHeadDim("head_dim", spec.headDim);
-    if (spec.headDimV != spec.headDim)
-      checkHeadDim("head_dim_v", spec.headDimV);
+    if (spec.headDimV != spec.headDim) checkHeadDim("head_dim_v", spec.headDimV);
     checkHeads();
     if (spec.scale && !skip("scale") && !isNormalPositiveFloat(*spec.scale))
       report("scale", std::string("scale: must be 'auto' or a positive number representable "
                                   "as a normal float32 (") +
-                          kNormalFloatRange + "), got " +
-                          formatNumber(*spec.scale));
+                          kNormalFloatRange + "), got " + formatNumber(*spec.scale));
     if (!skip("dropout") && !(spec.dropout >= 0 && spec.dropout < 1))
       report("dropout", "dropout: must be in [0, 1), got " + formatNumber(spec.dropout));
     else if (!skip("dropout") && spec.dropout > 0)
@@ -195,11 +178,11 @@ public:
   }
 
 private:
-  bool skip(const std::string &field) const { return sites && sites->reported.count(field); }
+  bool skip(const std::string& field) const { return sites && sites->reported.count(field); }
 
   // The kernels take scale and softcap as float32: past FLT_MAX they become inf, below FLT_MIN a
   // subnormal that loses precision or 0.
-  static constexpr const char *kNormalFloatRange = "1.17549435e-38 to 3.40282347e+38";
+  static constexpr const char* kNormalFloatRange = "1.17549435e-38 to 3.40282347e+38";
   static bool isNormalPositiveFloat(double value) {
     return std::isfinite(value) && value >= FLT_MIN && value <= FLT_MAX;
   }
@@ -218,17 +201,16 @@ private:
                             "0.998046875 = 511/512)");
   }
 
-  const FieldSite *site(const std::string &field) const {
-    if (!sites)
-      return nullptr;
+  const FieldSite* site(const std::string& field) const {
+    if (!sites) return nullptr;
     auto it = sites->fields.find(field);
     return it == sites->fields.end() ? nullptr : &it->second;
   }
 
-  Diagnostic at(const std::string &field, std::string message) const {
+  Diagnostic at(const std::string& field, std::string message) const {
     Diagnostic diag;
     diag.message = std::move(message);
-    if (const FieldSite *fieldSite = site(field)) {
+    if (const FieldSite* fieldSite = site(field)) {
       diag.loc = fieldSite->place.loc;
       diag.sourceLine = fieldSite->place.sourceLine;
     } else if (sites) {
@@ -240,43 +222,40 @@ private:
     return diag;
   }
 
-  void report(const std::string &field, std::string message) {
+  void report(const std::string& field, std::string message) {
     diags.push_back(at(field, std::move(message)));
   }
 
   void checkName() {
-    if (skip("name"))
-      return;
+    if (skip("name")) return;
     if (spec.name.size() > limits::kMaxNameLength)
       report("name", "name: must be at most " + std::to_string(limits::kMaxNameLength) +
                          " characters (it stems the kernels' C symbols), got " +
                          std::to_string(spec.name.size()));
     else if (!isIdentifier(spec.name))
-      report("name", "name: must be an identifier ([A-Za-z_][A-Za-z0-9_]*; it names the kernel "
-                     "symbols), got '" + spec.name + "'");
+      report("name", std::string("name: must be an identifier ([A-Za-z_][A-Za-z0-9_]*; it names ") +
+                         "the kernel symbols), got '" + spec.name + "'");
   }
 
-  void checkHeadDim(const std::string &field, int64_t value) {
-    if (skip(field))
-      return;
+  void checkHeadDim(const std::string& field, int64_t value) {
+    if (skip(field)) return;
     if (value < 8 || value > 256 || value % 8 != 0)
       report(field, field + ": must be a multiple of 8 in [8, 256], got " + std::to_string(value));
   }
 
   void checkHeads() {
-    if (skip("heads") || skip("heads.q"))
-      return;
+    if (skip("heads") || skip("heads.q")) return;
     bool ok = true;
     // Positions and head indices are i32 in expressions and kernels.
     if (spec.headsQ < 1 || spec.headsQ > INT32_MAX) {
       report("heads.q", "heads.q: must be in [1, 2147483647], got " + std::to_string(spec.headsQ));
       ok = false;
     }
-    if (skip("heads.kv"))
-      return;
+    if (skip("heads.kv")) return;
     // A kv that defaulted to q repeats q's error; only a kv of its own has one.
     if ((spec.headsKV < 1 || spec.headsKV > INT32_MAX) && spec.headsKV != spec.headsQ) {
-      report("heads.kv", "heads.kv: must be in [1, 2147483647], got " + std::to_string(spec.headsKV));
+      report("heads.kv",
+             "heads.kv: must be in [1, 2147483647], got " + std::to_string(spec.headsKV));
       ok = false;
     }
     if (ok && spec.headsKV >= 1 && spec.headsQ % spec.headsKV != 0)
@@ -291,7 +270,7 @@ private:
     bool ok = true;
     std::set<std::string> seen;
     for (size_t i = 0; i < spec.inputs.size(); ++i) {
-      const InputDecl &input = spec.inputs[i];
+      const InputDecl& input = spec.inputs[i];
       std::string field = "inputs." + input.name;
       if (skip(field) || skip(field + ".dtype") || skip(field + ".dims")) {
         ok = false;
@@ -330,7 +309,7 @@ private:
     return ok;
   }
 
-  static std::string dimsText(const InputDecl &input) {
+  static std::string dimsText(const InputDecl& input) {
     std::string text = "[";
     for (size_t i = 0; i < input.dims.size(); ++i)
       text += (i ? ", " : "") + toString(input.dims[i]).str();
@@ -338,31 +317,29 @@ private:
   }
 
   // Type-checks an expression, pointing errors into the field's string (file or builder text).
-  ExprPtr typeCheck(const std::string &field, const std::string &text, expr::Role role,
+  ExprPtr typeCheck(const std::string& field, const std::string& text, expr::Role role,
                     bool isBuiltin) {
-    const FieldSite *fieldSite = site(field);
+    const FieldSite* fieldSite = site(field);
     auto placeAt = [&](size_t offset) -> Place {
-      if (isBuiltin || !sites) // builtin text is ours; point at the field, not into our text
+      if (isBuiltin || !sites)  // builtin text is ours; point at the field, not into our text
         return fieldSite ? fieldSite->place : Place{};
-      if (fieldSite && fieldSite->offsetPlace)
-        return fieldSite->offsetPlace(offset);
+      if (fieldSite && fieldSite->offsetPlace) return fieldSite->offsetPlace(offset);
       return fieldSite ? fieldSite->place : sites->top;
     };
     auto locate = [&](size_t offset) {
-      if (!sites && !isBuiltin)
-        return SourceLoc{"", 0, unsigned(offset + 1)};
+      if (!sites && !isBuiltin) return SourceLoc{"", 0, unsigned(offset + 1)};
       return placeAt(offset).loc;
     };
     expr::ParseResult result = expr::parse(text, role, spec.inputs, locate);
     exprNodes += result.nodes;
     if (result.errors.empty() && exprNodes > limits::kMaxSpecExprNodes) {
-      result.errors.push_back(
-          {0, "the mask and score expressions have more than " +
-                  std::to_string(limits::kMaxSpecExprNodes) +
-                  " operands and operators together (" + std::to_string(exprNodes) + ")"});
+      result.errors.push_back({0, "the mask and score expressions have more than " +
+                                      std::to_string(limits::kMaxSpecExprNodes) +
+                                      " operands and operators together (" +
+                                      std::to_string(exprNodes) + ")"});
       result.root = nullptr;
     }
-    for (const expr::ParseError &error : result.errors) {
+    for (const expr::ParseError& error : result.errors) {
       Diagnostic diag = at(field, field + ": " + error.message);
       if (!sites && !isBuiltin) {
         // Builder: show the expression itself with a caret under the offending token.
@@ -373,36 +350,31 @@ private:
         diag.loc = place.loc;
         diag.sourceLine = place.sourceLine;
       }
-      if (isBuiltin)
-        diag.message += " (in the builtin's definition '" + text + "')";
+      if (isBuiltin) diag.message += " (in the builtin's definition '" + text + "')";
       diags.push_back(std::move(diag));
     }
     return result.root;
   }
 
   void checkMask(bool inputsOk) {
-    MaskSpec &mask = spec.mask;
-    if (skip("mask"))
-      return;
+    MaskSpec& mask = spec.mask;
+    if (skip("mask")) return;
     switch (mask.kind) {
-    case MaskSpec::None:
-      return;
-    case MaskSpec::Causal:
-      break;
+    case MaskSpec::None: return;
+    case MaskSpec::Causal: break;
     case MaskSpec::Window:
       if (mask.window < 1 || mask.window > INT32_MAX)
-        return report("mask", "mask: window must be in [1, 2147483647], got " +
-                                  std::to_string(mask.window));
+        return report(
+            "mask", "mask: window must be in [1, 2147483647], got " + std::to_string(mask.window));
       break;
     case MaskSpec::Prefix:
       if (mask.prefix < 0 || mask.prefix > INT32_MAX)
-        return report("mask", "mask: prefix must be in [0, 2147483647], got " +
-                                  std::to_string(mask.prefix));
+        return report(
+            "mask", "mask: prefix must be in [0, 2147483647], got " + std::to_string(mask.prefix));
       break;
     case MaskSpec::Document: {
-      if (!inputsOk)
-        return;
-      const InputDecl *input = spec.findInput(mask.documentInput);
+      if (!inputsOk) return;
+      const InputDecl* input = spec.findInput(mask.documentInput);
       if (!input)
         return report("mask", "mask: document ids input '" + mask.documentInput +
                                   "' is not declared under 'inputs:' (declare it as "
@@ -416,8 +388,7 @@ private:
       break;
     }
     case MaskSpec::Expr:
-      if (!inputsOk)
-        return;
+      if (!inputsOk) return;
       mask.expr = typeCheck("mask", mask.exprText, expr::Role::Mask, /*isBuiltin=*/false);
       return;
     }
@@ -426,12 +397,10 @@ private:
   }
 
   void checkScore(bool inputsOk) {
-    ScoreSpec &score = spec.score;
-    if (skip("score"))
-      return;
+    ScoreSpec& score = spec.score;
+    if (skip("score")) return;
     switch (score.kind) {
-    case ScoreSpec::None:
-      return;
+    case ScoreSpec::None: return;
     case ScoreSpec::Softcap:
       if (!isNormalPositiveFloat(score.softcap))
         return report("score", std::string("score: softcap must be a positive number "
@@ -440,9 +409,8 @@ private:
       break;
     case ScoreSpec::Alibi:
       if (!score.alibiSlopes.empty()) {
-        if (!inputsOk)
-          return;
-        const InputDecl *input = spec.findInput(score.alibiSlopes);
+        if (!inputsOk) return;
+        const InputDecl* input = spec.findInput(score.alibiSlopes);
         if (!input)
           return report("score", "score: alibi slopes input '" + score.alibiSlopes +
                                      "' is not declared under 'inputs:' (declare it as "
@@ -452,12 +420,11 @@ private:
                                      "' must be f32 with dims [h], got " +
                                      toString(input->type).str() + " " + dimsText(*input));
       } else if (spec.headsQ < 1) {
-        return; // heads.q already reported; the standard slopes depend on it
+        return;  // heads.q already reported; the standard slopes depend on it
       }
       break;
     case ScoreSpec::Expr:
-      if (!inputsOk)
-        return;
+      if (!inputsOk) return;
       score.expr = typeCheck("score", score.exprText, expr::Role::Score, /*isBuiltin=*/false);
       return;
     }
@@ -465,102 +432,103 @@ private:
     score.expr = typeCheck("score", score.exprText, expr::Role::Score, /*isBuiltin=*/true);
   }
 
-  Spec &spec;
-  const SpecSites *sites;
-  Diagnostics &diags;
-  unsigned exprNodes = 0; // syntax nodes of the expressions checked so far (mask, then score)
+  Spec& spec;
+  const SpecSites* sites;
+  Diagnostics& diags;
+  unsigned exprNodes = 0;  // syntax nodes of the expressions checked so far (mask, then score)
 };
 
-} // namespace
+}  // namespace
 
-bool checkSpec(Spec &spec, const SpecSites *sites, Diagnostics &diags) {
+bool checkSpec(Spec& spec, const SpecSites* sites, Diagnostics& diags) {
   return Checker(spec, sites, diags).run();
 }
 
-} // namespace detail
+}  // namespace detail
 
 // ---- Builder ----
 
 SpecBuilder::SpecBuilder(std::string name) { spec.name = std::move(name); }
 
-SpecBuilder &SpecBuilder::headDim(int64_t d) {
+SpecBuilder& SpecBuilder::headDim(int64_t d) {
   spec.headDim = d;
   return *this;
 }
-SpecBuilder &SpecBuilder::headDimV(int64_t d) {
+SpecBuilder& SpecBuilder::headDimV(int64_t d) {
   spec.headDimV = d;
   headDimVSet = true;
   return *this;
 }
-SpecBuilder &SpecBuilder::dtype(DType t) {
+SpecBuilder& SpecBuilder::dtype(DType t) {
   spec.dtype = t;
   return *this;
 }
-SpecBuilder &SpecBuilder::heads(int64_t q, int64_t kv) {
+SpecBuilder& SpecBuilder::heads(int64_t q, int64_t kv) {
   spec.headsQ = q;
   spec.headsKV = kv;
   headsKVSet = true;
   return *this;
 }
-SpecBuilder &SpecBuilder::scale(double s) {
+SpecBuilder& SpecBuilder::scale(double s) {
   spec.scale = s;
   return *this;
 }
-SpecBuilder &SpecBuilder::causal(bool topLeft) {
+SpecBuilder& SpecBuilder::causal(bool topLeft) {
   spec.mask = MaskSpec();
   spec.mask.kind = MaskSpec::Causal;
   spec.mask.topLeft = topLeft;
   return *this;
 }
-SpecBuilder &SpecBuilder::window(int64_t w) {
+SpecBuilder& SpecBuilder::window(int64_t w) {
   spec.mask = MaskSpec();
   spec.mask.kind = MaskSpec::Window;
   spec.mask.window = w;
   return *this;
 }
-SpecBuilder &SpecBuilder::prefix(int64_t p) {
+SpecBuilder& SpecBuilder::prefix(int64_t p) {
   spec.mask = MaskSpec();
   spec.mask.kind = MaskSpec::Prefix;
   spec.mask.prefix = p;
   return *this;
 }
-SpecBuilder &SpecBuilder::document(std::string input, bool causal) {
+SpecBuilder& SpecBuilder::document(std::string input, bool causal) {
   spec.mask = MaskSpec();
   spec.mask.kind = MaskSpec::Document;
   spec.mask.documentInput = std::move(input);
   spec.mask.documentCausal = causal;
   return *this;
 }
-SpecBuilder &SpecBuilder::mask(std::string expression) {
+SpecBuilder& SpecBuilder::mask(std::string expression) {
   spec.mask = MaskSpec();
   spec.mask.kind = MaskSpec::Expr;
   spec.mask.exprText = std::move(expression);
   return *this;
 }
-SpecBuilder &SpecBuilder::softcap(double c) {
+SpecBuilder& SpecBuilder::softcap(double c) {
   spec.score = ScoreSpec();
   spec.score.kind = ScoreSpec::Softcap;
   spec.score.softcap = c;
   return *this;
 }
-SpecBuilder &SpecBuilder::alibi(std::string slopesInput) {
+SpecBuilder& SpecBuilder::alibi(std::string slopesInput) {
   spec.score = ScoreSpec();
   spec.score.kind = ScoreSpec::Alibi;
   spec.score.alibiSlopes = std::move(slopesInput);
   return *this;
 }
-SpecBuilder &SpecBuilder::score(std::string expression) {
+SpecBuilder& SpecBuilder::score(std::string expression) {
   spec.score = ScoreSpec();
   spec.score.kind = ScoreSpec::Expr;
   spec.score.exprText = std::move(expression);
   return *this;
 }
-SpecBuilder &SpecBuilder::dropout(double p, int64_t rounds) {
+SpecBuilder& SpecBuilder::dropout(double p, int64_t rounds) {
   spec.dropout = p;
   spec.dropoutRounds = rounds;
   return *this;
 }
-SpecBuilder &SpecBuilder::input(std::string inputName, ScalarType type, std::vector<InputDim> dims) {
+SpecBuilder& SpecBuilder::input(std::string inputName, ScalarType type,
+                                std::vector<InputDim> dims) {
   InputDecl decl;
   decl.name = std::move(inputName);
   decl.type = type;
@@ -569,15 +537,12 @@ SpecBuilder &SpecBuilder::input(std::string inputName, ScalarType type, std::vec
   return *this;
 }
 
-std::optional<Spec> SpecBuilder::build(Diagnostics &diags) const {
+std::optional<Spec> SpecBuilder::build(Diagnostics& diags) const {
   Spec result = spec;
-  if (!headDimVSet)
-    result.headDimV = result.headDim;
-  if (!headsKVSet)
-    result.headsKV = result.headsQ;
-  if (!detail::checkSpec(result, nullptr, diags))
-    return std::nullopt;
+  if (!headDimVSet) result.headDimV = result.headDim;
+  if (!headsKVSet) result.headsKV = result.headsQ;
+  if (!detail::checkSpec(result, nullptr, diags)) return std::nullopt;
   return result;
 }
 
-} // namespace attnc
+}  // namespace attnc

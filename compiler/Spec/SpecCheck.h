@@ -1,7 +1,6 @@
 // Internal to compiler/Spec: the semantic checks both front doors (YAML reader and SpecBuilder)
 // share, and how a check finds where in the file to point. Not part of the public API.
-#ifndef ATTNC_SPEC_SPECCHECK_H
-#define ATTNC_SPEC_SPECCHECK_H
+#pragma once
 
 #include "compiler/Spec/Spec.h"
 
@@ -30,7 +29,7 @@ struct FieldSite {
 // "name", "head_dim", "head_dim_v", "dtype", "heads", "heads.q", "heads.kv", "scale", "dropout",
 // "dropout.rounds", "mask", "score", "inputs.NAME", "inputs.NAME.dtype", "inputs.NAME.dims".
 struct SpecSites {
-  Place top; // the top-level mapping, for problems with no field of their own
+  Place top;  // the top-level mapping, for problems with no field of their own
   std::map<std::string, FieldSite> fields;
   // Fields whose value already got a diagnostic (a wrong type): their checks are skipped, so one
   // mistake gives one error.
@@ -41,11 +40,9 @@ struct SpecSites {
 // included) into spec.mask.expr / spec.score.expr, and appends a diagnostic per problem. Without
 // sites (the builder) diagnostics name the spec instead of a file position. Returns true when
 // nothing was wrong.
-bool checkSpec(Spec &spec, const SpecSites *sites, Diagnostics &diags);
+bool checkSpec(Spec& spec, const SpecSites* sites, Diagnostics& diags);
 
 // The nearest of `candidates` to a misspelt `name`, or "" when none is close.
 std::string nearestName(llvm::StringRef name, llvm::ArrayRef<llvm::StringRef> candidates);
 
-} // namespace attnc::detail
-
-#endif // ATTNC_SPEC_SPECCHECK_H
+}  // namespace attnc::detail

@@ -1,9 +1,10 @@
 // The public C++ API of attnc: kernels (from build-time cubins or the JIT), their launch arguments
-// and validation, and the JIT compiler with its on-disk cache. Everything but JitCompiler lives in
-// the LLVM-free attncRuntime library; JitCompiler is in attncJit (the compiler, LLVM/MLIR static).
-// Errors are Status values; no call here aborts or throws.
+// and validation, and the JIT compiler with its on-disk cache. Everything but JitCompiler and the
+// spec builder (attnc/spec.h) lives in the LLVM-free attncRuntime library; those are in attncJit
+// (the compiler, LLVM/MLIR static). Errors are Status values; no call here aborts or throws.
 #pragma once
 
+#include "attnc/spec.h"
 #include "attnc/status.h"
 #include "attnc/target.h"
 
@@ -40,7 +41,8 @@ struct InputArg {
   int64_t stride_b = 0, stride_h = 0, stride_pos = 0;
 };
 
-// Strides of a contiguous [batch, heads, seq, dim] (BHSD) or [batch, seq, heads, dim] (BSHD) tensor.
+// Strides of a contiguous [batch, heads, seq, dim] (BHSD) or [batch, seq, heads, dim] (BSHD)
+// tensor.
 struct Strides {
   int64_t b, h, s;
 };
@@ -205,8 +207,8 @@ struct KernelImage {
 // The work a launch does for a mask that reads declared inputs before the attention kernel runs:
 // the inputs' block summaries, the class of every (q tile, kv tile) pair and the q tiles' order
 // (docs/runtime.md), and for a kernel with backward kernels the same for the dK/dV kernel's tiles
-// (BackwardArgs::prepared). It depends only on the kernel, the inputs' contents and the lengths, so a
-// model that calls one kernel many times with the same inputs (every layer of a batch with the
+// (BackwardArgs::prepared). It depends only on the kernel, the inputs' contents and the lengths, so
+// a model that calls one kernel many times with the same inputs (every layer of a batch with the
 // same document ids) makes it once with Kernel::prepareInputs and passes it in each
 // ForwardArgs::prepared, as FlexAttention's block mask is made once per batch. It is device
 // memory written on the stream prepareInputs was given: launches on that stream may use it at
@@ -352,11 +354,9 @@ Status synchronize();
 
 // ---- JIT (library attncJit) -------------------------------------------------------------------
 
-struct Spec;  // compiler/Spec/Spec.h (the C++ SpecBuilder makes one)
-
 struct JitOptions {
-  std::string cacheDir;   // empty: $ATTNC_CACHE_DIR, else $XDG_CACHE_HOME/attnc, else ~/.cache/attnc
-  bool useCache = true;   // false: always compile, never read or write the disk cache
+  std::string cacheDir;  // empty: $ATTNC_CACHE_DIR, else $XDG_CACHE_HOME/attnc, else ~/.cache/attnc
+  bool useCache = true;  // false: always compile, never read or write the disk cache
   // Wall-clock limit of one compile's NVRTC work, in seconds; past it compile() returns an error.
   // 0: $ATTNC_COMPILE_TIMEOUT when set, else no limit.
   double compileTimeoutSeconds = 0;
@@ -367,10 +367,11 @@ struct JitOptions {
 
 // Process-wide counters (all JitCompiler objects together), for tests and tools.
 struct JitStats {
-  long long compiles = 0;      // compile*() calls that returned a kernel
-  long long nvrtcRuns = 0;     // kernel builds by NVRTC (one per cache miss, however many entry groups)
-  long long cacheHits = 0;     // kernels read from the disk cache
-  long long cacheRebuilds = 0; // corrupt or mismatched cache entries deleted and rebuilt
+  long long compiles = 0;  // compile*() calls that returned a kernel
+  // Kernel builds by NVRTC: one per cache miss, however many entry groups.
+  long long nvrtcRuns = 0;
+  long long cacheHits = 0;      // kernels read from the disk cache
+  long long cacheRebuilds = 0;  // corrupt or mismatched cache entries deleted and rebuilt
   // Kernels built but not stored: the cache directory unusable (read-only, full, a file) or an
   // entry's path held by something that could not be removed (JitOptions::log says why, once).
   long long cacheStoreFailures = 0;
@@ -389,6 +390,7 @@ public:
   JitCompiler(JitCompiler&&) noexcept;
   JitCompiler& operator=(JitCompiler&&) noexcept;
 
+  // spec: as SpecBuilder::build() returns it (checked; a Spec assembled field by field is not).
   // withBackward: also compile the backward kernels (Kernel::backward); slower to compile, and
   // cached separately from the forward-only kernel.
   Kernel compile(const Spec& spec, const Target& target, Status* status, bool withBackward = false);

@@ -2,8 +2,7 @@
  * the on-disk cache) and launch it on a CUDA stream. Every call returns ATTNC_OK or an error code;
  * on error *error (when error is not null) receives a malloc-ed message for attnc_free_string.
  * All structs are plain C with natural alignment; every integer is fixed-width. */
-#ifndef ATTNC_ATTNC_C_H
-#define ATTNC_ATTNC_C_H
+#pragma once
 
 #include <stdint.h>
 
@@ -99,16 +98,18 @@ int attnc_compile_file_ex(const char* spec_path, const char* target, uint32_t fl
 int attnc_compile_text_ex(const char* yaml, const char* target, uint32_t flags, attnc_kernel** out,
                           char** error);
 
-/* Receives the JIT's warnings (e.g. a cache directory it cannot use); `message` lives for the call. */
+/* Receives the JIT's warnings (e.g. a cache directory it cannot use); `message` lives for the
+ * call. */
 typedef void (*attnc_log_fn)(void* user_data, const char* message);
 
-/* Options of attnc_compile_*_opts. Zero-initialize, then set struct_size = sizeof(attnc_compile_options):
- * fields added later are read only when struct_size covers them. */
+/* Options of attnc_compile_*_opts. Zero-initialize, then set
+ * struct_size = sizeof(attnc_compile_options): fields added later are read only when struct_size
+ * covers them. */
 typedef struct attnc_compile_options {
   uint32_t struct_size;
   uint32_t flags;          /* ATTNC_COMPILE_* */
-  double timeout_seconds;  /* wall-clock limit of the compile; 0: $ATTNC_COMPILE_TIMEOUT, else none */
-  const char* cache_dir;   /* NULL: $ATTNC_CACHE_DIR, else $XDG_CACHE_HOME/attnc, else ~/.cache/attnc */
+  double timeout_seconds;  /* wall-clock limit; 0: $ATTNC_COMPILE_TIMEOUT when set, else none */
+  const char* cache_dir;   /* NULL: $ATTNC_CACHE_DIR, $XDG_CACHE_HOME/attnc or ~/.cache/attnc */
   int32_t use_cache;       /* 0: as 1 (the disk cache); -1: never read or write it */
   int32_t reserved;        /* 0 */
   attnc_log_fn log;        /* NULL: warnings go to stderr */
@@ -172,5 +173,3 @@ void attnc_free_string(char* text);
 #ifdef __cplusplus
 }
 #endif
-
-#endif /* ATTNC_ATTNC_C_H */

@@ -1,7 +1,7 @@
 // Errors about a spec as values: where (file:line:col, or the spec's name for builder-made specs),
-// what went wrong, and the offending line so a caret can point at it, clang style.
-#ifndef ATTNC_SPEC_DIAGNOSTIC_H
-#define ATTNC_SPEC_DIAGNOSTIC_H
+// what went wrong, and the offending line so a caret can point at it, clang style. Plain C++17;
+// the definitions are in the attncJit library (its attncSpec part).
+#pragma once
 
 #include <string>
 #include <vector>
@@ -21,7 +21,7 @@ struct Diagnostic {
   // The text of the line loc points into (without its newline); empty when there is none. For a
   // builder-made spec it is the expression string an expression error points into.
   std::string sourceLine;
-  // Names the spec when there is no file ("spec 'NAME'"), so builder errors still say whose they are.
+  // Names the spec when there is no file ("spec 'NAME'"): builder errors still say whose they are.
   std::string specName;
 
   // "file:line:col: error: message\n<sourceLine>\n    ^\n", or "spec 'NAME': error: message\n"
@@ -32,12 +32,10 @@ struct Diagnostic {
 using Diagnostics = std::vector<Diagnostic>;
 
 // Renders every diagnostic, in order, as one string (what a CLI prints to stderr).
-std::string renderAll(const Diagnostics &diags);
+std::string renderAll(const Diagnostics& diags);
 
 // Orders diagnostics by file position (stable for equal positions), so the first problem in the
 // file is reported first whichever check found it.
-void sortByPosition(Diagnostics &diags);
+void sortByPosition(Diagnostics& diags);
 
-} // namespace attnc
-
-#endif // ATTNC_SPEC_DIAGNOSTIC_H
+}  // namespace attnc
