@@ -13,8 +13,8 @@ using tile_rule::pow2Floor;
 
 namespace {
 
-// B_r of 64 to 128 rows and B_c of 32 to 128 keys: the range of FlashAttention-2's mma.sync
-// kernels; 64 rows are kMinWarps warps of one m16 fragment each.
+// B_r of 64 to 128 rows and B_c of 32 to 128 keys: the tiles FlashAttention-2's mma.sync forward
+// kernels take (kBlockM, kBlockN); 64 rows are kMinWarps warps of one m16 fragment each.
 constexpr int64_t kMinBlockQ = 64, kMaxBlockQ = 128;
 constexpr int64_t kMinBlockKV = 32, kMaxBlockKV = 128;
 constexpr int64_t kMinWarps = 4;           // fewer leaves the SM's schedulers idle
