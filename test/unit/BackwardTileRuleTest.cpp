@@ -51,7 +51,7 @@ TileTarget tileTarget(const attnc::Target& t) {
   return TileTarget{t.name, t.smemPerBlock, t.smemPerSM, t.regsPerThread};
 }
 
-// The model the rule applies (TileRule.cpp), restated: dK/dV accumulators (over the head dims
+// The model the rule applies (TileRuleBackward.cpp), restated: dK/dV accumulators (over the head dims
 // padded to whole pairs of n8 tiles per warp column) plus the Q and dO fragments of up to two S^T
 // slices.
 int modelledRegisters(int d, int dv, const BackwardTileChoice& c) {

@@ -6,9 +6,11 @@
 #include "attnc/sm90/wgmma.h"
 #include "attnc/target.h"
 #include "dialects/Attn/Transforms/TileRule.h"
+#include "dialects/Attn/Transforms/TileRuleShared.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <tuple>
 #include <utility>
 
@@ -25,7 +27,7 @@ TileTarget tileTarget(const std::string& name) {
   return TileTarget{t->name, t->smemPerBlock, t->smemPerSM, t->regsPerThread};
 }
 
-// O, S and P of a consumer thread (TileRule.cpp, step 3).
+// O, S and P of a consumer thread (TileRuleSm90Forward.cpp, step 3).
 int64_t liveRegisters(int64_t dv, int64_t blockKV) { return dv / 2 + blockKV / 2 + blockKV / 4; }
 
 TEST(HopperTileRule, EveryHeadDimGetsTheWgmmaKernelOrAReasonedFallback) {
@@ -176,6 +178,39 @@ TEST(HopperTileRule, OtherTargetsKeepTheSm80FamilyKernel) {
     ASSERT_TRUE(mlir::succeeded(choice)) << name;
     EXPECT_EQ(choice->kernel, "sm80") << name;
   }
+}
+
+// Where the wgmma kernel's registers do not fit, sm_90a takes the sm_80-family rule: its tiles and
+// its derivation, with the reason for the fallback in front.
+TEST(HopperTileRule, FallbackIsTheSm80RuleWithItsReasonFirst) {
+  const TileTarget target = tileTarget("sm_90a");
+  int fallbacks = 0;
+  for (int64_t d = 16; d <= 256; d += 8) {
+    for (int64_t epilogue : {0, 40, 48}) {
+      for (int64_t scoreOps : {0, 7}) {
+        SCOPED_TRACE(testing::Message() << "d " << d << " epilogue " << epilogue << " score ops "
+                                        << scoreOps);
+        const TileProblem problem{d, d, 2, 0, 0, epilogue, scoreOps};
+        mlir::FailureOr<TileChoice> choice = deriveTiles(problem, target);
+        if (mlir::failed(choice) || choice->kernel != "sm80") continue;
+        ++fallbacks;
+        EXPECT_TRUE(mlir::failed(deriveHopperTiles(problem, target)));
+        mlir::FailureOr<TileChoice> sm80 = tile_rule::deriveSm80Tiles(problem, target);
+        ASSERT_TRUE(mlir::succeeded(sm80));
+        EXPECT_EQ(std::tie(choice->blockQ, choice->blockKV, choice->warps, choice->stages,
+                           choice->smemBytes),
+                  std::tie(sm80->blockQ, sm80->blockKV, sm80->warps, sm80->stages,
+                           sm80->smemBytes));
+        ASSERT_EQ(choice->derivation.size(), sm80->derivation.size() + 1);
+        EXPECT_NE(choice->derivation.front().find("the sm_80-family kernel instead"),
+                  std::string::npos)
+            << choice->derivation.front();
+        EXPECT_TRUE(std::equal(sm80->derivation.begin(), sm80->derivation.end(),
+                               choice->derivation.begin() + 1));
+      }
+    }
+  }
+  EXPECT_GT(fallbacks, 0);
 }
 
 // The template's own layout, instantiated for the tiles the rule picks for the benchmark's head dims.

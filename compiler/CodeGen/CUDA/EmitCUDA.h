@@ -55,9 +55,9 @@ struct KernelSource {
   std::vector<int> entryGroups;
 };
 
-// The groups of a unit's entries (docs/runtime.md), by what they take to compile (NVRTC 13, sm_90a,
-// `document` compiled one group at a time: 1.31, 0.44, 0.87, 0.79 and 1.05 s). The backward's
-// preprocess and dQ conversion (about 10 ms each) go with the forward.
+// The groups of a unit's entries (docs/runtime.md), by what they take to compile
+// (docs/design/cuda-emitter.md). The backward's preprocess and dQ conversion compile in
+// milliseconds and go with the forward.
 enum class EntryGroup : int {
   Forward = 0,      // <name>_fwd, and with backward _bwd_preprocess and _bwd_convert_dq
   // <name>_summary, _tile_classes, _bwd_tile_classes, _bwd_q_tile_classes (masks that read inputs)

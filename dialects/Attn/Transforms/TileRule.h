@@ -58,7 +58,8 @@ struct TileChoice {
 // backward (a call per element, and the keep bits of its slice kept for dS); 4 per read of a
 // declared input in the mask or score.
 enum class DropoutPass { Forward, Backward };
-int64_t epilogueRegisters(bool dropout, int64_t inputLoads, DropoutPass pass = DropoutPass::Forward);
+int64_t epilogueRegisters(bool dropout, int64_t inputLoads,
+                          DropoutPass pass = DropoutPass::Forward);
 
 // The sm_90a target gets the wgmma kernel's rule (deriveHopperTiles); every other target the
 // sm_80 family's.
