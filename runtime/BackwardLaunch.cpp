@@ -165,26 +165,27 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
     qParams[0] = &qMaps;
   }
   auto blocks = [](int64_t n, int per) { return unsigned((n + per - 1) / per); };
-  auto launch = [&](int which, OrderedGrid grid, int threads, long long smem) {
-    std::string what = "cuLaunchKernel(" + b.entryStem + Impl::kBackwardSuffixes[which] + ")";
-    return driver->check(driver->cuLaunchKernel(loaded->backward[which], grid.x, grid.y, grid.z,
-                                                unsigned(threads), 1, 1,
+  using E = BackwardEntry;
+  auto launch = [&](E which, OrderedGrid grid, int threads, long long smem) {
+    std::string what = "cuLaunchKernel(" + b.entryStem + backwardEntrySuffix(which) + ")";
+    return driver->check(driver->cuLaunchKernel(loaded->backwardEntry(which), grid.x, grid.y,
+                                                grid.z, unsigned(threads), 1, 1,
                                                 unsigned(smem), static_cast<cu::Stream>(stream),
-                                                which == 1 || which == 2 ? kvParams
-                                                : which == 4             ? qParams
-                                                                         : params,
+                                                which == E::Kv || which == E::KvNoDq ? kvParams
+                                                : which == E::Q                      ? qParams
+                                                                                     : params,
                                                 nullptr),
                          what.c_str(), &error);
   };
   const OrderedGrid rowGrid{blocks(args.q_len, b.preprocessRows), unsigned(m.headsQ),
                             unsigned(args.batch)};
-  bool ok = launch(0, rowGrid, b.preprocessThreads, 0);
+  bool ok = launch(E::Preprocess, rowGrid, b.preprocessThreads, 0);
   if (ok && !separateDq)
-    ok = launch(1, kvGrid, b.kvThreads, b.kvSmemBytes) &&
-         launch(3, rowGrid, b.preprocessThreads, 0);
+    ok = launch(E::Kv, kvGrid, b.kvThreads, b.kvSmemBytes) &&
+         launch(E::ConvertDq, rowGrid, b.preprocessThreads, 0);
   else if (ok)
-    ok = launch(2, kvGrid, b.kvThreads, b.kvSmemBytes) &&
-         launch(4, {blocks(args.q_len, b.qBlockQ), unsigned(m.headsQ), unsigned(args.batch)},
+    ok = launch(E::KvNoDq, kvGrid, b.kvThreads, b.kvSmemBytes) &&
+         launch(E::Q, {blocks(args.q_len, b.qBlockQ), unsigned(m.headsQ), unsigned(args.batch)},
                 b.qThreads, b.qSmemBytes);
   if (!ok) return Status::error("kernel '" + m.name + "' (backward): " + error);
   return Status::success();

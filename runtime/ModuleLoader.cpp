@@ -4,6 +4,8 @@
 
 #include "runtime/ModuleSymbols.h"
 
+#include <vector>
+
 namespace attnc {
 
 Kernel::Impl::~Impl() {
@@ -199,9 +201,12 @@ Kernel::Impl::Loaded* Kernel::Impl::backwardFunctions(const DriverApi& driver,
   const BackwardMetadata& b = *m.backward;
   std::string why;
   // With a separate dQ the unit has no _kv (EmitCUDA.cpp); its _kv_nodq and _q are not deferred.
-  static constexpr int kWithAccum[] = {0, 1, 3, -1}, kSeparate[] = {0, 2, 3, 4};
-  for (int i : b.separateDq ? kSeparate : kWithAccum)
-    if (i >= 0 && !resolveBackward(driver, *entry, i, &why)) return fail(why);
+  using E = BackwardEntry;
+  const std::vector<E> entries = b.separateDq
+                                     ? std::vector<E>{E::Preprocess, E::KvNoDq, E::ConvertDq, E::Q}
+                                     : std::vector<E>{E::Preprocess, E::Kv, E::ConvertDq};
+  for (E which : entries)
+    if (!resolveBackward(driver, *entry, which, &why)) return fail(why);
   if (!m.tileClassesEntry.empty()) {
     const std::string name = b.entryStem + "_tile_classes";
     if (!getFunction(driver, *entry, name, &entry->backwardTileClasses, &why)) return fail(why);
@@ -230,8 +235,9 @@ Kernel::Impl::Loaded* Kernel::Impl::deterministicFunctions(const DriverApi& driv
   }
   entry->deterministicResolved = true;
   std::string why;
-  if (!loadModules(driver, *entry, &why) || !resolveBackward(driver, *entry, 2, &why) ||
-      !resolveBackward(driver, *entry, 4, &why)) {
+  if (!loadModules(driver, *entry, &why) ||
+      !resolveBackward(driver, *entry, BackwardEntry::KvNoDq, &why) ||
+      !resolveBackward(driver, *entry, BackwardEntry::Q, &why)) {
     entry->deterministicError = "kernel '" + images.front().metadata.name + "': " + why;
     *error = entry->deterministicError;
     return nullptr;
@@ -239,21 +245,23 @@ Kernel::Impl::Loaded* Kernel::Impl::deterministicFunctions(const DriverApi& driv
   return entry;
 }
 
-bool Kernel::Impl::resolveBackward(const DriverApi& driver, Loaded& entry, int which,
-                                   std::string* why) const {
+bool Kernel::Impl::resolveBackward(const DriverApi& driver, Loaded& entry,
+                                   BackwardEntry which, std::string* why) const {
   const BackwardMetadata& b = *entry.image->metadata.backward;
-  const std::string name = b.entryStem + kBackwardSuffixes[which];
+  const std::string name = b.entryStem + backwardEntrySuffix(which);
   cu::Function fn = nullptr;
   if (!getFunction(driver, entry, name, &fn, why)) return false;
   const long long smem =
-      (which == 1 || which == 2) ? b.kvSmemBytes : which == 4 ? b.qSmemBytes : 0;
+      (which == BackwardEntry::Kv || which == BackwardEntry::KvNoDq) ? b.kvSmemBytes
+      : which == BackwardEntry::Q                                    ? b.qSmemBytes
+                                                                     : 0;
   if (smem > 0 &&
       !driver.check(driver.cuFuncSetAttribute(fn, cu::kMaxDynamicSharedSizeBytes, int(smem)),
                     ("cuFuncSetAttribute(" + name + ", MAX_DYNAMIC_SHARED_SIZE_BYTES=" +
                      std::to_string(smem) + ")").c_str(),
                     why))
     return false;
-  entry.backward[which] = fn;
+  entry.backward[int(which)] = fn;
   return true;
 }
 

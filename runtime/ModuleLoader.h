@@ -4,6 +4,7 @@
 #pragma once
 
 #include "attnc/attnc.h"
+#include "attnc/kernel_names.h"
 #include "runtime/Driver.h"
 #include "runtime/KernelAccess.h"
 
@@ -35,9 +36,9 @@ struct Kernel::Impl {
     const Image* image = nullptr;  // the form loaded into this context
     bool usePtx = false;           // loaded from its PTX (else its cubins)
     std::string error;  // why this context cannot run the kernel (kept: the answer will not change)
-    // The backward entries (kBackwardSuffixes order), resolved on the first backward launch.
+    // The backward entries (indexed by BackwardEntry), resolved on the first backward launch.
     bool backwardResolved = false;
-    cu::Function backward[5] = {};
+    cu::Function backward[kBackwardEntries] = {};
     cu::Function backwardTileClasses = nullptr;  // <stem>_tile_classes, with tile classes
     // <stem>_q_tile_classes, with tile classes and an sm_90a _q
     cu::Function backwardQTileClasses = nullptr;
@@ -46,6 +47,8 @@ struct Kernel::Impl {
     // a deferred module, loaded into the context then).
     bool deterministicResolved = false;
     std::string deterministicError;
+
+    cu::Function backwardEntry(BackwardEntry which) const { return backward[int(which)]; }
   };
 
   // The modules the JIT left for first use (Kernel::compileDeferred): built once, under `mutex`,
@@ -103,12 +106,9 @@ struct Kernel::Impl {
   // that hold them where the JIT deferred them (the first image's) and loading those here.
   Loaded* deterministicFunctions(const DriverApi& driver, cu::Context context, std::string* error);
 
-  static constexpr const char* kBackwardSuffixes[5] = {"_preprocess", "_kv", "_kv_nodq",
-                                                       "_convert_dq", "_q"};
-
-  // Backward entry `which` (kBackwardSuffixes) into entry.backward, with its shared memory opted
-  // into. Under `mutex`.
-  bool resolveBackward(const DriverApi& driver, Loaded& entry, int which, std::string* why) const;
+  // Backward entry `which` into entry.backward, with its shared memory opted into. Under `mutex`.
+  bool resolveBackward(const DriverApi& driver, Loaded& entry, BackwardEntry which,
+                       std::string* why) const;
 };
 
 // The driver, the current context and the kernel's modules loaded there (the forward's entries).

@@ -2,6 +2,7 @@
 // message names the argument and says expected vs given), targets, and the kernel cache's file
 // format (truncation and flipped bits are caught, the entry deleted).
 #include "attnc/attnc.h"
+#include "attnc/kernel_names.h"
 #include "runtime/KernelCache.h"
 #include "runtime/LaunchGrid.h"
 #include "runtime/ModuleSymbols.h"
@@ -14,6 +15,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <type_traits>
 #include <unistd.h>
 
@@ -512,6 +514,21 @@ TEST(Kernel, BackwardWorkspaceBytes) {
   EXPECT_EQ(documentKernel().backwardWorkspaceBytes(2, 100, false), 0u);
   EXPECT_TRUE(kernel.hasBackward());
   EXPECT_FALSE(documentKernel().hasBackward());
+}
+
+// The runtime keeps a kernel's backward functions in a table indexed by BackwardEntry and looks
+// each up by <stem><suffix>: kAllBackwardEntries lists them in index order, and no two entries
+// share a suffix.
+TEST(KernelNames, BackwardEntriesHaveDistinctSuffixesInIndexOrder) {
+  std::set<std::string> seen;
+  for (int i = 0; i < kBackwardEntries; ++i) {
+    const BackwardEntry entry = kAllBackwardEntries[i];
+    EXPECT_EQ(int(entry), i);
+    const std::string suffix = backwardEntrySuffix(entry);
+    EXPECT_EQ(suffix.rfind('_', 0), 0u) << "'" << suffix << "'";
+    EXPECT_GT(suffix.size(), 1u) << "'" << suffix << "'";
+    EXPECT_TRUE(seen.insert(suffix).second) << suffix << " names two entries";
+  }
 }
 
 // With a separate dQ (BackwardMetadata::separateDq) the default backward needs no dq_accum, but
