@@ -156,11 +156,11 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
   void* params[] = {&p};
   void* kvParams[] = {&p};
   void* qParams[] = {&p};
-  if (b.kvKernel == "sm90") {
+  if (b.kvKernel == KernelFamily::Sm90) {
     if (Status status = withMaps(kvMaps, b.kvBlockKV); !status) return status;
     kvParams[0] = &kvMaps;
   }
-  if (separateDq && b.qKernel == "sm90") {
+  if (separateDq && b.qKernel == KernelFamily::Sm90) {
     if (Status status = withMaps(qMaps, b.qBlockKV); !status) return status;
     qParams[0] = &qMaps;
   }

@@ -43,7 +43,7 @@ Status Kernel::forward(const ForwardArgs& args, void* stream) const {
 
   FwdParamsTma withMaps;
   void* params[] = {&p};
-  if (tiles.forwardKernel == "sm90") {
+  if (tiles.forwardKernel == KernelFamily::Sm90) {
     withMaps.base = p;
     Status status = encodeQKVMaps(*driver, "ForwardArgs", args, m, unsigned(tiles.blockKV),
                                   withMaps.tma_q, withMaps.tma_k, withMaps.tma_v);

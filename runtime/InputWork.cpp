@@ -161,7 +161,7 @@ Status launchInputWork(Kernel::Impl& impl, const DriverApi& driver, cu::Context 
                        cu::Stream stream, std::unique_lock<std::mutex>* summaryLock,
                        DeviceBuffer* own) {
   const KernelMetadata& tiles = loaded.image->metadata;
-  const bool orderTiles = loaded.tileOrder && tiles.forwardKernel == "sm90" &&
+  const bool orderTiles = loaded.tileOrder && tiles.forwardKernel == KernelFamily::Sm90 &&
                           ceilDiv(p.q_len, tiles.blockQ) <= kTileOrderMaxTiles;
   // Tile classes: rows (b, h, q tile) of kv tiles, 2 bits a tile; for the sm_90a kernel also
   // 8 bits a tile of its consumer warpgroups' classes.
@@ -174,7 +174,7 @@ Status launchInputWork(Kernel::Impl& impl, const DriverApi& driver, cu::Context 
   classes.bounds = &p.kv_tile_bounds;
   classes.classWords = &p.kv_tile_classes;
   classes.wordCount = &p.kv_class_words;
-  if (tiles.forwardKernel == "sm90") {
+  if (tiles.forwardKernel == KernelFamily::Sm90) {
     classes.groupWords = tileGroupWords(p.kv_len, tiles.blockKV);
     classes.groups = &p.kv_group_classes;
     classes.groupWordCount = &p.kv_group_words;
@@ -215,7 +215,7 @@ Status launchBackwardInputWork(Kernel::Impl& impl, const DriverApi& driver, cu::
   kv.classWords = &p.q_tile_classes;
   kv.wordCount = &p.q_class_words;
   TileClassOutput q;
-  if (dqKernel && b.qKernel == "sm90") {
+  if (dqKernel && b.qKernel == KernelFamily::Sm90) {
     q.entry = loaded.backwardQTileClasses;
     q.name = &b.entryStem;
     q.suffix = "_q_tile_classes";

@@ -210,7 +210,7 @@ Kernel::Impl::Loaded* Kernel::Impl::backwardFunctions(const DriverApi& driver,
   if (!m.tileClassesEntry.empty()) {
     const std::string name = b.entryStem + "_tile_classes";
     if (!getFunction(driver, *entry, name, &entry->backwardTileClasses, &why)) return fail(why);
-    if (b.qKernel == "sm90" &&
+    if (b.qKernel == KernelFamily::Sm90 &&
         !getFunction(driver, *entry, b.entryStem + "_q_tile_classes",
                      &entry->backwardQTileClasses, &why))
       return fail(why);
