@@ -4,7 +4,20 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cassert>
+
 namespace attnc {
+
+namespace {
+
+// The family the tiled IR names (the attn verifier admits only kernelFamilyName's spellings).
+KernelFamily familyNamed(const std::string& name) {
+  std::optional<KernelFamily> family = kernelFamilyNamed(name);
+  assert(family && "a kernel family the attn verifier admits");
+  return family.value_or(KernelFamily::Sm80);
+}
+
+}  // namespace
 
 KernelMetadata kernelMetadata(const Spec& spec, const CompiledKernel& kernel, const Target& target) {
   KernelMetadata m;
@@ -13,7 +26,7 @@ KernelMetadata kernelMetadata(const Spec& spec, const CompiledKernel& kernel, co
   m.target = target.name;
   m.computeMajor = target.computeMajor;
   m.computeMinor = target.computeMinor;
-  m.forwardKernel = kernel.forwardKernel;
+  m.forwardKernel = familyNamed(kernel.forwardKernel);
   m.threads = int(kernel.threads);
   m.smemBytes = kernel.smemBytes;
   m.blockQ = int(kernel.blockQ);
@@ -41,8 +54,8 @@ KernelMetadata kernelMetadata(const Spec& spec, const CompiledKernel& kernel, co
     const BackwardSource& b = *kernel.backward;
     m.backward = BackwardMetadata{b.entryStem,      b.kvThreads,   b.qThreads,  b.kvBlockKV,
                                   b.qBlockQ,        b.preprocessRows, b.kvSmemBytes, b.qSmemBytes,
-                                  b.kvKernel,       b.preprocessThreads, b.kvOrderedGrid,
-                                  b.qKernel,        b.qBlockKV,        b.separateDq};
+                                  familyNamed(b.kvKernel), b.preprocessThreads, b.kvOrderedGrid,
+                                  familyNamed(b.qKernel),  b.qBlockKV,       b.separateDq};
   }
   return m;
 }
@@ -62,6 +75,11 @@ std::string quoted(const std::string& text) {
   std::string out = "\"";
   for (char c : text) out += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
   return out + "\"";
+}
+
+// The family as the generated header spells it.
+const char* enumerator(KernelFamily family) {
+  return family == KernelFamily::Sm90 ? "attnc::KernelFamily::Sm90" : "attnc::KernelFamily::Sm80";
 }
 
 }  // namespace
@@ -94,7 +112,8 @@ std::string emitLauncherHeader(const std::string& specPath, const std::vector<La
        << "  m.name = " << quoted(m.name) << ";\n  m.entry = " << quoted(m.entry)
        << ";\n  m.target = " << quoted(m.target) << ";\n"
        << "  m.computeMajor = " << m.computeMajor << ";\n  m.computeMinor = " << m.computeMinor
-       << ";\n  m.forwardKernel = " << quoted(m.forwardKernel) << ";\n  m.threads = " << m.threads << ";\n  m.smemBytes = " << m.smemBytes
+       << ";\n  m.forwardKernel = " << enumerator(m.forwardKernel)
+       << ";\n  m.threads = " << m.threads << ";\n  m.smemBytes = " << m.smemBytes
        << ";\n  m.blockQ = " << m.blockQ << ";\n  m.blockKV = " << m.blockKV
        << ";\n  m.headDim = " << m.headDim << ";\n  m.headDimV = " << m.headDimV
        << ";\n  m.headsQ = " << m.headsQ << ";\n  m.headsKV = " << m.headsKV
@@ -113,8 +132,8 @@ std::string emitLauncherHeader(const std::string& specPath, const std::vector<La
       os << "  m.backward = attnc::BackwardMetadata{" << quoted(b->entryStem) << ", "
          << b->kvThreads << ", " << b->qThreads << ", " << b->kvBlockKV << ", " << b->qBlockQ
          << ", " << b->preprocessRows << ", " << b->kvSmemBytes << ", " << b->qSmemBytes << ", "
-         << quoted(b->kvKernel) << ", " << b->preprocessThreads << ", "
-         << (b->kvOrderedGrid ? "true" : "false") << ", " << quoted(b->qKernel) << ", "
+         << enumerator(b->kvKernel) << ", " << b->preprocessThreads << ", "
+         << (b->kvOrderedGrid ? "true" : "false") << ", " << enumerator(b->qKernel) << ", "
          << b->qBlockKV << ", " << (b->separateDq ? "true" : "false") << "};\n";
     os << "  m.attncVersion = " << quoted(m.attncVersion) << ";\n  return m;\n}\n\n";
   }

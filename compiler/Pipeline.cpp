@@ -211,8 +211,8 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
   if (auto it = result.resources.find(kernel.entry); it != result.resources.end())
     kernel.resources = it->second;
   if (kernel.backward)
-    for (const char* suffix : {"_preprocess", "_kv", "_kv_nodq", "_convert_dq", "_q"})
-      if (auto it = result.resources.find(kernel.backward->entryStem + suffix);
+    for (BackwardEntry entry : kAllBackwardEntries)
+      if (auto it = result.resources.find(kernel.backward->entryStem + backwardEntrySuffix(entry));
           it != result.resources.end())
         kernel.backwardResources[it->first] = it->second;
   // The spill fallback on the forward entry, then the backward's on the entries it watches.
@@ -232,11 +232,12 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
   return kernel;
 }
 
-std::vector<const char*> backwardFallbackEntries(const BackwardSource& backward) {
-  std::vector<const char*> suffixes;
-  if (backward.kvKernel == "sm80") suffixes.push_back(backward.separateDq ? "_kv_nodq" : "_kv");
-  if (backward.separateDq && backward.qKernel == "sm90") suffixes.push_back("_q");
-  return suffixes;
+std::vector<BackwardEntry> backwardFallbackEntries(const BackwardSource& backward) {
+  std::vector<BackwardEntry> entries;
+  if (backward.kvKernel == "sm80")
+    entries.push_back(backward.separateDq ? BackwardEntry::KvNoDq : BackwardEntry::Kv);
+  if (backward.separateDq && backward.qKernel == "sm90") entries.push_back(BackwardEntry::Q);
+  return entries;
 }
 
 bool backwardFallbackSpills(const CompiledKernel& kernel) {

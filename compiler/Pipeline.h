@@ -2,6 +2,7 @@
 // -> NVRTC (PTX, CUBIN, resource report). `attnc::Compiler` owns the MLIRContext.
 #pragma once
 
+#include "attnc/kernel_names.h"
 #include "compiler/CodeGen/CUDA/EmitCUDA.h"
 #include "compiler/Spec/Spec.h"
 #include "compiler/Target/Target.h"
@@ -91,13 +92,13 @@ constexpr long long kSpillFallbackMax = 96;
 // tiles the fallback's reserve can change, the sm_80 family's dK/dV kernel (`_kv`, or `_kv_nodq`
 // with a separate dQ) and the sm_90a dQ kernel (`_q`, with a separate dQ). (The deterministic
 // mode's own entries are left out: the JIT compiles them on first use, after the fallback.)
-std::vector<const char*> backwardFallbackEntries(const BackwardSource& backward);
+std::vector<BackwardEntry> backwardFallbackEntries(const BackwardSource& backward);
 // Whether one of them spills, by `entrySpills(entry name)` (a report of ptxas'): what the backward
 // spill fallback answers, here over a compiled unit's report, in the JIT over its programs'.
 template <class EntrySpills>
 bool backwardFallbackSpills(const BackwardSource& backward, const EntrySpills& entrySpills) {
-  for (const char* suffix : backwardFallbackEntries(backward))
-    if (entrySpills(backward.entryStem + suffix)) return true;
+  for (BackwardEntry entry : backwardFallbackEntries(backward))
+    if (entrySpills(backward.entryStem + backwardEntrySuffix(entry))) return true;
   return false;
 }
 bool backwardFallbackSpills(const CompiledKernel& kernel);

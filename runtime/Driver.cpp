@@ -1,3 +1,4 @@
+// The dlopen-ed CUDA driver (Driver.h) and the current context that launches and allocations use.
 #include "runtime/Driver.h"
 
 #include "runtime/DynamicLibrary.h"
@@ -102,5 +103,27 @@ bool DriverApi::check(cu::Result result, const char* what, std::string* error) c
 }
 
 std::string DriverApi::libraryName() const { return library_ ? library_->name() : ""; }
+
+cu::Context currentContext(const DriverApi& driver, std::string* error) {
+  cu::Context context = nullptr;
+  if (!driver.check(driver.cuCtxGetCurrent(&context), "cuCtxGetCurrent", error)) return nullptr;
+  if (context) return context;
+  cu::Device device = 0;
+  if (!driver.check(driver.cuDeviceGet(&device, 0), "cuDeviceGet(0)", error) ||
+      !driver.check(driver.cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain",
+                    error) ||
+      !driver.check(driver.cuCtxSetCurrent(context), "cuCtxSetCurrent", error)) {
+    *error = "no current CUDA context and none could be made: " + *error;
+    return nullptr;
+  }
+  return context;
+}
+
+const DriverApi* driverInContext(cu::Context* context, std::string* error) {
+  const DriverApi* driver = DriverApi::get(error);
+  if (!driver) return nullptr;
+  *context = currentContext(*driver, error);
+  return *context ? driver : nullptr;
+}
 
 }  // namespace attnc

@@ -118,4 +118,10 @@ private:
   friend struct DriverLoader;
 };
 
+// The current context, or device 0's primary context made current (as the CUDA runtime does).
+cu::Context currentContext(const DriverApi& driver, std::string* error);
+
+// The driver, with a current context in *context; null, and why in *error, if either is missing.
+const DriverApi* driverInContext(cu::Context* context, std::string* error);
+
 }  // namespace attnc

@@ -1,5 +1,7 @@
-// Text files compiled into the binary: the device templates under templates/ (generated at build
-// time by cmake/EmbedFiles.cmake) and any header the code generator hands to NVRTC by name.
+// Text files compiled into the binary: the device templates under templates/ and any header the
+// code generator hands to NVRTC by name. Declared here; defined by the source that
+// cmake/EmbedFiles.cmake generates at build time (target attncEmbeddedTemplates), so this header
+// has no .cpp of its own.
 #pragma once
 
 #include <string>

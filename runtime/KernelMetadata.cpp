@@ -15,9 +15,10 @@ std::string KernelMetadata::serialize() const {
   std::ostringstream os;
   os.precision(9);  // round-trips a float
   os << "name " << name << "\nentry " << entry << "\ntarget " << target << "\ncompute "
-     << computeMajor << "." << computeMinor << "\nfwd_kernel " << forwardKernel << "\nthreads " << threads << "\nsmem_bytes "
-     << smemBytes << "\nblock_q " << blockQ << "\nblock_kv " << blockKV << "\nhead_dim " << headDim
-     << "\nhead_dim_v " << headDimV << "\nheads_q " << headsQ << "\nheads_kv " << headsKV
+     << computeMajor << "." << computeMinor << "\nfwd_kernel " << kernelFamilyName(forwardKernel)
+     << "\nthreads " << threads << "\nsmem_bytes " << smemBytes << "\nblock_q " << blockQ
+     << "\nblock_kv " << blockKV << "\nhead_dim " << headDim << "\nhead_dim_v " << headDimV
+     << "\nheads_q " << headsQ << "\nheads_kv " << headsKV
      << "\ndtype " << dtype << "\nscale " << scale << "\ndropout " << dropout
      << "\nattnc_version " << attncVersion << "\n";
   if (backward)  // absent in forward-only entries (and in entries older than the backward)
@@ -25,11 +26,13 @@ std::string KernelMetadata::serialize() const {
        << "\nbwd_q_threads " << backward->qThreads << "\nbwd_kv_block_kv " << backward->kvBlockKV
        << "\nbwd_q_block_q " << backward->qBlockQ << "\nbwd_preprocess_rows "
        << backward->preprocessRows << "\nbwd_kv_smem_bytes " << backward->kvSmemBytes
-       << "\nbwd_q_smem_bytes " << backward->qSmemBytes << "\nbwd_kv_kernel " << backward->kvKernel
+       << "\nbwd_q_smem_bytes " << backward->qSmemBytes << "\nbwd_kv_kernel "
+       << kernelFamilyName(backward->kvKernel)
        << "\nbwd_preprocess_threads " << backward->preprocessThreads << "\n"
        << (backward->kvOrderedGrid ? "bwd_kv_grid ordered\n" : "");
-  if (backward && backward->qKernel != "sm80")  // optional: absent means the sm80 _q
-    os << "bwd_q_kernel " << backward->qKernel << "\nbwd_q_block_kv " << backward->qBlockKV << "\n";
+  if (backward && backward->qKernel != KernelFamily::Sm80)  // optional: absent means the sm80 _q
+    os << "bwd_q_kernel " << kernelFamilyName(backward->qKernel) << "\nbwd_q_block_kv "
+       << backward->qBlockKV << "\n";
   if (backward && backward->separateDq) os << "bwd_dq separate\n";
   if (dropoutRounds != 0) os << "dropout_rounds " << dropoutRounds << "\n";
   if (!summaryEntry.empty()) os << "summary_entry " << summaryEntry << "\n";
@@ -41,6 +44,47 @@ std::string KernelMetadata::serialize() const {
        << (input.summarized ? " summarized" : "") << "\n";
   return os.str();
 }
+
+namespace {
+
+// Why the fields parse() read do not fit together (required ones missing or non-positive, an
+// optional line without the ones it goes with), or "" where they do. `seen` and `seenBackward`
+// count the required and backward lines read.
+std::string inconsistency(const KernelMetadata& m, const BackwardMetadata& b, int seen,
+                          int seenBackward) {
+  if (seen != 17) return "expected 17 fields, got " + std::to_string(seen);
+  if (m.name.empty() || m.entry.empty() || m.target.empty() || m.threads <= 0 || m.headDim <= 0 ||
+      m.headDimV <= 0 || m.headsQ <= 0 || m.headsKV <= 0 || !(m.scale > 0))
+    return "missing or non-positive fields";
+  if (b.kvOrderedGrid && seenBackward == 0) return "a bwd_kv_grid line needs the backward fields";
+  if ((b.qKernel != KernelFamily::Sm80) != (b.qBlockKV > 0))
+    return "a bwd_q_kernel line needs a bwd_q_block_kv line, and the other way round";
+  if ((b.qKernel != KernelFamily::Sm80 || b.separateDq) && seenBackward == 0)
+    return "bwd_q_kernel and bwd_dq lines need the backward fields";
+  if (b.separateDq && b.qKernel == KernelFamily::Sm80)
+    return "a bwd_dq line needs the sm90 dQ kernel (bwd_q_kernel)";
+  if (seenBackward != 0) {
+    if (seenBackward != 10)
+      return "expected 10 backward fields, got " + std::to_string(seenBackward);
+    if (b.entryStem.empty() || b.kvThreads <= 0 || b.qThreads <= 0 || b.kvBlockKV <= 0 ||
+        b.preprocessThreads <= 0 ||
+        b.qBlockQ <= 0 || b.preprocessRows <= 0 || b.kvSmemBytes < 0 || b.qSmemBytes < 0)
+      return "missing or non-positive backward fields";
+  }
+  if ((m.dropout > 0) != (m.dropoutRounds != 0))
+    return "a dropout needs a dropout_rounds line, and the other way round";
+  bool anySummarized = false;
+  for (const InputInfo& input : m.inputs) anySummarized = anySummarized || input.summarized;
+  if (anySummarized != !m.summaryEntry.empty())
+    return "a summary_entry line needs at least one summarized input, and the other way round";
+  if (!m.tileClassesEntry.empty() && m.summaryEntry.empty())
+    return "a tile_classes_entry line needs a summary_entry line";
+  if (m.maskIgnoresHead && m.tileClassesEntry.empty())
+    return "a tile_class_heads line needs a tile_classes_entry line";
+  return "";
+}
+
+}  // namespace
 
 std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std::string* error) {
   KernelMetadata m;
@@ -75,6 +119,11 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
       out = static_cast<std::remove_reference_t<decltype(out)>>(v);
       return true;
     };
+    auto family = [&](KernelFamily& out) {
+      std::optional<KernelFamily> named = kernelFamilyNamed(value);
+      if (named) out = *named;
+      return named.has_value();
+    };
     auto real = [&](float& out) {
       char* end = nullptr;
       out = std::strtof(value.c_str(), &end);
@@ -92,8 +141,9 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
       continue;
     }
     if (key == "bwd_q_kernel") {  // optional, with bwd_q_block_kv
-      if (value != "sm90") return fail("bad value in '" + line + "'");
-      b.qKernel = value;
+      if (kernelFamilyNamed(value) != KernelFamily::Sm90)
+        return fail("bad value in '" + line + "'");
+      b.qKernel = KernelFamily::Sm90;
       continue;
     }
     if (key == "bwd_q_block_kv") {
@@ -109,7 +159,7 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
       else if (key == "bwd_preprocess_rows") ok = integer(b.preprocessRows);
       else if (key == "bwd_kv_smem_bytes") ok = integer(b.kvSmemBytes);
       else if (key == "bwd_q_smem_bytes") ok = integer(b.qSmemBytes);
-      else if (key == "bwd_kv_kernel") ok = value == "sm80" || value == "sm90", b.kvKernel = value;
+      else if (key == "bwd_kv_kernel") ok = family(b.kvKernel);
       else if (key == "bwd_preprocess_threads") ok = integer(b.preprocessThreads);
       else return fail("unknown key '" + key + "'");
       if (!ok) return fail("bad value in '" + line + "'");
@@ -152,7 +202,7 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
         m.computeMajor = std::atoi(value.substr(0, dot).c_str());
         m.computeMinor = std::atoi(value.substr(dot + 1).c_str());
       }
-    } else if (key == "fwd_kernel") ok = value == "sm80" || value == "sm90", m.forwardKernel = value;
+    } else if (key == "fwd_kernel") ok = family(m.forwardKernel);
     else if (key == "threads") ok = integer(m.threads);
     else if (key == "smem_bytes") ok = integer(m.smemBytes);
     else if (key == "block_q") ok = integer(m.blockQ);
@@ -169,36 +219,8 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
     if (!ok) return fail("bad value in '" + line + "'");
     ++seen;
   }
-  if (seen != 17) return fail("expected 17 fields, got " + std::to_string(seen));
-  if (m.name.empty() || m.entry.empty() || m.target.empty() || m.threads <= 0 || m.headDim <= 0 ||
-      m.headDimV <= 0 || m.headsQ <= 0 || m.headsKV <= 0 || !(m.scale > 0))
-    return fail("missing or non-positive fields");
-  if (b.kvOrderedGrid && seenBackward == 0) return fail("a bwd_kv_grid line needs the backward fields");
-  if ((b.qKernel != "sm80") != (b.qBlockKV > 0))
-    return fail("a bwd_q_kernel line needs a bwd_q_block_kv line, and the other way round");
-  if ((b.qKernel != "sm80" || b.separateDq) && seenBackward == 0)
-    return fail("bwd_q_kernel and bwd_dq lines need the backward fields");
-  if (b.separateDq && b.qKernel == "sm80")
-    return fail("a bwd_dq line needs the sm90 dQ kernel (bwd_q_kernel)");
-  if (seenBackward != 0) {
-    if (seenBackward != 10)
-      return fail("expected 10 backward fields, got " + std::to_string(seenBackward));
-    if (b.entryStem.empty() || b.kvThreads <= 0 || b.qThreads <= 0 || b.kvBlockKV <= 0 ||
-        b.preprocessThreads <= 0 ||
-        b.qBlockQ <= 0 || b.preprocessRows <= 0 || b.kvSmemBytes < 0 || b.qSmemBytes < 0)
-      return fail("missing or non-positive backward fields");
-    m.backward = b;
-  }
-  if ((m.dropout > 0) != (m.dropoutRounds != 0))
-    return fail("a dropout needs a dropout_rounds line, and the other way round");
-  bool anySummarized = false;
-  for (const InputInfo& input : m.inputs) anySummarized = anySummarized || input.summarized;
-  if (anySummarized != !m.summaryEntry.empty())
-    return fail("a summary_entry line needs at least one summarized input, and the other way round");
-  if (!m.tileClassesEntry.empty() && m.summaryEntry.empty())
-    return fail("a tile_classes_entry line needs a summary_entry line");
-  if (m.maskIgnoresHead && m.tileClassesEntry.empty())
-    return fail("a tile_class_heads line needs a tile_classes_entry line");
+  if (std::string why = inconsistency(m, b, seen, seenBackward); !why.empty()) return fail(why);
+  if (seenBackward != 0) m.backward = b;
   return m;
 }
 

@@ -1,8 +1,8 @@
 // The launch grids whose shape depends on how the kernel was built: the forward's (q tiles,
 // heads_q, batch), or templates/attnc/common/block_order.h's orderedGrid for a kernel built for it
 // (KernelMetadata::orderedGrid); the backward dK/dV kernel's (kv tiles, heads_kv, batch), or the
-// orderedGrid over its kv tiles (BackwardMetadata::kvOrderedGrid). Kept apart from Kernel.cpp so that
-// they can be tested without a GPU.
+// orderedGrid over its kv tiles (BackwardMetadata::kvOrderedGrid). Functions of the metadata
+// alone, so that they can be tested without a GPU.
 #pragma once
 
 #include "attnc/attnc.h"

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "runtime/EmbeddedTemplates.h"
+#include "runtime/PtxasInfo.h"
 
 #include <chrono>
 #include <map>
@@ -17,24 +18,6 @@
 namespace attnc {
 
 class DynamicLibrary;
-
-// What ptxas reports for one entry function (`--ptxas-options=-v`); -1 registers = not reported.
-struct ResourceUsage {
-  int registers = -1;
-  int barriers = 0;
-  int staticSharedBytes = 0;
-  int spillStoreBytes = 0;
-  int spillLoadBytes = 0;
-  int stackBytes = 0;     // the entry's own stack frame (local arrays, spills)
-  int constantBytes = 0;  // sum over the constant banks ptxas lists (cmem[0] holds the params)
-  // ptxas's note when it serialized the entry's wgmma instructions (each one waited for before the
-  // next issues, so no GEMM overlaps anything), e.g. "(C7511) Potential Performance Loss: ...
-  // due to insufficient register resources for the wgmma pipeline"; empty when they are pipelined.
-  std::string wgmmaSerialized;
-};
-
-// Whether the entry spills to local memory.
-inline bool spills(const ResourceUsage& r) { return r.spillStoreBytes > 0 || r.spillLoadBytes > 0; }
 
 // An extra option for Nvrtc::compile: ptxas in one thread, which replaces the threads NVRTC 13
 // is given otherwise (compile() below). Only then does NVRTC's log hold ptxas's notes (a wgmma
@@ -92,9 +75,6 @@ struct NvrtcLimits {
 // empty); false, with a message naming the variable in *error, for a value that is not a finite
 // number of seconds >= 0.
 bool compileTimeoutFromEnvironment(double* seconds, std::string* error);
-
-// Parses ptxas' "-v" report (as NVRTC 12/13 put it into the program log) per entry function.
-std::map<std::string, ResourceUsage> parsePtxasInfo(const std::string& log);
 
 class Nvrtc {
 public:

@@ -1,6 +1,7 @@
 // Where a launch's block summaries (templates/attnc/common/params.h) live in one device buffer:
 // one 256-byte aligned region per summarized input, sized by the same SummaryLayout the kernels
-// index with. Kept apart from Kernel.cpp so the sizes can be tested without a GPU.
+// index with. A function of the metadata and strides alone, so the sizes can be tested
+// without a GPU.
 #pragma once
 
 #include "attnc/attnc.h"

@@ -4,6 +4,7 @@
 // (the compiler, LLVM/MLIR static). Errors are Status values; no call here aborts or throws.
 #pragma once
 
+#include "attnc/kernel_names.h"
 #include "attnc/spec.h"
 #include "attnc/status.h"
 #include "attnc/target.h"
@@ -109,23 +110,23 @@ struct BackwardArgs {
   const PreparedInputs* prepared = nullptr;
 };
 
-// How to launch the backward kernels (entries <entryStem>_preprocess, _kv, _kv_nodq, _convert_dq,
-// _q; all take attnc::BwdParams, except _kv and _kv_nodq when kvKernel is "sm90": those take
-// attnc::BwdParamsTma, templates/attnc/sm90/backward.h).
+// How to launch the backward kernels (entries <entryStem><backwardEntrySuffix(BackwardEntry)>:
+// _preprocess, _kv, _kv_nodq, _convert_dq, _q; all take attnc::BwdParams, except _kv and _kv_nodq
+// when kvKernel is Sm90: those take attnc::BwdParamsTma, templates/attnc/sm90/backward.h).
 struct BackwardMetadata {
   std::string entryStem;  // <name>_bwd
   int kvThreads = 0, qThreads = 0;
   int kvBlockKV = 0, qBlockQ = 0, preprocessRows = 0;
   long long kvSmemBytes = 0, qSmemBytes = 0;  // dynamic shared memory of _kv/_kv_nodq and _q
-  std::string kvKernel = "sm80";  // the dK/dV kernel's template and launch ABI: "sm80" | "sm90"
+  KernelFamily kvKernel = KernelFamily::Sm80;  // the dK/dV kernel's template and launch ABI
   int preprocessThreads = 0;      // block size of _preprocess and _convert_dq
   // _kv and _kv_nodq take block_order.h's orderedGrid over the kv tiles and (kv head, batch)
   // pairs, the tile rank in blockIdx.y, so that in each group of pairs the kv tiles start longest
   // first (the sm_90a dK/dV kernel of a masked spec); otherwise (kv tiles, heads_kv, batch).
   bool kvOrderedGrid = false;
-  // _q's template and launch ABI: "sm80" (BwdParams, qThreads, qBlockQ rows a block) or "sm90"
+  // _q's template and launch ABI: Sm80 (BwdParams, qThreads, qBlockQ rows a block) or Sm90
   // (the sm_90a dQ kernel: BwdParamsTma, whose K and V tensor maps have boxes of qBlockKV rows).
-  std::string qKernel = "sm80";
+  KernelFamily qKernel = KernelFamily::Sm80;
   int qBlockKV = 0;
   // The default (not deterministic) backward also runs _preprocess, _kv_nodq and _q, without
   // dq_accum, as the deterministic one does (the sm_90a head-dim split, bwd_config.h).
@@ -148,9 +149,9 @@ struct KernelMetadata {
   std::string entry;   // the kernel symbol
   std::string target;  // "sm_80", "sm_90a", ...
   int computeMajor = 0, computeMinor = 0;
-  // The forward kernel's template and launch ABI: "sm80" takes FwdParams; "sm90" (sm_90a) takes
+  // The forward kernel's template and launch ABI: Sm80 takes FwdParams; Sm90 (sm_90a) takes
   // FwdParamsTma, FwdParams plus TMA tensor maps of Q, K and V that the launch encodes.
-  std::string forwardKernel = "sm80";
+  KernelFamily forwardKernel = KernelFamily::Sm80;
   int threads = 0;
   long long smemBytes = 0;  // dynamic shared memory per block
   int blockQ = 0, blockKV = 0;

@@ -211,7 +211,8 @@ TEST_F(JitCache, TimelineBuildMarksTheDkDvKernel) {
   ASSERT_TRUE(status) << status.message;
   EXPECT_EQ(kernelFiles(dir).size(), 2u) << "the timeline build reused the plain kernel's entry";
   ASSERT_TRUE(timeline.hasBackward());
-  const std::string kv = timeline.metadata().backward->entryStem + "_kv";
+  const std::string kv =
+      timeline.metadata().backward->entryStem + backwardEntrySuffix(BackwardEntry::Kv);
   // The module that defines the dK/dV entry, and its PTX.
   auto kvPtx = [&](const Kernel& kernel) {
     for (size_t i = 0; i < kernel.moduleCount(); ++i)
@@ -277,14 +278,16 @@ TEST_F(JitCache, BackwardIsCompiledAndCachedSeparately) {
       if (cubinDefines(backward.cubin(i), symbol)) found.push_back(i);
     return found;
   };
-  for (const char* suffix : {"_preprocess", "_convert_dq"})  // with the forward
-    EXPECT_EQ(holders(b.entryStem + suffix), std::vector<size_t>{0}) << suffix;
+  using E = BackwardEntry;
+  auto name = [&](E entry) { return b.entryStem + backwardEntrySuffix(entry); };
+  for (E entry : {E::Preprocess, E::ConvertDq})  // with the forward
+    EXPECT_EQ(holders(name(entry)), std::vector<size_t>{0}) << name(entry);
   EXPECT_EQ(holders(backward.entry()), std::vector<size_t>{0});
-  EXPECT_EQ(holders(b.entryStem + "_kv").size(), 1u) << "_kv: in exactly one module";
-  for (const char* suffix : {"_kv_nodq", "_q"})
-    EXPECT_TRUE(holders(b.entryStem + suffix).empty()) << suffix << ": compiled before first use";
+  EXPECT_EQ(holders(name(E::Kv)).size(), 1u) << "_kv: in exactly one module";
+  for (E entry : {E::KvNoDq, E::Q})
+    EXPECT_TRUE(holders(name(entry)).empty()) << name(entry) << ": compiled before first use";
   std::string forwardCubin(forward.cubin().begin(), forward.cubin().end());
-  EXPECT_EQ(forwardCubin.find(b.entryStem + "_kv"), std::string::npos);
+  EXPECT_EQ(forwardCubin.find(name(E::Kv)), std::string::npos);
 
   // The deferred modules: one more NVRTC run (their own programs), appended after the others.
   const size_t made = backward.moduleCount();
@@ -294,10 +297,10 @@ TEST_F(JitCache, BackwardIsCompiledAndCachedSeparately) {
   EXPECT_EQ(JitCompiler::stats().nvrtcRuns - before.nvrtcRuns, 3);
   ASSERT_EQ(backward.moduleCount(), made + std::min<size_t>(2, cpus));
   EXPECT_EQ(backward.cubin(0), first);
-  for (const char* suffix : {"_kv", "_kv_nodq", "_q"})
-    EXPECT_EQ(holders(b.entryStem + suffix).size(), 1u) << suffix << ": in exactly one module";
-  for (const char* suffix : {"_kv_nodq", "_q"})
-    EXPECT_GE(holders(b.entryStem + suffix).front(), made) << suffix << ": in an appended module";
+  for (E entry : {E::Kv, E::KvNoDq, E::Q})
+    EXPECT_EQ(holders(name(entry)).size(), 1u) << name(entry) << ": in exactly one module";
+  for (E entry : {E::KvNoDq, E::Q})
+    EXPECT_GE(holders(name(entry)).front(), made) << name(entry) << ": in an appended module";
   EXPECT_TRUE(backward.compileDeferred()) << "a second call returns the first one's status";
   EXPECT_EQ(JitCompiler::stats().nvrtcRuns - before.nvrtcRuns, 3);
   EXPECT_EQ(kernelFiles(dir).size(), 3u);

@@ -2,6 +2,7 @@
 // message names the argument and says expected vs given), targets, and the kernel cache's file
 // format (truncation and flipped bits are caught, the entry deleted).
 #include "attnc/attnc.h"
+#include "attnc/kernel_names.h"
 #include "runtime/KernelCache.h"
 #include "runtime/LaunchGrid.h"
 #include "runtime/ModuleSymbols.h"
@@ -14,6 +15,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <type_traits>
 #include <unistd.h>
 
@@ -117,11 +119,11 @@ TEST(KernelMetadata, RejectsUnknownAndMissing) {
 // cache, and an entry without it or with an unknown one is rebuilt, never launched.
 TEST(KernelMetadata, ForwardKernelRoundTripsAndIsRequired) {
   KernelMetadata m = documentMetadata();
-  m.forwardKernel = "sm90";
+  m.forwardKernel = KernelFamily::Sm90;
   std::string error;
   std::optional<KernelMetadata> back = KernelMetadata::parse(m.serialize(), &error);
   ASSERT_TRUE(back) << error;
-  EXPECT_EQ(back->forwardKernel, "sm90");
+  EXPECT_EQ(back->forwardKernel, KernelFamily::Sm90);
 
   std::string text = m.serialize();
   size_t at = text.find("fwd_kernel sm90\n");
@@ -241,7 +243,8 @@ TEST(Kernel, ValidationNamesTheArgument) {
 
 KernelMetadata backwardMetadata() {
   KernelMetadata m = documentMetadata();
-  m.backward = BackwardMetadata{"document_bwd", 256, 256, 128, 64, 64, 98304, 81920, "sm80", 256};
+  m.backward = BackwardMetadata{"document_bwd", 256, 256, 128, 64, 64, 98304, 81920,
+                                KernelFamily::Sm80, 256};
   return m;
 }
 
@@ -405,19 +408,19 @@ TEST(KernelMetadata, RoundTripsTheBackwardOrderedGrid) {
 // line needs the others it goes with.
 TEST(KernelMetadata, RoundTripsTheHopperDqKernel) {
   KernelMetadata m = backwardMetadata();
-  m.backward->qKernel = "sm90";
+  m.backward->qKernel = KernelFamily::Sm90;
   m.backward->qBlockKV = 32;
   m.backward->separateDq = true;
   std::string error;
   std::optional<KernelMetadata> back = KernelMetadata::parse(m.serialize(), &error);
   ASSERT_TRUE(back) << error;
-  EXPECT_EQ(back->backward->qKernel, "sm90");
+  EXPECT_EQ(back->backward->qKernel, KernelFamily::Sm90);
   EXPECT_EQ(back->backward->qBlockKV, 32);
   EXPECT_TRUE(back->backward->separateDq);
   EXPECT_EQ(back->serialize(), m.serialize());
   back = KernelMetadata::parse(backwardMetadata().serialize(), &error);
   ASSERT_TRUE(back) << error;
-  EXPECT_EQ(back->backward->qKernel, "sm80");
+  EXPECT_EQ(back->backward->qKernel, KernelFamily::Sm80);
   EXPECT_FALSE(back->backward->separateDq);
   const std::string plain = backwardMetadata().serialize();
   EXPECT_FALSE(KernelMetadata::parse(plain + "bwd_q_kernel sm90\n", &error));
@@ -514,11 +517,95 @@ TEST(Kernel, BackwardWorkspaceBytes) {
   EXPECT_FALSE(documentKernel().hasBackward());
 }
 
+// The families' text in a stored cache entry (the sm_90a forward, dK/dV and dQ kernels here): it
+// parses to those families and writes back byte for byte, so entries already on disk stay valid.
+TEST(KernelMetadata, ReadsAndWritesTheFamiliesAsStored) {
+  const std::string stored =
+      "name document\n"
+      "entry attnc_document_fwd\n"
+      "target sm_90a\n"
+      "compute 9.0\n"
+      "fwd_kernel sm90\n"
+      "threads 384\n"
+      "smem_bytes 200000\n"
+      "block_q 128\n"
+      "block_kv 128\n"
+      "head_dim 128\n"
+      "head_dim_v 128\n"
+      "heads_q 16\n"
+      "heads_kv 16\n"
+      "dtype bf16\n"
+      "scale 0.0883883461\n"
+      "dropout 0\n"
+      "attnc_version 0.1.0\n"
+      "bwd_entry_stem document_bwd\n"
+      "bwd_kv_threads 384\n"
+      "bwd_q_threads 384\n"
+      "bwd_kv_block_kv 128\n"
+      "bwd_q_block_q 128\n"
+      "bwd_preprocess_rows 64\n"
+      "bwd_kv_smem_bytes 200000\n"
+      "bwd_q_smem_bytes 150000\n"
+      "bwd_kv_kernel sm90\n"
+      "bwd_preprocess_threads 256\n"
+      "bwd_kv_grid ordered\n"
+      "bwd_q_kernel sm90\n"
+      "bwd_q_block_kv 64\n"
+      "bwd_dq separate\n"
+      "summary_entry document_summary\n"
+      "input doc i32 pos summarized\n";
+  std::string error;
+  std::optional<KernelMetadata> m = KernelMetadata::parse(stored, &error);
+  ASSERT_TRUE(m) << error;
+  EXPECT_EQ(m->forwardKernel, KernelFamily::Sm90);
+  ASSERT_TRUE(m->backward);
+  EXPECT_EQ(m->backward->kvKernel, KernelFamily::Sm90);
+  EXPECT_EQ(m->backward->qKernel, KernelFamily::Sm90);
+  EXPECT_EQ(m->serialize(), stored);
+
+  std::string sm80 = stored;
+  for (const char* key : {"fwd_kernel ", "bwd_kv_kernel "}) {
+    const size_t at = sm80.find(std::string("\n") + key + "sm90\n");
+    ASSERT_NE(at, std::string::npos) << key;
+    sm80.replace(at + 1 + strlen(key), 4, "sm80");
+  }
+  m = KernelMetadata::parse(sm80, &error);
+  ASSERT_TRUE(m) << error;
+  EXPECT_EQ(m->forwardKernel, KernelFamily::Sm80);
+  EXPECT_EQ(m->backward->kvKernel, KernelFamily::Sm80);
+  EXPECT_EQ(m->serialize(), sm80);
+}
+
+// Each family is named by its own spelling and nothing else (a cache entry naming another is
+// rebuilt, never launched with a guessed ABI).
+TEST(KernelNames, FamiliesAreNamedByTheirOwnSpellingOnly) {
+  for (KernelFamily family : {KernelFamily::Sm80, KernelFamily::Sm90})
+    EXPECT_EQ(kernelFamilyNamed(kernelFamilyName(family)), family) << kernelFamilyName(family);
+  EXPECT_STRNE(kernelFamilyName(KernelFamily::Sm80), kernelFamilyName(KernelFamily::Sm90));
+  for (const char* other : {"", "sm70", "SM90", "sm90 ", "sm9", "sm_90a"})
+    EXPECT_FALSE(kernelFamilyNamed(other)) << "'" << other << "'";
+}
+
+// The runtime keeps a kernel's backward functions in a table indexed by BackwardEntry and looks
+// each up by <stem><suffix>: kAllBackwardEntries lists them in index order, and no two entries
+// share a suffix.
+TEST(KernelNames, BackwardEntriesHaveDistinctSuffixesInIndexOrder) {
+  std::set<std::string> seen;
+  for (int i = 0; i < kBackwardEntries; ++i) {
+    const BackwardEntry entry = kAllBackwardEntries[i];
+    EXPECT_EQ(int(entry), i);
+    const std::string suffix = backwardEntrySuffix(entry);
+    EXPECT_EQ(suffix.rfind('_', 0), 0u) << "'" << suffix << "'";
+    EXPECT_GT(suffix.size(), 1u) << "'" << suffix << "'";
+    EXPECT_TRUE(seen.insert(suffix).second) << suffix << " names two entries";
+  }
+}
+
 // With a separate dQ (BackwardMetadata::separateDq) the default backward needs no dq_accum, but
 // only where every compiled form says so: a device may load any of them.
 TEST(Kernel, BackwardWorkspaceWithoutDqAccumWhereEveryFormSeparatesDq) {
   KernelMetadata separate = backwardMetadata();
-  separate.backward->qKernel = "sm90";
+  separate.backward->qKernel = KernelFamily::Sm90;
   separate.backward->qBlockKV = 32;
   separate.backward->separateDq = true;
   const size_t delta = (size_t(2) * 16 * 100 * 4 + 255) / 256 * 256;

@@ -6,6 +6,7 @@
 
 #include "compiler/CodeGen/CUDA/EmitVariant.h"
 
+#include "attnc/kernel_names.h"
 #include "attnc/sm90/bwd_config.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -159,11 +160,13 @@ void emitEntries(llvm::raw_ostream& os, const Unit& unit,
     // The sm_90a dK/dV kernel keeps dq_accum in its own layout, which zeroing and conversion
     // follow.
     const char* layout = hopperBackward ? ", attnc::sm90::TiledDqLayout<BwdHopperConfig>" : "";
-    entry("_preprocess", "BwdKVConfig",
+    entry(backwardEntrySuffix(BackwardEntry::Preprocess), "BwdKVConfig",
           (llvm::Twine("backwardPreprocess<BwdKVConfig, Variant") + layout + ">").str(), false);
-    entry("_convert_dq", "BwdKVConfig",
+    entry(backwardEntrySuffix(BackwardEntry::ConvertDq), "BwdKVConfig",
           (llvm::Twine("backwardConvertDQ<BwdKVConfig, Variant") + layout + ">").str(), false);
-    for (auto [suffix, writeDQ] : {std::pair{"_kv", true}, std::pair{"_kv_nodq", false}}) {
+    using E = BackwardEntry;
+    for (auto [kv, writeDQ] : {std::pair{E::Kv, true}, std::pair{E::KvNoDq, false}}) {
+      const char* suffix = backwardEntrySuffix(kv);
       // With a separate dQ (BackwardSource::separateDq) no launch takes the dK/dV kernel's own dQ.
       if (writeDQ && result.backward->separateDq) continue;
       group(writeDQ ? EntryGroup::BackwardKV : EntryGroup::BackwardKVNoDQ);
@@ -183,11 +186,13 @@ void emitEntries(llvm::raw_ostream& os, const Unit& unit,
     group(EntryGroup::BackwardQ);
     if (result.backward->qKernel == "sm90")
       os << "\nextern \"C\" __global__ void __launch_bounds__(DqHopperConfig::kThreads, 1) " << stem
-         << "_q(const __grid_constant__ attnc::BwdParamsTma p) {\n"
+         << backwardEntrySuffix(BackwardEntry::Q)
+         << "(const __grid_constant__ attnc::BwdParamsTma p) {\n"
          << "  extern __shared__ __align__(1024) unsigned char smem[];\n"
          << "  attnc::sm90::backwardQ<DqHopperConfig, Variant>(p, smem);\n}\n";
     else
-      entry("_q", "BwdQConfig", "backwardQ<BwdQConfig, Variant>", true);
+      entry(backwardEntrySuffix(BackwardEntry::Q), "BwdQConfig", "backwardQ<BwdQConfig, Variant>",
+            true);
   }
   if (!summarized.empty()) {
     group(EntryGroup::TileClasses);

@@ -1,0 +1,95 @@
+// attnc::DeviceBuffer through the dlopen-ed driver, synchronize(), and the byte arithmetic that
+// sizes the runtime's buffers (DeviceBuffer.h).
+#include "runtime/DeviceBuffer.h"
+
+#include "runtime/Driver.h"
+
+#include <cstdint>
+
+namespace attnc {
+
+size_t saturatingProduct(size_t a, size_t b) {
+  size_t product = 0;
+  return __builtin_mul_overflow(a, b, &product) ? SIZE_MAX : product;
+}
+size_t saturatingSum(size_t a, size_t b) {
+  size_t sum = 0;
+  return __builtin_add_overflow(a, b, &sum) ? SIZE_MAX : sum;
+}
+
+size_t align256(size_t bytes) {
+  return bytes > SIZE_MAX - 255 ? SIZE_MAX : (bytes + 255) / 256 * 256;
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  std::string error;
+  if (pointer_)
+    if (const DriverApi* driver = DriverApi::get(&error)) driver->cuMemFree(pointer_);
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : pointer_(other.pointer_), size_(other.size_) {
+  other.pointer_ = 0;
+  other.size_ = 0;
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    DeviceBuffer old(std::move(*this));
+    pointer_ = other.pointer_;
+    size_ = other.size_;
+    other.pointer_ = 0;
+    other.size_ = 0;
+  }
+  return *this;
+}
+
+DeviceBuffer DeviceBuffer::allocate(size_t bytes, Status* status) {
+  std::string error;
+  DeviceBuffer buffer;
+  cu::Context context = nullptr;
+  const DriverApi* driver = driverInContext(&context, &error);
+  if (driver && driver->check(driver->cuMemAlloc(&buffer.pointer_, bytes ? bytes : 1),
+                              "cuMemAlloc", &error)) {
+    buffer.size_ = bytes;
+    if (status) *status = Status::success();
+    return buffer;
+  }
+  if (status)
+    *status = Status::error("DeviceBuffer::allocate(" + std::to_string(bytes) + "): " + error);
+  return DeviceBuffer();
+}
+
+Status DeviceBuffer::upload(const void* host, size_t bytes) {
+  std::string error;
+  if (bytes > size_)
+    return Status::error("DeviceBuffer::upload: expected at most " + std::to_string(size_) +
+                         " bytes, got " + std::to_string(bytes));
+  const DriverApi* driver = DriverApi::get(&error);
+  if (!driver ||
+      !driver->check(driver->cuMemcpyHtoD(pointer_, host, bytes), "cuMemcpyHtoD", &error))
+    return Status::error("DeviceBuffer::upload: " + error);
+  return Status::success();
+}
+
+Status DeviceBuffer::download(void* host, size_t bytes) const {
+  std::string error;
+  if (bytes > size_)
+    return Status::error("DeviceBuffer::download: expected at most " + std::to_string(size_) +
+                         " bytes, got " + std::to_string(bytes));
+  const DriverApi* driver = DriverApi::get(&error);
+  if (!driver ||
+      !driver->check(driver->cuMemcpyDtoH(host, pointer_, bytes), "cuMemcpyDtoH", &error))
+    return Status::error("DeviceBuffer::download: " + error);
+  return Status::success();
+}
+
+Status synchronize() {
+  std::string error;
+  const DriverApi* driver = DriverApi::get(&error);
+  if (!driver || !driver->check(driver->cuCtxSynchronize(), "cuCtxSynchronize", &error))
+    return Status::error("synchronize: " + error);
+  return Status::success();
+}
+
+}  // namespace attnc
