@@ -77,10 +77,9 @@ ATTNC_DEVICE void forward(const FwdParamsTma& pt, unsigned char* smemRaw) {
       tileClassRowIndex<Variant>(b, h, p.heads_q, p.q_len, Config::kBlockQ, qTileIndex));
   // Under a mask the producer's first warp initializes the mbarriers and starts the copies of Q
   // and the first live tile before the block's barrier sync (produceStart), so that neither the
-  // sync nor the tile search delays them: measured on the H200 (bench/ab_mix.py, 2026-12-02,
-  // docs/perf/H200.md) window +2%, document +3.5%, GQA +1%. Without a mask there is no search to
-  // hide, and the same start ran hd64 full 2% slower (ptxas scheduled its consumers differently),
-  // so those specs keep the plain start.
+  // sync nor the tile search delays them. Without a mask there is no search to hide, and the early
+  // start cost more in the consumers' schedule than it saved, so those specs keep the plain start
+  // (docs/design/sm90-forward.md).
   constexpr bool kEarlyStart = Variant::kHasMask;
   static_assert(!ForwardMask<Config, Variant>::kMaskAhead || kEarlyStart,
                 "a mask made ahead reads stage 0's slot before its wait");

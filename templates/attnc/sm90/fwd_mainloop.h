@@ -55,7 +55,7 @@ struct ConsumerSteps {
   // between two pairs of n8 tiles at a position known only at run time) they are made with the
   // tile's softmax as whole words and applied to P once packed (sm80::dropoutKeptWords /
   // applyDropoutKept), else on the floats, where ptxas interleaves the hashes with the
-  // exponentials (the packed form ran hd128 3% slower, hd256 19% faster: docs/perf/H200.md).
+  // exponentials (docs/design/sm90-forward.md).
   static constexpr bool kDropoutPacked = Variant::kHasDropout && dropoutGroupTiles(kN) == 2;
   static constexpr int kDropoutGroups = sm80::dropoutGroups<kDropoutPacked ? kN : 4>();
   // Q's A fragments in registers (config.h qInRegisters): S = Q K^T then reads only K from shared
@@ -126,8 +126,8 @@ struct ConsumerSteps {
       rescales = softmax.advanceLazy(s, log2Scale, factors);
     else
       softmax.advance(s, log2Scale, factors);
-    // (The packed form's keep tests made here, after the exponentials, ran hd256 5% faster than
-    // made before the score hook: docs/perf/H200.md.)
+    // (The packed form's keep tests are made here, after the exponentials, where they cost least:
+    // docs/design/sm90-forward.md.)
     if constexpr (kDropoutPacked)
       sm80::dropoutKeptWords<Variant::kDropoutRounds, 1, kN>(dropKept, p, batchHead, dropThreshold,
                                                              rows.qRow, kCol);
@@ -147,8 +147,8 @@ struct ConsumerSteps {
   // Waits for S = Q K^T (with PvPending, P V of the previous tile may still run) and returns the
   // tile's mask: for kMaskAhead the one made before the tile's S = Q K^T was waited for (`ahead`),
   // so that its reads of the mask's inputs run during the waits for the stage, the turn and S, else
-  // made after the wait. (A position mask's first tile made ahead, as bits while K and Q are in
-  // flight, ran window and prefix-LM 1% slower: docs/perf/H200.md, 2026-12-04.)
+  // made after the wait (a position mask made ahead costs more than it hides:
+  // docs/design/sm90-forward.md).
   template <bool PvPending>
   ATTNC_DEVICE TileMask waitForS(int tile, const TileMask& ahead) const {
     TileMask mask;
@@ -210,7 +210,7 @@ ATTNC_DEVICE void consume(const FwdParams& p, const ForwardSmem<Config>& smem,
   if (tile >= 0) {
     // The first tile's mask: where it is split, its loads are issued now, while K and Q are in
     // flight, and joined once S = Q K^T is issued, so that neither the loads nor the join delay
-    // the block's first GEMM (they held it up to about 1 us: docs/perf/H200.md, 2026-12-04).
+    // the block's first GEMM (docs/design/sm90-forward.md).
     const typename Mask::Reads firstReads = masks.reads(tile, stage);
     TileMask firstMask{};
     if constexpr (!kReadsAhead && kMaskAhead) firstMask = masks.ahead(tile, stage);
