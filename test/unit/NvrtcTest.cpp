@@ -255,6 +255,25 @@ extern "C" __global__ void touch(attnc::FwdParams params) {
   EXPECT_GT(result.resources.at("touch").registers, 0);
 }
 
+// Every sm_90a header includes what it uses, so that a kernel (the forward's stages, the backward)
+// may include any of them alone: each compiles as the only include of a translation unit.
+TEST(EmbeddedTemplates, EverySm90HeaderCompilesOnItsOwn) {
+  Nvrtc* nvrtc = requireNvrtc();
+  ASSERT_NE(nvrtc, nullptr);
+  int headers = 0;
+  for (const EmbeddedFile& file : embeddedTemplates()) {
+    if (file.path.rfind("attnc/sm90/", 0) != 0)
+      continue;
+    ++headers;
+    const std::string source = "#include \"" + file.path + "\"\n"
+                               "extern \"C\" __global__ void alone() {}\n";
+    // (PTX only: the property is the front end's, and ptxas would only add seconds)
+    NvrtcResult result = nvrtc->compile(source, "alone.cu", embeddedTemplates(), "compute_90a", {});
+    EXPECT_TRUE(result.ok) << file.path << ":\n" << result.log;
+  }
+  EXPECT_GE(headers, 10) << "the sm90 templates were not found among the embedded files";
+}
+
 // Runs only where a driver and a GPU exist (skipped in CI): the NVRTC cubin for the device's own
 // architecture loads and runs through the dlopen-ed driver API.
 TEST(Driver, LaunchesNvrtcCubin) {

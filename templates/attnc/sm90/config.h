@@ -16,30 +16,25 @@ namespace sm90 {
 // the block's registers (at most 240 each, setmaxnreg's limit). The block's pool is what it was
 // launched with: ptxas gives each of its 128 (consumers + 1) threads 65536 / threads registers,
 // rounded down to 8 (168 at 384 threads, 128 at 512), and a setmaxnreg.inc that asks for more
-// than the pool holds waits forever (a producer raised to 48 with consumers at 232 hung the GPU:
-// docs/perf/H200.md). 24 producer registers (with two consumers 24 had spilled the classification
-// of masks that read declared inputs, before the launch's tile classes took it over; since then
-// every example's producer fits), which leaves two consumers 240 each and three 160. The
-// backward's producer keeps the same (bwd_config.h).
+// than the pool holds waits forever (docs/design/sm90-forward.md). 24 producer registers: every
+// example's producer fits, and two consumers get 240 each, three 160. The backward's producer
+// keeps the same (bwd_config.h).
 ATTNC_HD constexpr int producerRegisters() { return 24; }
 ATTNC_HD constexpr int consumerRegisters(int consumers, int producerRegisters) {
   return minOf(240, ((65536 / (128 * (consumers + 1))) / 8 * 8 * (consumers + 1) - producerRegisters) /
                         consumers / 8 * 8);
 }
 // Whether the forward keeps lazy row maxima (OnlineSoftmax::advanceLazy: O rescaled only when a
-// row's maximum grows by more than 2^8): from head_dim_v 128. Measured on the H200 (A/B,
-// 2026-12-01, docs/perf/H200.md): hd256 full +6-12%, dropout hd128 +7%, GQA +2%, hd128 within
-// noise, but hd64 causal -5%: there O's rescale is 32 multiplies a thread, and the warp vote on the
-// path to the exponentials costs more than they do. `attnc explain` prints the choice.
+// row's maximum grows by more than 2^8): from head_dim_v 128, below which O's rescale is cheaper
+// than the warp vote on the path to the exponentials (docs/design/sm90-forward.md). `attnc
+// explain` prints the choice.
 ATTNC_HD constexpr bool lazyRowMaxima(int headDimV) { return headDimV >= 128; }
-// Whether each consumer keeps its 64 rows of Q as register A fragments (forward.h,
+// Whether each consumer keeps its 64 rows of Q as register A fragments (fwd_mainloop.h,
 // loadKMajorFragments) and issues S = Q K^T as a register-A wgmma, so that the GEMM reads only K
 // from shared memory (at hd128 a warpgroup's operand reads per kv tile go from 80 to 64 KB). With
 // two consumers (240 registers each) and head dims up to 128, when O, S, P and Q's fragments take
-// at most kQInRegistersLive registers: at that bound every example compiles without spills (CUDA
-// 13.0), score hooks included; head_dim_v's B_c = 192 (208 registers) and the three-consumer hd64
-// kernels spilled with Q in registers. `attnc explain` prints the choice.
-constexpr int kQInRegistersLive = 192;
+// at most kQInRegistersLive registers. `attnc explain` prints the choice.
+constexpr int kQInRegistersLive = 192;  // the most at which every example compiles without spills
 ATTNC_HD constexpr bool qInRegisters(int consumers, int headDim, int headDimV, int blockKV) {
   return consumers == 2 && headDim <= 128 &&
          roundUp(headDimV, 8) / 2 + blockKV / 2 + blockKV / 4 + roundUp(headDim, 16) / 4 <=
@@ -47,16 +42,15 @@ ATTNC_HD constexpr bool qInRegisters(int consumers, int headDim, int headDimV, i
 }
 // Whether the forward's wait for P_{j-1} V_{j-1} is held below the softmax of tile j
 // (wgmma.h wgmmaWaitAfter), so that the exponentials run while the GEMM does; ptxas otherwise
-// hoists the wait next to the one for S_j. Measured on the H200 (A/B, 2026-12-01,
-// docs/perf/H200.md): hd128 full +4%, causal, hd256 and window +3%, GQA +2%, but dropout -9%:
-// its softmax adds a hash per element, and with the wait held below it the tensor pipe idles
-// longer than it gains. `attnc explain` prints the choice.
+// hoists the wait next to the one for S_j. Not with dropout, whose hash per element makes the
+// softmax long enough that the tensor pipe idles longer than it gains
+// (docs/design/sm90-forward.md). `attnc explain` prints the choice.
 ATTNC_HD constexpr bool softmaxOverlapsPV(bool dropout) { return !dropout; }
-// Whether a consumer warpgroup none of whose rows is in the sequence idles (forward.h
+// Whether a consumer warpgroup none of whose rows is in the sequence idles (fwd_idle.h
 // idleConsumer), and, under a mask of positions only (no declared inputs), whether each warpgroup
-// stops after its own last live kv tile (forward.h kGroupTail): with three consumers, where up to
-// two thirds of a tile can be outside (docs/templates.md has the measurements; with two, the check
-// changed ptxas's schedule of the loop and lost). `attnc explain` prints both.
+// stops after its own last live kv tile (fwd_mainloop.h kGroupTail): with three consumers, where
+// up to two thirds of a tile can be outside; with two, the check costs more in the loop's
+// schedule than it saves (docs/design/sm90-forward.md). `attnc explain` prints both.
 ATTNC_HD constexpr bool idleWarpgroups(int consumers) { return consumers >= 3; }
 ATTNC_HD constexpr bool warpgroupLastTile(int consumers, bool positionMask) {
   return idleWarpgroups(consumers) && positionMask;

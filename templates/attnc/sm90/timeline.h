@@ -16,7 +16,8 @@
 namespace attnc {
 namespace sm90 {
 
-// The words of a block's record (the marks sit in forward.h).
+// The words of a block's record (the marks sit in fwd_producer.h, fwd_mainloop.h and
+// fwd_epilogue.h).
 enum TimelineWord : int {
   kTimelineSm = 0,            // %smid
   kTimelineStart = 1,         // the producer's first instruction
