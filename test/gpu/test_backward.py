@@ -75,7 +75,7 @@ def plan(subset):
     # the dQ kernel takes, bwd_config.h dqKernelTakesInputMask).
     groups.append(("document_causal", 256, "bf16", [(129, 1000), (1000, 1000)], 1))
     groups.append(("dropout0.1", 256, "bf16", [(300, 300)], 1))
-    # The head-dim split with the epilogues it takes (TileRule.cpp): a score whose
+    # The head-dim split with the epilogues it takes (TileRuleBackward.cpp): a score whose
     # derivative depends on it, a mask the rule charges 16 registers, per-head input reads,
     # dropout in fp16 over the padded chunks, a window.
     groups.append(("softcap", 256, "bf16", [(129, 1000), (1000, 1000)], 1))

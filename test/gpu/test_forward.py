@@ -193,7 +193,7 @@ for v in [
     Variant("alibi_slopes", "causal", "{alibi: slopes}", ref_mask=m_causal,
             ref_score=s_alibi(lambda c: c.inputs["slopes"]),
             inputs={"slopes": ("f32", "h", lambda B, H, n, d: torch.rand(H, device=d) * 0.5)}),
-    # A join as key ranges (EmitCUDA.cpp emitJoinRanges): unsorted groups (several ballot rounds a
+    # A join as key ranges (MaskSplit.cpp emitJoinRanges): unsorted groups (several ballot rounds a
     # warp), a per-row key limit and a position bound.
     Variant("key_ranges", '"grp[b, q] == grp[b, k] && k <= lim[b, q] && k > q - 300"',
             ref_mask=lambda c: ((c.inputs["grp"][c.b, c.pos(c.q)] == c.inputs["grp"][c.b, c.pos(c.k)])
