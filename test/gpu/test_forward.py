@@ -221,7 +221,7 @@ for v in [
     V[v.name] = v
 
 # Mask and score hooks of more than 64 operations, which CodeGen emits as functions of their own
-# (__noinline__, EmitCUDA.cpp kOutlinedHookOps) instead of inlining them per element.
+# (__noinline__, EmitVariant.cpp kOutlinedHookOps) instead of inlining them per element.
 OUTLINED_MASK_TERMS = [(7 + 2 * i, i % 5) for i in range(18)]
 OUTLINED_SCORE_TERMS = [1.5 + i for i in range(20)]
 V["outlined_mask"] = Variant(
