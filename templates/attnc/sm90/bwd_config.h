@@ -1,6 +1,6 @@
 // Compile-time shape of the sm_90a backward dK/dV kernel (backward.h): one producer warpgroup that
 // issues the TMA copies and `Consumers` warpgroups of 64 kv rows each that run the five wgmma
-// GEMMs, and of the dQ kernel (bwd_q.h, DqConfig below). The delta and dQ-conversion kernels are
+// GEMMs, and of the dQ kernel (bwd_dq.h, DqConfig below). The delta and dQ-conversion kernels are
 // the sm80 ones.
 // attn-derive-backward derives the same numbers (TileRule.cpp calls bwdSmemBytes()) and the
 // generated code static_asserts that they agree.
@@ -143,7 +143,7 @@ struct DqPairReduction {
 // accumulators fit (the tile rule checks bwdConsumerRegisters). Stages: Q/dO tiles in flight.
 // Split: the consumers share their kv rows and split dK's and dV's columns (bwdKvRows).
 // SeparateDq (not with Split, whose layout has no dQ tile anyway): the kernel is only ever the
-// `_kv_nodq` entry, dQ coming from the dQ kernel (bwd_q.h), so the layout has neither the fp32 dQ
+// `_kv_nodq` entry, dQ coming from the dQ kernel (bwd_dq.h), so the layout has neither the fp32 dQ
 // tiles nor K and Q chunks for dQ's columns: head dims 129-192 beside a narrow d_v fit with it and
 // not without (attn-derive-backward; dK and dV then go out through the stages' Q tiles, as the
 // split's do).
@@ -219,7 +219,7 @@ struct BwdConfig {
                 "a consumer's share of the head dims is whole 64-column chunks");
 };
 
-// The sm_90a dQ kernel (bwd_q.h): two consumer warpgroups of 64 query rows each stream K/V tiles
+// The sm_90a dQ kernel (bwd_dq.h): two consumer warpgroups of 64 query rows each stream K/V tiles
 // of dqKernelBlockKV() keys and keep dQ in registers. A consumer thread's registers, as modelled:
 // dQ (64 x head_dim fp32 over 128 threads), S and dP (64 x B_c each) and the packed dS (B_c / 4);
 // the kv tile is the largest of 128, 64 and 32 keys whose model stays within kDqKernelLive, which
@@ -244,7 +244,7 @@ ATTNC_HD constexpr int dqKernelSmemBytes(int headDim, int headDimV, int blockKV,
          stages * blockKV * (ceilDiv(headDim, 64) + ceilDiv(headDimV, 64)) * 128 +
          8 * (1 + 2 * stages) + 8 * stages;
 }
-// Whether the default backward takes the dK/dV kernel without dQ and the dQ kernel (bwd_q.h)
+// Whether the default backward takes the dK/dV kernel without dQ and the dQ kernel (bwd_dq.h)
 // instead of the dK/dV kernel's own dQ: with the head-dim split, whose dQ reductions (64 x
 // head_dim floats into dq_accum per 64 kv rows and q tile) hold the kernel back (the tensor pipe
 // at 30% of cycles, hd256 full N=4K, ncu). Measured on the H200, 2026-12-03: docs/perf/H200-backward.md.
