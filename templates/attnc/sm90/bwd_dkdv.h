@@ -67,11 +67,17 @@ ATTNC_DEVICE void consumeKV(const BwdParams& p, const BackwardSmem<Config>& smem
   float dv[1][Config::kDvTiles][4];
   sm80::warp::zero(dk);
   sm80::warp::zero(dv);
+  // (The scales are made here, after the accumulators are zeroed, not in KvConsumer: the machine
+  // code depends on it.)
+  const float log2Scale = Variant::kHasScore ? kLog2e : p.scale * kLog2e;
+  const u32 dropThreshold = Variant::kHasDropout ? dropoutThreshold(p.dropout_p) : 0u;
+  const float dropScale = Variant::kHasDropout ? dropoutScale(p.dropout_p) : 1.0f;
   static_assert(C::kN * 4 <= 32, "one word of dropout keep bits per q tile");
   static_assert(!(WriteDQ && Config::kSplit) || splitDqFits(Config::kHeadDim, Config::kConsumers),
                 "the split's own dQ needs whole chunks of dQ columns a consumer");
   float dq[1][C::kDqPartN / 8][4];
   float dqLate[1][C::kDqPartN / 8][4];  // the second part's (C::kLateDq)
+  const u32 kColumns = c.dqKColumns();
   int previousHead = -1, previousQ0 = 0;  // the q tile whose dQ is still to be done
   // Ping-pong: the consumers take turns from the stage wait to the issue of S^T and dP^T, so that
   // one's elementwise steps run while the other's GEMMs occupy the tensor cores. The second
@@ -83,9 +89,13 @@ ATTNC_DEVICE void consumeKV(const BwdParams& p, const BackwardSmem<Config>& smem
   // This consumer's timeline marks (timeline.h): each consumer's first thread.
   const bool marks = kTimeline && groupThread == 0;
   int stage = 0;  // the stage the consumer holds
-  // The block's batch (KvConsumer::batch) as the steps read it. (A lambda over `stage` rather than
-  // its value passed to them: the machine code then stays that of the kernel as one function.)
-  const auto batchNow = [&]() { return c.batch(stage); };
+  // The block's batch where the steps need it: on the ordered grid (KvConsumer::kOrdered) from
+  // the slot of the stage the consumer holds (computed from the block index, kept copies
+  // spilled), else the block index. (A lambda over `stage`, as the steps take it: passing them the
+  // stage's value instead changed the machine code.)
+  const auto batchNow = [&]() {
+    return C::kOrdered ? smem.scheduledBatch(stage) : kvBlockCoord<false>(p).b;
+  };
   int iteration = 0;
   for (;; ++iteration) {
     stage = iteration % kStages;
@@ -112,7 +122,7 @@ ATTNC_DEVICE void consumeKV(const BwdParams& p, const BackwardSmem<Config>& smem
     // While they run: the dropout decisions of this lane's elements, bit (ni * 2 + r) * 2 + j.
     const u32 keepBits = Variant::kHasDropout
                              ? dropoutKeepBits<Variant::kDropoutRounds, C::kSN>(
-                                   p, batchHead, c.dropThreshold, q0 + c.sCol0, c.kvRow,
+                                   p, batchHead, dropThreshold, q0 + c.sCol0, c.kvRow,
                                    c.colInQuad, c.lane)
                              : 0u;
     const Tri groupClass = groupClassOf(c, batchNow, tileClass, h, q0);
@@ -123,14 +133,18 @@ ATTNC_DEVICE void consumeKV(const BwdParams& p, const BackwardSmem<Config>& smem
     const bool rowKept[2] = {groupClass != Tri::False && c.kvRow < p.kv_len,
                              groupClass != Tri::False && c.kvRow + 8 < p.kv_len};
     if (Variant::kHasMask && groupClass == Tri::Unknown)
-      recomputeProbabilities<Variant::kHasMask>(c, batchNow, h, q0, stats, rowKept, keepBits, s, pd);
+      recomputeProbabilities<Variant::kHasMask>(c, batchNow, h, q0, stats, log2Scale, dropScale,
+                                                rowKept, keepBits, s, pd);
     else
-      recomputeProbabilities<false>(c, batchNow, h, q0, stats, rowKept, keepBits, s, pd);
+      recomputeProbabilities<false>(c, batchNow, h, q0, stats, log2Scale, dropScale, rowKept,
+                                    keepBits, s, pd);
     u32 pA[1][C::kSN / 2][4], dsA[1][C::kSN / 2][4];  // P^T and dS^T, packed as A fragments
     if constexpr (Config::kSplit)
-      splitDvDkGemms(c, iteration, qTile, doTile, stats, keepBits, s, dp, pd, pA, dsA, dk, dv);
+      splitDvDkGemms(c, iteration, qTile, doTile, stats, keepBits, dropScale, s, dp, pd, pA, dsA,
+                     dk, dv);
     else
-      dvDkGemms(c, iteration, qTile, doTile, stats, keepBits, s, dp, pd, pA, dsA, dk, dv);
+      dvDkGemms(c, iteration, qTile, doTile, stats, keepBits, dropScale, s, dp, pd, pA, dsA, dk,
+                     dv);
     if constexpr (WriteDQ) {
       // dQ of the previous q tile (issued a tile late so that the consumers need not wait for
       // each other's dS^T: each runs up to a tile ahead of the other), while dK's GEMM runs. The
@@ -138,8 +152,8 @@ ATTNC_DEVICE void consumeKV(const BwdParams& p, const BackwardSmem<Config>& smem
       // issued under a condition: ptxas would serialize them all).
       if (iteration > 0)
         mbarrierWait(smem.dsFull((iteration - 1) & 1), u32((iteration - 1) >> 1) & 1u);
-      issueDqGemm(c, dq, (iteration - 1) & 1, 0);
-      if constexpr (C::kLateDq) issueDqGemm(c, dqLate, (iteration - 1) & 1, 1);
+      issueDqGemm(c, kColumns, dq, (iteration - 1) & 1, 0);
+      if constexpr (C::kLateDq) issueDqGemm(c, kColumns, dqLate, (iteration - 1) & 1, 1);
     }
     if constexpr (C::kLateDq)
       wgmmaWait<1>();  // dV, dK and dQ's first part (the second may still run)
@@ -171,7 +185,7 @@ ATTNC_DEVICE void consumeKV(const BwdParams& p, const BackwardSmem<Config>& smem
         if (iteration > 0) reduceDqFromRegisters(c, dq, batch, previousHead, previousQ0, 0);
 #pragma unroll
         for (int part = 1; part < C::kDqParts; ++part) {
-          issueDqGemm(c, dq, (iteration - 1) & 1, part);
+          issueDqGemm(c, kColumns, dq, (iteration - 1) & 1, part);
           wgmmaWait<0>();
           fenceRegisters(flat(dq));
           if (iteration > 0) reduceDqFromRegisters(c, dq, batch, previousHead, previousQ0, part);
@@ -190,7 +204,8 @@ ATTNC_DEVICE void consumeKV(const BwdParams& p, const BackwardSmem<Config>& smem
     timelineMark(p, group == 0 ? kBwdTimelineLoopEnd : kBwdTimelineLoopEnd1);
     if (group == 0) timelineWrite(p, kBwdTimelineTiles, u32(iteration));
   }
-  if constexpr (WriteDQ) lastTileDq(c, batchNow, iteration, previousHead, previousQ0, dq);
+  if constexpr (WriteDQ)
+    lastTileDq(c, batchNow, kColumns, iteration, previousHead, previousQ0, dq);
   if (marks && group == 0) timelineMark(p, kBwdTimelineDq);
 
   if (!c.groupHasRows) return;

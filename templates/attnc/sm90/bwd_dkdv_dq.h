@@ -16,13 +16,14 @@ namespace sm90 {
 
 // dQ = dS K for this consumer's kDqPartN head-dim columns of part `part` over all the block's
 // keys: A is dS^T of both consumers (buffer `buffer`), read transposed, or with the split this
-// consumer's own copy of the block's dS^T; B the K tile's columns, MN-major.
+// consumer's own copy of the block's dS^T; B the K tile's columns from kColumns
+// (KvConsumer::dqKColumns), MN-major.
 template <class C, class Acc>
-ATTNC_DEVICE void issueDqGemm(const C& c, Acc& acc, int buffer, int part) {
+ATTNC_DEVICE void issueDqGemm(const C& c, u32 kColumns, Acc& acc, int buffer, int part) {
   using Config = typename C::Config;
   // K's descriptors from a laundered base, made again at each call: hoisted out of the loop they
   // stayed live through it and spilled with the ping-pong's barriers.
-  u32 kBase = c.kColumns;
+  u32 kBase = kColumns;
   if constexpr (C::kPingPong) asm volatile("" : "+r"(kBase));
   wgmmaFence();
 #pragma unroll
@@ -104,13 +105,14 @@ ATTNC_DEVICE void reduceDqFromRegisters(const C& c, const float (&dq)[1][C::kDqP
 // dropped). On return every warp's reductions have read the shared dQ tile (with the split, there
 // are none); their writes to dq_accum complete on their own before the grid does.
 template <class C, class Batch>
-ATTNC_DEVICE void lastTileDq(const C& c, const Batch& batchNow, int iteration, int previousHead,
-                             int previousQ0, float (&dq)[1][C::kDqPartN / 8][4]) {
+ATTNC_DEVICE void lastTileDq(const C& c, const Batch& batchNow, u32 kColumns, int iteration,
+                             int previousHead, int previousQ0,
+                             float (&dq)[1][C::kDqPartN / 8][4]) {
   const int last = iteration - 1;
   if (previousHead >= 0) mbarrierWait(c.smem.dsFull(last & 1), u32(last >> 1) & 1u);
 #pragma unroll
   for (int part = 0; part < C::kDqParts; ++part) {
-    issueDqGemm(c, dq, last & 1, part);
+    issueDqGemm(c, kColumns, dq, last & 1, part);
     wgmmaWait<0>();
     fenceRegisters(flat(dq));
     if (previousHead >= 0) {

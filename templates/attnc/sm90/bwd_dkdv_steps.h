@@ -89,13 +89,9 @@ struct KvConsumer {
   // 64-column chunks: bwd_config.h splitColumns): 0 without the split.
   int dkCol0, dvCol0;
   u32 qColumns, doColumns;
-  float log2Scale;
-  u32 dropThreshold;
-  float dropScale;
-  int dqCol0;  // the first of this consumer's dQ columns, and their K tile columns
-  u32 kColumns;
+  int dqCol0;  // the first of this consumer's dQ columns
 
-  // (kTile, vTile and kColumns are shuffled from lane 0, which ptxas takes as warp-uniform: the
+  // (kTile, vTile and dqKColumns() are shuffled from lane 0, which ptxas takes as warp-uniform: the
   // descriptors built from them are then made in uniform registers rather than moved there by
   // R2UR at every wgmma step.)
   ATTNC_DEVICE KvConsumer(const BwdParams& params, const BackwardSmem<Config>& layout, int kv0,
@@ -119,18 +115,17 @@ struct KvConsumer {
         dvCol0(Config::kSplit ? group * kDvN : 0),
         qColumns(u32((dkCol0 / kChunkElements) * kBlockQ * kSwizzleRowBytes)),
         doColumns(u32((dvCol0 / kChunkElements) * kBlockQ * kSwizzleRowBytes)),
-        log2Scale(Variant::kHasScore ? kLog2e : p.scale * kLog2e),
-        dropThreshold(Variant::kHasDropout ? dropoutThreshold(p.dropout_p) : 0u),
-        dropScale(Variant::kHasDropout ? dropoutScale(p.dropout_p) : 1.0f),
-        dqCol0(group * Config::kDqN),
-        kColumns(__shfl_sync(0xffffffffu,
-                             smem.k() + u32((dqCol0 / kChunkElements) * Config::kBlockKV *
-                                                kSwizzleRowBytes +
-                                            (dqCol0 % kChunkElements) * 2),
-                             0)) {}
+        dqCol0(group * Config::kDqN) {}
 
-  // The block's batch while the consumer holds stage `stage` (blockBatch).
-  ATTNC_DEVICE int batch(int stage) const { return blockBatch<kOrdered>(p, smem, stage); }
+  // The K tile's columns of this consumer's dQ, B of its dQ GEMM (issueDqGemm). (Not a member:
+  // the kernel makes it after the accumulators are zeroed, and the machine code depends on it.)
+  ATTNC_DEVICE u32 dqKColumns() const {
+    return __shfl_sync(0xffffffffu,
+                       smem.k() + u32((dqCol0 / kChunkElements) * Config::kBlockKV *
+                                          kSwizzleRowBytes +
+                                      (dqCol0 % kChunkElements) * 2),
+                       0);
+  }
 };
 
 // The dropout decisions (philox.h) of a consumer lane's elements of one q tile: bit
@@ -158,8 +153,8 @@ ATTNC_DEVICE u32 dropoutKeepBits(const BwdParams& p, u32 batchHead, u32 threshol
 // tile's rows of Q (dO), both K-major; with the split, this consumer's half of the q tile's rows
 // (sCol0, an atom boundary).
 template <class C>
-ATTNC_DEVICE void issueScoreGemms(const C& c, float (&s)[1][C::kSN][4], float (&dp)[1][C::kSN][4],
-                                  u32 qTile, u32 doTile) {
+ATTNC_DEVICE void issueScoreGemms(const C& c, float (&s)[1][C::kSN][4],
+                                  float (&dp)[1][C::kSN][4], u32 qTile, u32 doTile) {
   using Config = typename C::Config;
   const u32 sRows = u32(c.sCol0 * kSwizzleRowBytes);
   wgmmaFence();
@@ -192,7 +187,9 @@ ATTNC_DEVICE expr::Tri groupClassOf(const C& c, const Batch& batchNow, expr::Tri
 // q_len need nothing (their LSE is +inf); keys past kv_len are masked per row (rowKept). Masked:
 // the mask hook runs, on tiles it cuts (the caller's warp-uniform choice between two copies).
 template <bool Masked, class C, class Batch>
-ATTNC_DEVICE void recomputeProbabilities(const C& c, const Batch& batchNow, int h, int q0, u32 stats,
+ATTNC_DEVICE void recomputeProbabilities(const C& c, const Batch& batchNow, int h, int q0,
+                                         u32 stats,
+                                         float log2Scale, float dropScale,
                                          const bool (&rowKept)[2], u32 keepBits,
                                          float (&s)[1][C::kSN][4], float (&pd)[1][C::kSN][4]) {
   using Variant = typename C::Variant;
@@ -236,15 +233,16 @@ ATTNC_DEVICE void recomputeProbabilities(const C& c, const Batch& batchNow, int 
           grad = sm80::bwd::scoreWithGrad<Variant>(p, x, b, h, q, kv);
         bool keep = rowKept[r];
         if constexpr (kHasSplit) {
-          if constexpr (Masked) keep = keep & Variant::mask_join(p, b, h, q, kv, maskRow, maskCol[r]);
+          if constexpr (Masked)
+            keep = keep & Variant::mask_join(p, b, h, q, kv, maskRow, maskCol[r]);
         } else if constexpr (Masked) {
           keep = keep & bool(Variant::mask(p, b, h, q, kv));
         }
-        const float prob = exp2Approx(keep ? x * c.log2Scale - lse2 : -kInfinity);
+        const float prob = exp2Approx(keep ? x * log2Scale - lse2 : -kInfinity);
         float dropped = prob;
         if constexpr (Variant::kHasDropout) {
           const int e = (ni * 2 + r) * 2 + j;
-          dropped = (keepBits >> e) & 1u ? prob * c.dropScale : 0.0f;
+          dropped = (keepBits >> e) & 1u ? prob * dropScale : 0.0f;
         }
         pd[0][ni][2 * r + j] = dropped;
         x = prob * grad;
@@ -255,8 +253,8 @@ ATTNC_DEVICE void recomputeProbabilities(const C& c, const Batch& batchNow, int 
 // dS^T = P score' (dP^T dropped and rescaled - delta), into dp: the A operand of dK += dS^T Q
 // (and, through shared memory, of dQ = dS K).
 template <class C>
-ATTNC_DEVICE void dsFromDp(const C& c, u32 stats, u32 keepBits, const float (&s)[1][C::kSN][4],
-                           float (&dp)[1][C::kSN][4]) {
+ATTNC_DEVICE void dsFromDp(const C& c, u32 stats, u32 keepBits, float dropScale,
+                           const float (&s)[1][C::kSN][4], float (&dp)[1][C::kSN][4]) {
 #pragma unroll
   for (int ni = 0; ni < C::kSN; ++ni)
 #pragma unroll
@@ -268,7 +266,7 @@ ATTNC_DEVICE void dsFromDp(const C& c, u32 stats, u32 keepBits, const float (&s)
         float d = dp[0][ni][2 * r + j];
         if constexpr (C::Variant::kHasDropout) {
           const int e = (ni * 2 + r) * 2 + j;
-          d = (keepBits >> e) & 1u ? d * c.dropScale : 0.0f;
+          d = (keepBits >> e) & 1u ? d * dropScale : 0.0f;
         }
         dp[0][ni][2 * r + j] = s[0][ni][2 * r + j] * (d - delta);
       }
@@ -291,7 +289,7 @@ ATTNC_DEVICE u32 dsFragmentOffset(const C& c, int kk, int i) {
 // MN-major.
 template <class C>
 ATTNC_DEVICE void splitDvDkGemms(const C& c, int iteration, u32 qTile, u32 doTile, u32 stats,
-                                 u32 keepBits, const float (&s)[1][C::kSN][4],
+                                 u32 keepBits, float dropScale, const float (&s)[1][C::kSN][4],
                                  float (&dp)[1][C::kSN][4], const float (&pd)[1][C::kSN][4],
                                  u32 (&pA)[1][C::kSN / 2][4], u32 (&dsA)[1][C::kSN / 2][4],
                                  float (&dk)[1][C::Config::kDkTiles][4],
@@ -302,7 +300,7 @@ ATTNC_DEVICE void splitDvDkGemms(const C& c, int iteration, u32 qTile, u32 doTil
   wgmmaWait<0>();  // dP^T too
   fenceRegisters(flat(dp));
   sm80::warp::packP<Element>(pA, pd);
-  dsFromDp(c, stats, keepBits, s, dp);
+  dsFromDp(c, stats, keepBits, dropScale, s, dp);
   sm80::warp::packP<Element>(dsA, dp);
   const int buffer = iteration & 1;
   mbarrierWait(smem.dsEmpty(buffer), (u32(iteration >> 1) & 1u) ^ 1u);
@@ -337,7 +335,7 @@ ATTNC_DEVICE void splitDvDkGemms(const C& c, int iteration, u32 qTile, u32 doTil
 // buffer iteration % 2, once every consumer's dQ GEMM of two tiles ago is done with it.
 template <class C>
 ATTNC_DEVICE void dvDkGemms(const C& c, int iteration, u32 qTile, u32 doTile, u32 stats,
-                            u32 keepBits, const float (&s)[1][C::kSN][4],
+                            u32 keepBits, float dropScale, const float (&s)[1][C::kSN][4],
                             float (&dp)[1][C::kSN][4], const float (&pd)[1][C::kSN][4],
                             u32 (&pA)[1][C::kSN / 2][4], u32 (&dsA)[1][C::kSN / 2][4],
                             float (&dk)[1][C::Config::kDkTiles][4],
@@ -350,7 +348,7 @@ ATTNC_DEVICE void dvDkGemms(const C& c, int iteration, u32 qTile, u32 doTile, u3
 
   wgmmaWait<1>();  // dP^T is done; dV's GEMM may still run
   fenceRegisters(flat(dp));
-  dsFromDp(c, stats, keepBits, s, dp);
+  dsFromDp(c, stats, keepBits, dropScale, s, dp);
   sm80::warp::packP<Element>(dsA, dp);
   if constexpr (C::kWriteDQ) {
     const int buffer = iteration & 1;

@@ -83,14 +83,16 @@ ATTNC_DEVICE void storeDkDv(const C& c, int kv0, int groupThread,
   const int group = c.group, groupKv = c.groupKv;
   const BlockCoord end = kvBlockCoord<C::kOrdered, C::kOrdered>(p);
   const int b = end.b, hKv = end.h;
-  Element* dkRows = static_cast<Element*>(p.dk) + b * p.dk_stride_b + hKv * p.dk_stride_h + c.dkCol0;
-  Element* dvRows = static_cast<Element*>(p.dv) + b * p.dv_stride_b + hKv * p.dv_stride_h + c.dvCol0;
+  Element* dkRows =
+      static_cast<Element*>(p.dk) + b * p.dk_stride_b + hKv * p.dk_stride_h + c.dkCol0;
+  Element* dvRows =
+      static_cast<Element*>(p.dv) + b * p.dv_stride_b + hKv * p.dv_stride_h + c.dvCol0;
   if constexpr (StagedRowsFit<Config>::value || QStagedRowsFit<Config>::value) {
     // Through shared memory, so that the global stores are whole rows: the consumer's dQ tile, free
     // once every warp's dQ reductions have read it; with the split or a separate dQ (no dQ tile),
     // the Q tile of the stage with the consumer's index, once neither consumer reads any stage
     // (the split's share the 64 kv rows, so both are here; without the split the second consumer
-    // has returned above if none of its rows is in the sequence: its GEMMs' results are dropped,
+    // does not come here if none of its rows is in the sequence: its GEMMs' results are dropped,
     // so the first one need not wait for them).
     constexpr bool kThroughQ = QStagedRowsFit<Config>::value;
     const int storers = Config::kSplit || kv0 + 64 < p.kv_len ? 128 * Config::kConsumers : 128;

@@ -122,13 +122,6 @@ ATTNC_DEVICE BlockCoord kvBlockCoord(const BwdParams& p) {
     return orderedBlock(p.heads_kv, p.batch);
 }
 
-// The block's batch where a consumer holding stage `stage` needs it: on the ordered grid from the
-// stage's schedule slot (computed from the block index, kept copies spilled), else the block index.
-template <bool Ordered, class Config>
-ATTNC_DEVICE int blockBatch(const BwdParams& p, const BackwardSmem<Config>& smem, int stage) {
-  return Ordered ? smem.scheduledBatch(stage) : kvBlockCoord<false>(p).b;
-}
-
 // The dQ kernel's: [Q: 2 x 64 rows][dO: 2 x 64 rows][K_0 V_0][K_1 V_1]...[mbarriers, slots].
 template <class Config>
 struct DqSmem {
