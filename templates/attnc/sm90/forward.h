@@ -39,35 +39,16 @@
 #include "attnc/sm80/gemm.h"
 #include "attnc/sm80/mma.h"
 #include "attnc/sm80/softmax.h"
-#include "attnc/sm90/async.h"
+#include "attnc/sm90/barrier.h"
 #include "attnc/sm90/config.h"
+#include "attnc/sm90/smem.h"
 #include "attnc/sm90/timeline.h"
+#include "attnc/sm90/tma.h"
+#include "attnc/sm90/warpgroup.h"
 #include "attnc/sm90/wgmma.h"
 
 namespace attnc {
 namespace sm90 {
-
-// The first 1024-byte aligned address of the dynamic shared memory: 128-byte-swizzled TMA boxes
-// and wgmma operands start on swizzle atoms (wgmma.h).
-ATTNC_DEVICE u32 swizzleAlignedBase(unsigned char* raw) {
-  return (sm80::smemAddress(raw) + u32(kSwizzleAtomBytes - 1)) & ~u32(kSwizzleAtomBytes - 1);
-}
-
-// A ring of schedule slots, one a stage from `base`: the kv tile the stage holds (-1: the stream
-// has ended) and its class. The forward's and the dQ kernel's producers publish, their consumers
-// read while they hold the stage.
-struct KvTileSlots {
-  u32 base;
-  ATTNC_DEVICE u32 slot(int stage) const { return base + u32(8 * stage); }
-  ATTNC_DEVICE void publish(int stage, int tile, expr::Tri cls) const {
-    sm80::storeShared32(slot(stage), u32(tile));
-    sm80::storeShared32(slot(stage) + 4, u32(cls));
-  }
-  ATTNC_DEVICE int scheduledTile(int stage) const { return int(loadShared32(slot(stage))); }
-  ATTNC_DEVICE expr::Tri scheduledClass(int stage) const {
-    return expr::Tri(loadShared32(slot(stage) + 4));
-  }
-};
 
 template <class Config>
 struct ForwardSmem {
@@ -97,17 +78,6 @@ struct ForwardSmem {
   ATTNC_DEVICE int scheduledTile(int stage) const { return slots().scheduledTile(stage); }
   ATTNC_DEVICE expr::Tri scheduledClass(int stage) const { return slots().scheduledClass(stage); }
 };
-
-// One K or V tile: its 64-column chunks, each a TMA box of BlockKV rows from key kv0, announced to
-// and completing on `bar`.
-template <int Chunks, int BlockKV>
-ATTNC_DEVICE void tmaLoadTile(u32 dst, const TensorMap* map, u32 bar, u32 bytes, int kv0, int h,
-                              int b) {
-  mbarrierArriveExpectTx(bar, bytes);
-#pragma unroll
-  for (int c = 0; c < Chunks; ++c)
-    tmaLoad4d(dst + u32(c * BlockKV * kSwizzleRowBytes), map, bar, c * kChunkElements, kv0, h, b);
-}
 
 // The block's mbarriers (one thread, before the block's first barrier sync).
 template <class Config>
@@ -255,20 +225,6 @@ ATTNC_DEVICE void produceStarted(const FwdParamsTma& pt, const ForwardSmem<Confi
   produceFrom<Config, Variant>(pt, smem, tiles, 1, tile, cursor.lastTile, tileClass, b, hKv);
 }
 
-// The consumers' ping-pong turns (forward()'s loop): warpgroup g waits on named barrier 1 + g
-// for its turn and then passes it on to the next one (barriers hold 2 warpgroups).
-template <class Config>
-struct Turns {
-  int group;
-  ATTNC_DEVICE void take() const {
-    if constexpr (Config::kConsumers > 1) namedBarrierSync(1 + group, 256);
-  }
-  ATTNC_DEVICE void pass() const {
-    if constexpr (Config::kConsumers > 1)
-      namedBarrierArrive(1 + (group + 1) % Config::kConsumers, 256);
-  }
-};
-
 // A consumer warpgroup that computes nothing more keeps the block's protocol from stream position
 // `iteration` on, whose K it has waited for (`tile`, -1 at the end of the stream): for each tile
 // it takes and passes the turn the tile's GEMMs would take and releases the stage's K and V (V
@@ -313,11 +269,6 @@ ATTNC_DEVICE void idleConsumer(const ForwardSmem<Config>& smem, int group) {
 // 0 are padding of an end-aligned first tile, block_order.h).
 ATTNC_DEVICE bool rowsInSequence(int firstRow, int qLen) {
   return unsigned(firstRow + 63) < unsigned(qLen + 63);
-}
-
-template <int A, int B, int C>
-ATTNC_DEVICE float (&flat(float (&x)[A][B][C]))[A * B * C] {
-  return reinterpret_cast<float(&)[A * B * C]>(x);
 }
 
 template <class Config, class Variant>

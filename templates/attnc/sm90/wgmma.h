@@ -151,5 +151,11 @@ ATTNC_DEVICE void fenceRegisters(float (&r)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
+// An accumulator array [A][B][C] as the flat array the GEMMs and fenceRegisters take.
+template <int A, int B, int C>
+ATTNC_DEVICE float (&flat(float (&x)[A][B][C]))[A * B * C] {
+  return reinterpret_cast<float(&)[A * B * C]>(x);
+}
+
 }  // namespace sm90
 }  // namespace attnc
