@@ -39,14 +39,17 @@
 #include "attnc/common/types.h"
 #include "attnc/sm80/copy.h"
 #include "attnc/sm80/mma.h"
-#include "attnc/sm90/async.h"
+#include "attnc/sm90/barrier.h"
 #include "attnc/sm90/bwd_config.h"
 #include "attnc/sm90/bwd_dkdv_dq.h"
 #include "attnc/sm90/bwd_dkdv_steps.h"
 #include "attnc/sm90/bwd_epilogue.h"
 #include "attnc/sm90/bwd_producer.h"
 #include "attnc/sm90/bwd_smem.h"
+#include "attnc/sm90/smem.h"
 #include "attnc/sm90/timeline.h"
+#include "attnc/sm90/tma.h"
+#include "attnc/sm90/warpgroup.h"
 #include "attnc/sm90/wgmma.h"
 
 namespace attnc {

@@ -6,9 +6,12 @@
 
 #include "attnc/common/params.h"
 #include "attnc/common/types.h"
-#include "attnc/sm90/async.h"
+#include "attnc/sm90/barrier.h"
 #include "attnc/sm90/bwd_config.h"
 #include "attnc/sm90/bwd_dkdv_steps.h"
+#include "attnc/sm90/smem.h"
+#include "attnc/sm90/tma.h"
+#include "attnc/sm90/warpgroup.h"
 #include "attnc/sm90/wgmma.h"
 
 namespace attnc {

@@ -12,9 +12,12 @@
 #include "attnc/sm80/backward.h"
 #include "attnc/sm80/copy.h"
 #include "attnc/sm80/mma.h"
-#include "attnc/sm90/async.h"
+#include "attnc/sm90/barrier.h"
 #include "attnc/sm90/bwd_config.h"
 #include "attnc/sm90/bwd_smem.h"
+#include "attnc/sm90/smem.h"
+#include "attnc/sm90/tma.h"
+#include "attnc/sm90/warpgroup.h"
 #include "attnc/sm90/wgmma.h"
 
 namespace attnc {

@@ -13,7 +13,7 @@
 //                          (score hook and its derivative, mask, dropout on dP)
 //      dQ += dS K          wgmma, dS from registers, K MN-major from shared memory
 //    dQ_j is issued together with S_{j+1} and dP_{j+1}, the probabilities of tile j + 1 are
-//    computed while its dP GEMM still runs, and the two consumers take turns issuing (forward.h
+//    computed while its dP GEMM still runs, and the two consumers take turns issuing (warpgroup.h
 //    Turns), so that one's elementwise step runs under the other's GEMMs.
 //
 // With the dK/dV kernel's `_kv_nodq` entry (bwd_dkdv.h with WriteDQ false) this makes the
@@ -32,11 +32,14 @@
 #include "attnc/sm80/backward.h"
 #include "attnc/sm80/copy.h"
 #include "attnc/sm80/mma.h"
-#include "attnc/sm90/async.h"
+#include "attnc/sm90/barrier.h"
 #include "attnc/sm90/bwd_config.h"
 #include "attnc/sm90/bwd_epilogue.h"
 #include "attnc/sm90/bwd_producer.h"
 #include "attnc/sm90/bwd_smem.h"
+#include "attnc/sm90/smem.h"
+#include "attnc/sm90/tma.h"
+#include "attnc/sm90/warpgroup.h"
 #include "attnc/sm90/wgmma.h"
 
 namespace attnc {

@@ -9,9 +9,12 @@
 #include "attnc/common/types.h"
 #include "attnc/sm80/backward.h"
 #include "attnc/sm80/copy.h"
-#include "attnc/sm90/async.h"
+#include "attnc/sm90/barrier.h"
 #include "attnc/sm90/bwd_smem.h"
+#include "attnc/sm90/smem.h"
 #include "attnc/sm90/timeline.h"
+#include "attnc/sm90/tma.h"
+#include "attnc/sm90/warpgroup.h"
 #include "attnc/sm90/wgmma.h"
 
 namespace attnc {

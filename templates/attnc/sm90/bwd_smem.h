@@ -8,10 +8,12 @@
 #include "attnc/common/params.h"
 #include "attnc/common/types.h"
 #include "attnc/sm80/copy.h"
-#include "attnc/sm90/async.h"
+#include "attnc/sm90/barrier.h"
 #include "attnc/sm90/bwd_config.h"
-#include "attnc/sm90/forward.h"
+#include "attnc/sm90/smem.h"
 #include "attnc/sm90/timeline.h"
+#include "attnc/sm90/tma.h"
+#include "attnc/sm90/warpgroup.h"
 #include "attnc/sm90/wgmma.h"
 
 namespace attnc {
@@ -141,7 +143,7 @@ struct DqSmem {
   ATTNC_DEVICE u32 qFull() const { return barrier(0); }
   ATTNC_DEVICE u32 full(int stage) const { return barrier(1 + stage); }
   ATTNC_DEVICE u32 empty(int stage) const { return barrier(1 + Config::kStages + stage); }
-  // Each stage's schedule slot (forward.h KvTileSlots).
+  // Each stage's schedule slot (smem.h KvTileSlots).
   ATTNC_DEVICE KvTileSlots slots() const { return {barrier(1 + 2 * Config::kStages)}; }
 };
 
