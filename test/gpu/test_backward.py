@@ -40,7 +40,7 @@ def plan(subset):
                 # the dQ kernel (hd192)
                 ("document_causal", 256, "bf16", [(129, 300)], 1),
                 ("document_causal", 192, "bf16", [(300, 129)], 1),
-                # the sm_90a dQ kernel (bwd_q.h) with a score hook and with dropout
+                # the sm_90a dQ kernel (bwd_dq.h) with a score hook and with dropout
                 ("softcap", 256, "bf16", [(300, 129)], 1),
                 ("dropout0.1", 128, "bf16", [(129, 300)], 1),
                 # the dK/dV kernel without dQ (bwd_config.h SeparateDq), its last kv block's

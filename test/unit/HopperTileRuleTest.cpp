@@ -220,7 +220,7 @@ static_assert(attnc::sm90::FwdConfig<attnc::bf16, 256, 256, 2, 64, 2>::kSmemByte
 
 }  // namespace
 
-// The sm_90a dQ kernel (bwd_q.h) comes with the wgmma dK/dV kernel: its kv tile the largest of 128,
+// The sm_90a dQ kernel (bwd_dq.h) comes with the wgmma dK/dV kernel: its kv tile the largest of 128,
 // 64 and 32 keys within the register model, as many stages as fit (up to 4), and it replaces the
 // dK/dV kernel's dQ in the default backward exactly where the head-dim split serves; a mask that
 // reads declared inputs keeps the sm80 dQ kernel and the dK/dV kernel's dQ.
@@ -579,7 +579,7 @@ TEST(HopperTileRule, TiledDqLayoutIsAPermutationInsideTheWorkspace) {
   checkTiledDqLayout<256, true>();
 }
 
-// The staged dK/dV store (sm90/backward.h storeRowsStaged): every (row, chunk) of the 64 rows gets
+// The staged dK/dV store (sm90/bwd_epilogue.h storeRowsStaged): every (row, chunk) of the 64 rows gets
 // its own 16 bytes inside the rows' span, and where a row is a multiple of 8 chunks the 8 rows one
 // store instruction writes (one chunk each, rows r0 .. r0 + 7 of a lane quad's group) land in 8
 // distinct 16-byte bank groups (shared memory's 32 banks are 8 groups of 16 bytes).

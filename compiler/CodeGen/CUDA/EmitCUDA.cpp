@@ -258,7 +258,7 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
   StringAttr kvKernel = backward ? backward.getTilesAttr().getAs<StringAttr>("kv_kernel") : nullptr;
   const bool hopperBackward = kvKernel && kvKernel.getValue() == "sm90";
   if (backward)
-    os << (hopperBackward ? "#include \"attnc/sm90/bwd_q.h\"\n"
+    os << (hopperBackward ? "#include \"attnc/sm90/backward.h\"\n"
                           : "#include \"attnc/sm80/backward.h\"\n");
   const std::vector<std::pair<int, bool>> summarized = summarizedInputs(op);
   if (!summarized.empty())

@@ -1,6 +1,6 @@
-// Compile-time shape of the sm_90a backward dK/dV kernel (backward.h): one producer warpgroup that
+// Compile-time shape of the sm_90a backward dK/dV kernel (bwd_dkdv.h): one producer warpgroup that
 // issues the TMA copies and `Consumers` warpgroups of 64 kv rows each that run the five wgmma
-// GEMMs, and of the dQ kernel (bwd_q.h, DqConfig below). The delta and dQ-conversion kernels are
+// GEMMs, and of the dQ kernel (bwd_dq.h, DqConfig below). The delta and dQ-conversion kernels are
 // the sm80 ones.
 // attn-derive-backward derives the same numbers (TileRule.cpp calls bwdSmemBytes()) and the
 // generated code static_asserts that they agree.
@@ -36,14 +36,11 @@ ATTNC_HD constexpr int dqColumns(int headDim, int consumers) {
 // share (above 64 columns its dqColumns() share, as for dQ). Each computes S^T, dP^T and dS^T for
 // half of the q tile's columns (wgmma N = 32), and both halves of P^T and dS^T meet in shared
 // memory, where both consumers' dV, dK and dQ GEMMs read them (each consumer waits for the
-// other's half every q tile). Until
-// 2026-12-03 each consumer computed S^T and dP^T in full (7 GEMMs' work for 5, no waiting);
-// halving them measured hd256 full +9.6%, causal +5.1%, hd192 causal +5.9% on the H200
-// (docs/perf/H200-backward.md). A share is whole
-// 64-column chunks of the tiles: a head dim of an odd number of chunks (129-192) is padded with
-// one more chunk in shared memory, which TMA never writes and the kernel zeroes once
-// (backward.h zeroPaddingChunks), so the last consumer's dK, dV and dQ GEMMs also run over zero
-// columns, whose results are never stored (splitChunks).
+// other's half every q tile: faster than both computing them whole, docs/design/sm90-backward.md).
+// A share is whole 64-column chunks of the tiles: a head dim of an odd number of chunks (129-192)
+// is padded with one more chunk in shared memory, which TMA never writes and the kernel zeroes
+// once (bwd_smem.h zeroPaddingChunks), so the last consumer's dK, dV and dQ GEMMs also run over
+// zero columns, whose results are never stored (splitChunks).
 ATTNC_HD constexpr int bwdKvRows(int consumers, bool split) { return split ? 64 : 64 * consumers; }
 // The 64-column chunks of a K, V, Q or dO tile in shared memory: with the split, padded to a
 // multiple of the consumers.
@@ -64,7 +61,7 @@ ATTNC_HD constexpr int bwdColumns(int headDim, int consumers, bool split) {
 // The 64-column chunks of the K and Q tiles: the head dim's (splitChunks with the split); without
 // the split, also room for both consumers' dQ columns, which are whole chunks above 64 columns
 // (dqColumns): head dims 129-192 give each consumer 128 dQ columns over a K tile of three chunks,
-// so the tile gets a fourth, which TMA never writes and the kernel zeroes once (backward.h
+// so the tile gets a fourth, which TMA never writes and the kernel zeroes once (bwd_smem.h
 // zeroPaddingChunks), as the split's. Not with a separate dQ (SeparateDq below: the kernel
 // computes no dQ).
 ATTNC_HD constexpr int keyTileChunks(int headDim, int consumers, bool split,
@@ -103,7 +100,7 @@ ATTNC_HD constexpr int bwdSmemBytes(int headDim, int headDimV, int consumers, in
 // each, and the packed dS^T) and the dQ step (its 64 x dqColumns / 128 accumulators and the packed
 // dS^T that dK's GEMM still reads).
 // With the split, S^T and dP^T are 64 x 32 (half the q tile), P^T and dS^T leave through shared
-// memory, and the dQ step holds both parts of the consumer's columns (backward.h kLateDq).
+// memory, and the dQ step holds both parts of the consumer's columns (bwd_dkdv_steps.h kLateDq).
 ATTNC_HD constexpr int bwdConsumerRegisters(int headDim, int headDimV, bool split = false) {
   return (bwdColumns(headDim, kBwdConsumers, split) + bwdColumns(headDimV, kBwdConsumers, split)) / 2 +
          (split ? maxOf(kBwdBlockQ / 2 + kBwdBlockQ / 4, dqColumns(headDim, kBwdConsumers) / 2)
@@ -111,20 +108,16 @@ ATTNC_HD constexpr int bwdConsumerRegisters(int headDim, int headDimV, bool spli
                         dqColumns(headDim, kBwdConsumers) / 2 + kBwdBlockQ / 4));
 }
 
-// Whether the dK/dV kernel's two consumers take turns issuing their GEMMs (ping-pong, backward.h),
-// so that one's elementwise steps run under the other's GEMMs. Measured on the H200 (A/B,
-// 2026-12-01, docs/perf/H200.md): hd128 causal N=4K +10%, full N=4K +6%, window and prefix-LM
-// +2-3%, hd64 causal +2.5%; but document -3%, dropout -3%, softcap -2% and ALiBi -0.6% (and 474 ->
-// 458 TFLOP/s across runs), whose elementwise steps (the mask's input reads, Philox, the score
-// hook and its derivative) outweigh the GEMMs, so the turns only delay them. Not with the head-dim
-// split, whose consumers wait for each other's half of P^T and dS^T every q tile (and with turns
-// it had spilled 4 bytes at hd256, when both computed the whole S^T and dP^T).
-// `attnc explain --backward` prints the choice.
+// Whether the dK/dV kernel's two consumers take turns issuing their GEMMs (ping-pong, bwd_dkdv.h),
+// so that one's elementwise steps run under the other's GEMMs: not where the elementwise steps
+// (the mask's input reads, Philox, the score hook and its derivative) outweigh the GEMMs, which
+// the turns only delay, nor with the head-dim split, whose consumers already wait for each other
+// every q tile (docs/design/sm90-backward.md). `attnc explain --backward` prints the choice.
 ATTNC_HD constexpr bool bwdPingPong(bool split, bool dropout, bool maskReadsInputs, bool scoreHook) {
   return !split && !dropout && !maskReadsInputs && !scoreHook;
 }
 
-// The head-dim split's dQ reduction (backward.h): in an n8 tile of the m16n8 accumulator layout,
+// The head-dim split's dQ reduction (bwd_dkdv_dq.h): in an n8 tile of the m16n8 accumulator layout,
 // lanes l and l ^ 1 hold columns c, c + 1 and c + 2, c + 3 of rows R and R + 8 (elements 0, 1 of
 // row R, 2, 3 of row R + 8). Each sends the other its elements sent(l), sent(l) + 1 and adds four
 // consecutive floats of one row: the even lane row R's (its own 0, 1, then the pair received), the
@@ -143,7 +136,7 @@ struct DqPairReduction {
 // accumulators fit (the tile rule checks bwdConsumerRegisters). Stages: Q/dO tiles in flight.
 // Split: the consumers share their kv rows and split dK's and dV's columns (bwdKvRows).
 // SeparateDq (not with Split, whose layout has no dQ tile anyway): the kernel is only ever the
-// `_kv_nodq` entry, dQ coming from the dQ kernel (bwd_q.h), so the layout has neither the fp32 dQ
+// `_kv_nodq` entry, dQ coming from the dQ kernel (bwd_dq.h), so the layout has neither the fp32 dQ
 // tiles nor K and Q chunks for dQ's columns: head dims 129-192 beside a narrow d_v fit with it and
 // not without (attn-derive-backward; dK and dV then go out through the stages' Q tiles, as the
 // split's do).
@@ -176,7 +169,7 @@ struct BwdConfig {
   // keyTileChunks, splitChunks)
   static constexpr int kKChunks = keyTileChunks(HeadDim, Consumers, Split, SeparateDq);
   static constexpr int kVChunks = splitChunks(HeadDimV, Consumers, Split);
-  // the chunks TMA loads (the rest of a padded tile is zeroed once, backward.h)
+  // the chunks TMA loads (the rest of a padded tile is zeroed once, bwd_smem.h)
   static constexpr int kKLoadChunks = ceilDiv(HeadDim, 64);
   static constexpr int kVLoadChunks = ceilDiv(HeadDimV, 64);
   static constexpr int kKBytes = kBlockKV * kKChunks * 128;
@@ -219,7 +212,7 @@ struct BwdConfig {
                 "a consumer's share of the head dims is whole 64-column chunks");
 };
 
-// The sm_90a dQ kernel (bwd_q.h): two consumer warpgroups of 64 query rows each stream K/V tiles
+// The sm_90a dQ kernel (bwd_dq.h): two consumer warpgroups of 64 query rows each stream K/V tiles
 // of dqKernelBlockKV() keys and keep dQ in registers. A consumer thread's registers, as modelled:
 // dQ (64 x head_dim fp32 over 128 threads), S and dP (64 x B_c each) and the packed dS (B_c / 4);
 // the kv tile is the largest of 128, 64 and 32 keys whose model stays within kDqKernelLive, which
@@ -244,26 +237,18 @@ ATTNC_HD constexpr int dqKernelSmemBytes(int headDim, int headDimV, int blockKV,
          stages * blockKV * (ceilDiv(headDim, 64) + ceilDiv(headDimV, 64)) * 128 +
          8 * (1 + 2 * stages) + 8 * stages;
 }
-// Whether the default backward takes the dK/dV kernel without dQ and the dQ kernel (bwd_q.h)
+// Whether the default backward takes the dK/dV kernel without dQ and the dQ kernel (bwd_dq.h)
 // instead of the dK/dV kernel's own dQ: with the head-dim split, whose dQ reductions (64 x
-// head_dim floats into dq_accum per 64 kv rows and q tile) hold the kernel back (the tensor pipe
-// at 30% of cycles, hd256 full N=4K, ncu). Measured on the H200, 2026-12-03: docs/perf/H200-backward.md.
-// Under masks that read declared inputs too, where the dQ kernel takes them (the rule checks
-// dqKernelTakesInputMask first): document x8 N = 8K 1.09-1.27x the split's own dQ at (160, 160)
-// to (256, 64) once the dQ kernel's producer read precomputed classes (2026-12-04; while it
-// walked the inputs' summaries itself, hd192 ran 0.85x and the split kept its own dQ there).
+// head_dim floats into dq_accum per 64 kv rows and q tile) hold the kernel back, also under masks
+// that read declared inputs where the dQ kernel takes them (the rule checks
+// dqKernelTakesInputMask first). Measurements: docs/design/sm90-backward.md.
 ATTNC_HD constexpr bool separateDqKernel(bool split) { return split; }
 
 // Whether the dQ kernel serves a mask that reads declared inputs. Its producer reads the launch's
 // classes of its kv tiles (`_bwd_q_tile_classes`) within its usual registers, but its consumers
-// also hold the mask's reads of the inputs per element, which beside dQ's accumulators spilled at
-// the widest pairs, by how much depending on the mask (bf16, B_c = 32, CUDA 13.0, 2026-12-04):
-// 4 head_dim + head_dim_v = 1152 spilled a key-range mask of three loads (`grp[b, q] == grp[b, k]
-// && k <= lim[b, q] && k > q - 300`, (224, 256): 8 bytes), 1184 a per-head document mask ((240,
-// 224), (232, 256): 8), a weight mask ((232, 256): 4) and the document mask ((240, 232): 4; at
-// 1280, (256, 256): 44); at 1120 none of them ((216, 256), (224, 224), (232, 192), (240, 160),
-// (248, 128), (256, 96)), nor the document mask at 32 more pairs of head dims 136-256 beside d_v
-// 8 and the widest d_v within 1184. Heavier masks may still spill there (slower, not wrong).
+// also hold the mask's reads of the inputs per element, which beside dQ's accumulators spill at
+// the widest pairs: 4 head_dim + head_dim_v <= 1120 is where none of the masks tried spilled
+// (docs/design/sm90-backward.md); heavier masks may still spill there (slower, not wrong).
 ATTNC_HD constexpr bool dqKernelTakesInputMask(int headDim, int headDimV) {
   return 4 * headDim + headDimV <= 1120;
 }
@@ -315,7 +300,7 @@ struct DqConfig {
   static_assert(Stages >= 2, "one K/V tile loading while another is read");
 };
 
-// The layout in which backward.h's storeRowsStaged puts 64 rows of a consumer's dK or dV (Chunks
+// The layout in which bwd_epilogue.h storeRowsStaged puts 64 rows of a consumer's dK or dV (Chunks
 // 16-byte chunks a row: its n8 tiles) into shared memory before copying them out as whole rows:
 // row after row, chunk c of row r at c ^ (r & swizzle), the swizzle the largest of 7, 3 and 1
 // whose group of 8, 4 or 2 chunks divides Chunks (so a chunk stays inside its row). A store
