@@ -16,17 +16,17 @@
 // with c = log2 e (hook) or scale * log2 e (no hook), P = 0 where masked or where LSE = -inf.
 #pragma once
 
+#include "attnc/common/copy.h"
+#include "attnc/common/epilogue.h"
 #include "attnc/common/expr.h"
+#include "attnc/common/gemm.h"
 #include "attnc/common/kv_tiles.h"
+#include "attnc/common/layout.h"
+#include "attnc/common/mma.h"
 #include "attnc/common/params.h"
 #include "attnc/common/philox.h"
 #include "attnc/common/types.h"
 #include "attnc/sm80/bwd_config.h"
-#include "attnc/sm80/copy.h"
-#include "attnc/sm80/epilogue.h"
-#include "attnc/sm80/gemm.h"
-#include "attnc/sm80/layout.h"
-#include "attnc/sm80/mma.h"
 
 namespace attnc {
 namespace sm80 {

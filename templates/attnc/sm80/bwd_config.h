@@ -13,8 +13,8 @@
 //   backwardPreprocess, backwardConvertDQ: no shared memory.
 #pragma once
 
+#include "attnc/common/layout.h"
 #include "attnc/common/types.h"
-#include "attnc/sm80/layout.h"
 
 namespace attnc {
 namespace sm80 {

@@ -3,8 +3,8 @@
 // Generated code picks the template arguments; everything else follows from them here.
 #pragma once
 
+#include "attnc/common/layout.h"
 #include "attnc/common/types.h"
-#include "attnc/sm80/layout.h"
 
 namespace attnc {
 namespace sm80 {

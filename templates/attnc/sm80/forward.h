@@ -11,17 +11,17 @@
 // and the softmax run, K_{j+1} loads while P V_j runs.
 #pragma once
 
+#include "attnc/common/copy.h"
+#include "attnc/common/epilogue.h"
 #include "attnc/common/expr.h"
 #include "attnc/common/kv_tiles.h"
+#include "attnc/common/layout.h"
+#include "attnc/common/mma.h"
 #include "attnc/common/params.h"
 #include "attnc/common/philox.h"
+#include "attnc/common/softmax.h"
 #include "attnc/common/types.h"
 #include "attnc/sm80/config.h"
-#include "attnc/sm80/copy.h"
-#include "attnc/sm80/epilogue.h"
-#include "attnc/sm80/layout.h"
-#include "attnc/sm80/mma.h"
-#include "attnc/sm80/softmax.h"
 
 namespace attnc {
 namespace sm80 {

@@ -13,9 +13,9 @@
 // Each B load covers two adjacent n8 tiles, so NTiles is even; callers pad head dims to 16.
 #pragma once
 
+#include "attnc/common/layout.h"
+#include "attnc/common/mma.h"
 #include "attnc/common/types.h"
-#include "attnc/sm80/layout.h"
-#include "attnc/sm80/mma.h"
 
 namespace attnc {
 namespace sm80 {

@@ -12,8 +12,8 @@
 // the accumulators of S, packed to 16 bits, are the A operand of P V without a trip to shared memory.
 #pragma once
 
+#include "attnc/common/layout.h"
 #include "attnc/common/types.h"
-#include "attnc/sm80/layout.h"
 
 namespace attnc {
 namespace sm80 {
