@@ -36,6 +36,7 @@
 #pragma once
 
 #include "attnc/common/block_order.h"
+#include "attnc/common/bwd_steps.h"
 #include "attnc/common/copy.h"
 #include "attnc/common/expr.h"
 #include "attnc/common/gemm.h"
@@ -44,7 +45,6 @@
 #include "attnc/common/params.h"
 #include "attnc/common/philox.h"
 #include "attnc/common/types.h"
-#include "attnc/sm80/backward.h"
 #include "attnc/sm90/async.h"
 #include "attnc/sm90/bwd_config.h"
 #include "attnc/sm90/forward.h"
