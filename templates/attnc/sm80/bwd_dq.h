@@ -6,7 +6,7 @@
 
 #include "attnc/common/bwd_steps.h"
 #include "attnc/common/copy.h"
-#include "attnc/common/epilogue.h"
+#include "attnc/common/dropout.h"
 #include "attnc/common/expr.h"
 #include "attnc/common/gemm.h"
 #include "attnc/common/kv_tiles.h"
