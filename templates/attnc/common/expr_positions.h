@@ -44,7 +44,7 @@ ATTNC_HD float mul(FPos d, float s) { return fmaf(d.off, s, d.base * s); }
 ATTNC_HD float mul(FPos a, FPos b) { return float(a) * float(b); }
 
 // The raw score x and the softmax scale of a score hook, unmultiplied (the sm_90a forward's,
-// sm80/epilogue.h applyScore, and the backward's with their derivatives, sm80/backward.h
+// epilogue.h applyScore, and the backward's with their derivatives, bwd_steps.h
 // hookWithGrad): a hook that first adds to the score, or multiplies or divides it by a
 // factor, folds the scale into that step (ALiBi's score - slope * d is one FFMA, fma(x, scale,
 // -(slope * d)); softcap's score / 30 becomes x * (scale / 30)), where the product would cost a

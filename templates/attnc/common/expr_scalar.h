@@ -30,7 +30,7 @@ ATTNC_HD float mul(float a, float b) { return a * b; }
 ATTNC_HD float div(float a, float b) { return a / b; }
 // Division in score hooks: within 2 ulp (PTX div.full.f32, a reciprocal and a multiply) instead of
 // correctly rounded division, whose range fixups cost the softmax loop about ten instructions per
-// element (softcap ran at 175 TFLOP/s on the H200 with them). The host divides exactly.
+// element. The host divides exactly.
 ATTNC_HD float fast_div(float a, float b) {
 #if defined(__CUDA_ARCH__)
   float r;
@@ -45,11 +45,11 @@ ATTNC_HD float neg(float a) { return -a; }
 ATTNC_HD float min(float a, float b) { return fminf(a, b); }
 ATTNC_HD float max(float a, float b) { return fmaxf(a, b); }
 ATTNC_HD float abs(float a) { return fabsf(a); }
-// tanh on the device as 1 - 2 / (2^(2 a log2 e) + 1) with ex2.approx and rcp.approx: branch-free,
-// five instructions and two registers, absolute error at most 2.4e-7 (measured on the H200 over
-// every float in [-16, 16], test/gpu/tanh_error.py; a score's error is absolute:
-// softcap multiplies it by the cap). tanhf's two range branches made the sm_90a backward spill
-// at hd128. The host calls tanhf.
+// tanh on the device as 1 - 2 / (2^(2 a log2 e) + 1) with ex2.approx and rcp.approx: five
+// instructions and two registers, absolute error at most 2.4e-7 on the H200 over every float in
+// [-16, 16] (test/gpu/tanh_error.py; a score's error is absolute: softcap multiplies it by the
+// cap). Branch-free: tanhf's two range branches spill the sm_90a backward at hd128. The host
+// calls tanhf.
 ATTNC_HD float tanh(float a) {
 #if defined(__CUDA_ARCH__)
   float e, r;
@@ -73,16 +73,13 @@ ATTNC_HD float fast_tanh(float a) {
 #endif
 }
 // tanh in score hooks (EmitCUDA.cpp; masks take tanh above), by the launch's parameters: the
-// forward's (FwdParams) is fast_tanh. With tanh the softmax of a softcapped score spent three MUFU
-// instructions an element (16 lanes a clock an SM), more time than its two GEMMs: fast_tanh ran
-// softcap 30 causal hd128 N = 4K 1.34x and hd256 1.16x faster on the H200 (docs/perf/H200.md,
-// 2026-12-04), and its error, times the cap, is 2.4e-4 in a score at C = 30, against bf16's 2^-9
-// relative rounding of P. The backward's hooks (and their derivatives) keep tanh: with fast_tanh
-// the hd128 dK/dV kernel, which has no register to spare, spilled 16 bytes (ptxas, CUDA 13.0).
-// The backward recomputes P from the forward's LSE, so its scores differ from the forward's by
-// at most the two errors times the cap (2.5e-4 relative in P at C = 30). Three Newton steps for
-// tanh's reciprocal instead of rcp (one MUFU instruction, 12 in all) ran the forward slower
-// (issue slots became the bound).
+// forward's (FwdParams) is fast_tanh, because with tanh the softmax of a softcapped score spends
+// three MUFU instructions an element (16 lanes a clock an SM), more time than its two GEMMs; its
+// error, times the cap, is 2.4e-4 in a score at C = 30, against bf16's 2^-9 relative rounding of
+// P. The backward's hooks (and their derivatives) keep tanh: with fast_tanh the hd128 dK/dV
+// kernel, which has no register to spare, spills. The backward recomputes P from the forward's
+// LSE, so its scores differ from the forward's by at most the two errors times the cap (2.5e-4
+// relative in P at C = 30). Measurements: docs/design/sm80-and-common.md.
 template <class P>
 ATTNC_HD float score_tanh(float a) {
   return tanh(a);
@@ -95,9 +92,8 @@ ATTNC_HD float exp(float a) { return expf(a); }
 ATTNC_HD float exp2(float a) { return exp2f(a); }
 // log on the device as ln 2 * lg2.approx (PTX ISA: absolute error of order 2^-22 in log2 a,
 // subnormal inputs kept; log 0 = -inf, log of a negative is NaN): one MUFU instruction and a
-// multiply. logf's inlined range reduction and special cases, once per score element, doubled
-// the cold compile of a score with a log at B_c = 128 (examples/custom_score.yaml: 0.95 -> 2.2 s on
-// the GPU machine). The host calls logf.
+// multiply: logf's inlined range reduction and special cases, once per score element, double the
+// cold compile of a score with a log. The host calls logf.
 ATTNC_HD float log(float a) {
 #if defined(__CUDA_ARCH__)
   float l;

@@ -146,7 +146,7 @@ ATTNC_DEVICE void forEachKeep(const Params& p, int b, int h, int qRow, int kCol,
 // keys at or past kv_len are always masked (the tail tile). `BranchFree` (the sm_90a forward)
 // takes the per-element choice once for the tile (keepElement); the sm_80 forward keeps it per
 // element, under which each element's loads wait for the previous one's, because at its 255
-// registers the branch-free form spilled (causal_hd128: 8 bytes).
+// registers the branch-free form spills (causal_hd128).
 template <class Variant, bool BranchFree = false, int MTiles, int NTiles, class Params>
 ATTNC_DEVICE void applyMask(float (&s)[MTiles][NTiles][4], const Params& p, int b, int h,
                             int qRow, int kCol, bool perElement) {

@@ -34,8 +34,8 @@ ATTNC_DEVICE T shuffleWords(const T& value, int src) {
 // split (MaskSplitOf) and decided per element, each lane computes the per-key values (mask_col:
 // for a document mask, one read of the input) of keys kTile0 + lane + 32 i only, and the lanes
 // that need a key take its values from the lane that made them with a shuffle. A lane's 2
-// NTiles keys then cost NTiles / 4 reads and 2 NTiles shuffles instead of 2 NTiles reads: the
-// reads were most of a document tile's mask (docs/perf/H200.md, 2026-12-02). Key 8 ni + 2 c + j
+// NTiles keys then cost NTiles / 4 reads and 2 NTiles shuffles instead of 2 NTiles reads, which
+// are most of a document tile's mask. Key 8 ni + 2 c + j
 // (c = lane & 3) is made by lane (8 ni + 2 c + j) mod 32 as its value ni / 4. Otherwise
 // maskKeepBits. The warp must be converged (the tile's class is the same for all its lanes).
 //
@@ -86,8 +86,8 @@ ATTNC_DEVICE u32 spreadPairs(u32 x) {
 // value (kJoinEq), so the warp makes the tile's decisions as 128-key bitmaps a row: the range from
 // two shifts a word, the equality from ballots over the key values (one round per distinct row
 // value among the warp's 16 rows: a document's rows are one or two), then each lane takes its
-// elements' bits (keys kTile0 + 8 ni + 2 (lane & 3) + j). About 230 SASS instructions a thread
-// for a 128-key tile of document's forward against about 500 for the join per element (2026-12-04).
+// elements' bits (keys kTile0 + 8 ni + 2 (lane & 3) + j): fewer than half the instructions of
+// the join per element (docs/design/sm80-and-common.md).
 template <class Variant, int NTiles, class Params>
 ATTNC_DEVICE KeepBits<1, NTiles> keepBitsRanges(const Params& p, int b, int h, int qRow,
                                                 int kTile0, int lane,

@@ -25,7 +25,7 @@ struct FwdConfig {
   static constexpr int kStages = Stages;
   static constexpr int kThreads = 32 * Warps;
 
-  // Per-warp fragments (mma.h): m16 tiles of rows, n8 tiles of S and O, k16 steps.
+  // Per-warp fragments (common/mma.h): m16 tiles of rows, n8 tiles of S and O, k16 steps.
   static constexpr int kWarpRows = BlockQ / Warps;
   static constexpr int kMTiles = kWarpRows / 16;
   static constexpr int kHeadDimPadded = roundUp(HeadDim, 16);  // zero-padded k16 reduction
