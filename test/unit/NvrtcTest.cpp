@@ -255,6 +255,37 @@ extern "C" __global__ void touch(attnc::FwdParams params) {
   EXPECT_GT(result.resources.at("touch").registers, 0);
 }
 
+// The headers of common/ are what both kernel families include: none of them includes a header
+// of one family (sm80/, sm90/).
+TEST(EmbeddedTemplates, CommonHeadersIncludeNoKernelFamily) {
+  int common = 0;
+  for (const EmbeddedFile& file : embeddedTemplates()) {
+    if (file.path.rfind("attnc/common/", 0) != 0)
+      continue;
+    ++common;
+    EXPECT_EQ(file.contents.find("#include \"attnc/sm"), std::string::npos) << file.path;
+  }
+  EXPECT_GT(common, 0);
+}
+
+// Every template header includes what it uses: each compiles as the only include of a unit. PTX
+// only (compute_90a): the front end is what a missing include breaks.
+TEST(EmbeddedTemplates, EveryHeaderCompilesAlone) {
+  Nvrtc* nvrtc = requireNvrtc();
+  ASSERT_NE(nvrtc, nullptr);
+  int headers = 0;
+  for (const EmbeddedFile& file : embeddedTemplates()) {
+    const std::string& path = file.path;
+    if (path.size() < 2 || path.compare(path.size() - 2, 2, ".h") != 0)
+      continue;
+    ++headers;
+    NvrtcResult result = nvrtc->compile("#include \"" + path + "\"\n", "alone.cu",
+                                        embeddedTemplates(), "compute_90a", {});
+    EXPECT_TRUE(result.ok) << path << ":\n" << result.log;
+  }
+  EXPECT_GT(headers, 0);
+}
+
 // Runs only where a driver and a GPU exist (skipped in CI): the NVRTC cubin for the device's own
 // architecture loads and runs through the dlopen-ed driver API.
 TEST(Driver, LaunchesNvrtcCubin) {
