@@ -82,12 +82,14 @@ ATTNC_DEVICE int warp_max(int x) {
 }
 ATTNC_DEVICE float warp_min(float x) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) x = fminf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  for (int offset = 16; offset > 0; offset /= 2)
+    x = fminf(x, __shfl_xor_sync(0xffffffffu, x, offset));
   return x;
 }
 ATTNC_DEVICE float warp_max(float x) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  for (int offset = 16; offset > 0; offset /= 2)
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
   return x;
 }
 ATTNC_DEVICE bool warp_same(int x) { return warp_min(x) == warp_max(x); }
@@ -163,7 +165,8 @@ ATTNC_HD float bits_as(u32 bits, float) { return __builtin_bit_cast(float, bits)
 template <class T>
 ATTNC_HD bool scan_hull(const InputRef& in, IntI b, IntI h, IntI pos, InputExtents e, T& lo, T& hi,
                         bool& nan) {
-  const IndexBox box{clamp_index(b, e.batch), clamp_index(h, e.heads), clamp_index(pos, e.positions)};
+  const IndexBox box{clamp_index(b, e.batch), clamp_index(h, e.heads),
+                     clamp_index(pos, e.positions)};
   const RowPlan row(in, box.pos, e);
   if (i64(box.b.hi - box.b.lo + 1) * (box.h.hi - box.h.lo + 1) * row.items() > kMaxScanItems)
     return false;

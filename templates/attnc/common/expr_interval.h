@@ -91,8 +91,12 @@ ATTNC_HD IntI abs(IntI a) {
   return IntI(0, max(-a.lo, a.hi));
 }
 
-ATTNC_HD Tri cmp_lt(IntI a, IntI b) { return a.hi < b.lo ? Tri::True : (a.lo >= b.hi ? Tri::False : Tri::Unknown); }
-ATTNC_HD Tri cmp_le(IntI a, IntI b) { return a.hi <= b.lo ? Tri::True : (a.lo > b.hi ? Tri::False : Tri::Unknown); }
+ATTNC_HD Tri cmp_lt(IntI a, IntI b) {
+  return a.hi < b.lo ? Tri::True : (a.lo >= b.hi ? Tri::False : Tri::Unknown);
+}
+ATTNC_HD Tri cmp_le(IntI a, IntI b) {
+  return a.hi <= b.lo ? Tri::True : (a.lo > b.hi ? Tri::False : Tri::Unknown);
+}
 ATTNC_HD Tri cmp_gt(IntI a, IntI b) { return cmp_lt(b, a); }
 ATTNC_HD Tri cmp_ge(IntI a, IntI b) { return cmp_le(b, a); }
 ATTNC_HD Tri cmp_eq(IntI a, IntI b) {
@@ -144,8 +148,14 @@ ATTNC_HD FltI abs(FltI a) {
 }
 // Monotone non-decreasing functions map bounds to bounds.
 ATTNC_HD FltI tanh(FltI a) { return widen(tanhf(a.lo), tanhf(a.hi)); }
-ATTNC_HD FltI exp(FltI a) { FltI r = widen(expf(a.lo), expf(a.hi)); return FltI(fmaxf(r.lo, 0.0f), r.hi); }
-ATTNC_HD FltI exp2(FltI a) { FltI r = widen(exp2f(a.lo), exp2f(a.hi)); return FltI(fmaxf(r.lo, 0.0f), r.hi); }
+ATTNC_HD FltI exp(FltI a) {
+  FltI r = widen(expf(a.lo), expf(a.hi));
+  return FltI(fmaxf(r.lo, 0.0f), r.hi);
+}
+ATTNC_HD FltI exp2(FltI a) {
+  FltI r = widen(exp2f(a.lo), exp2f(a.hi));
+  return FltI(fmaxf(r.lo, 0.0f), r.hi);
+}
 ATTNC_HD FltI log(FltI a) { return a.lo < 0.0f ? anyFloat() : widen(logf(a.lo), logf(a.hi)); }
 ATTNC_HD FltI sqrt(FltI a) { return a.lo < 0.0f ? anyFloat() : widen(sqrtf(a.lo), sqrtf(a.hi)); }
 ATTNC_HD FltI to_f32(IntI a) { return widen(float(a.lo), float(a.hi)); }
@@ -182,7 +192,9 @@ ATTNC_HD Tri lor(Tri a, Tri b) {
   if (a == Tri::True || b == Tri::True) return Tri::True;
   return (a == Tri::False && b == Tri::False) ? Tri::False : Tri::Unknown;
 }
-ATTNC_HD Tri lnot(Tri a) { return a == Tri::Unknown ? a : (a == Tri::True ? Tri::False : Tri::True); }
+ATTNC_HD Tri lnot(Tri a) {
+  return a == Tri::Unknown ? a : (a == Tri::True ? Tri::False : Tri::True);
+}
 ATTNC_HD Tri lxor(Tri a, Tri b) {
   if (a == Tri::Unknown || b == Tri::Unknown) return Tri::Unknown;
   return a != b ? Tri::True : Tri::False;
@@ -201,9 +213,15 @@ ATTNC_HD FltI hull(FltI a, FltI b) {
   return FltI(fminf(a.lo, b.lo), fmaxf(a.hi, b.hi));
 }
 ATTNC_HD Tri hull(Tri a, Tri b) { return a == b ? a : Tri::Unknown; }
-ATTNC_HD IntI select(Tri c, IntI a, IntI b) { return c == Tri::True ? a : (c == Tri::False ? b : hull(a, b)); }
-ATTNC_HD FltI select(Tri c, FltI a, FltI b) { return c == Tri::True ? a : (c == Tri::False ? b : hull(a, b)); }
-ATTNC_HD Tri select(Tri c, Tri a, Tri b) { return c == Tri::True ? a : (c == Tri::False ? b : hull(a, b)); }
+ATTNC_HD IntI select(Tri c, IntI a, IntI b) {
+  return c == Tri::True ? a : (c == Tri::False ? b : hull(a, b));
+}
+ATTNC_HD FltI select(Tri c, FltI a, FltI b) {
+  return c == Tri::True ? a : (c == Tri::False ? b : hull(a, b));
+}
+ATTNC_HD Tri select(Tri c, Tri a, Tri b) {
+  return c == Tri::True ? a : (c == Tri::False ? b : hull(a, b));
+}
 ATTNC_HD Tri select(Tri c, bool a, Tri b) { return select(c, tri(a), b); }
 ATTNC_HD Tri select(Tri c, Tri a, bool b) { return select(c, a, tri(b)); }
 ATTNC_HD Tri select(Tri c, bool a, bool b) { return select(c, tri(a), tri(b)); }

@@ -17,7 +17,9 @@ namespace expr {
 ATTNC_HD int add(int a, int b) { return int(u32(a) + u32(b)); }
 ATTNC_HD int sub(int a, int b) { return int(u32(a) - u32(b)); }
 ATTNC_HD int mul(int a, int b) { return int(u32(a) * u32(b)); }
-ATTNC_HD int div(int a, int b) { return (b == 0 || (b == -1 && a == (-2147483647 - 1))) ? 0 : a / b; }
+ATTNC_HD int div(int a, int b) {
+  return (b == 0 || (b == -1 && a == (-2147483647 - 1))) ? 0 : a / b;
+}
 ATTNC_HD int rem(int a, int b) { return (b == 0 || b == -1) ? 0 : a % b; }
 ATTNC_HD int neg(int a) { return sub(0, a); }
 ATTNC_HD int min(int a, int b) { return a < b ? a : b; }

@@ -93,7 +93,8 @@ ATTNC_DEVICE void maskRowParts(typename Variant::MaskRow (&rows)[MTiles][2], con
 #pragma unroll
   for (int mi = 0; mi < MTiles; ++mi)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) rows[mi][r] = Variant::mask_row(p, b, h, minOf(qRow + 16 * mi + 8 * r, qMax));
+    for (int r = 0; r < 2; ++r)
+      rows[mi][r] = Variant::mask_row(p, b, h, minOf(qRow + 16 * mi + 8 * r, qMax));
 }
 
 // forEachKeepSplit (below) with the row parts already made (maskRowParts).
@@ -114,9 +115,9 @@ ATTNC_DEVICE void forEachKeepJoined(const Params& p, int b, int h, int qRow, int
   });
 }
 
-// forEachKeep's split path (below) with the key parts from colOf(ni, j), the part of key kCol + 8 ni
-// + j: the row parts are computed once per row of the lane (2 MTiles), then the key parts once per
-// key (2 NTiles), then joined per element.
+// forEachKeep's split path (below) with the key parts from colOf(ni, j), the part of key
+// kCol + 8 ni + j: the row parts are computed once per row of the lane (2 MTiles), then the key
+// parts once per key (2 NTiles), then joined per element.
 template <class Variant, int MTiles, int NTiles, class Params, class ColOf, class Visit>
 ATTNC_DEVICE void forEachKeepSplit(const Params& p, int b, int h, int qRow, int kCol, ColOf&& colOf,
                                    Visit&& visit) {
@@ -209,7 +210,8 @@ ATTNC_DEVICE KeepBits<MTiles, NTiles> maskKeepBits(const Params& p, int b, int h
 
 // Sets the scores whose keep bit is clear to -inf.
 template <int MTiles, int NTiles>
-ATTNC_DEVICE void applyKeepBits(float (&s)[MTiles][NTiles][4], const KeepBits<MTiles, NTiles>& keep) {
+ATTNC_DEVICE void applyKeepBits(float (&s)[MTiles][NTiles][4],
+                                const KeepBits<MTiles, NTiles>& keep) {
   forEachIndex<MTiles, NTiles>([&](int mi, int ni, int c) {
     if (!keep.kept(mi, ni, c)) s[mi][ni][c] = -kInfinity;
   });

@@ -96,7 +96,8 @@ ATTNC_DEVICE KeepBits<1, NTiles> keepBitsRanges(const Params& p, int b, int h, i
   constexpr int kWords = NTiles / 4;  // 32 keys a word: bit i of word w is key kTile0 + 32 w + i
   typename Variant::MaskRow rows[1][2];
   maskRowParts<Variant, 1>(rows, p, b, h, qRow);
-  const int kLast = minOf(kTile0 + 8 * NTiles, p.kv_len) - 1;  // the tile's last key in the sequence
+  // the tile's last key in the sequence
+  const int kLast = minOf(kTile0 + 8 * NTiles, p.kv_len) - 1;
   u32 keep[2][kWords];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -122,7 +123,8 @@ ATTNC_DEVICE KeepBits<1, NTiles> keepBitsRanges(const Params& p, int b, int h, i
       const u32 pending1 = __ballot_sync(0xffffffffu, pending[1]);
       if ((pending0 | pending1) == 0u) break;
       const int source = __ffs(pending0 != 0u ? pending0 : pending1) - 1;
-      const int value = __shfl_sync(0xffffffffu, pending0 != 0u ? rowValue[0] : rowValue[1], source);
+      const int value =
+          __shfl_sync(0xffffffffu, pending0 != 0u ? rowValue[0] : rowValue[1], source);
       u32 match[kWords];
 #pragma unroll
       for (int w = 0; w < kWords; ++w) match[w] = __ballot_sync(0xffffffffu, keyValue[w] == value);
@@ -175,7 +177,9 @@ ATTNC_DEVICE KeepBits<MTiles, NTiles> keepBitsFromParts(
   return collectKeepBits<MTiles, NTiles>([&](auto&& visit) {
     forEachKeepJoined<Variant, MTiles, NTiles>(
         p, b, h, qRow, kCol, rows,
-        [&](int ni, int j) { return shuffleWords(reads.made[ni / 4], (kCol - kTile0 + 8 * ni + j) & 31); },
+        [&](int ni, int j) {
+          return shuffleWords(reads.made[ni / 4], (kCol - kTile0 + 8 * ni + j) & 31);
+        },
         visit);
   });
 }
@@ -186,7 +190,8 @@ ATTNC_DEVICE KeepBits<MTiles, NTiles> maskKeepBitsWarp(const Params& p, int b, i
   if constexpr (Variant::kHasMask && MaskSplitOf<Variant>::value) {
     if (perElement)
       return keepBitsFromParts<Variant, MTiles, NTiles>(
-          p, b, h, qRow, kTile0, lane, readMaskParts<Variant, MTiles, NTiles>(p, b, h, qRow, kTile0, lane));
+          p, b, h, qRow, kTile0, lane,
+          readMaskParts<Variant, MTiles, NTiles>(p, b, h, qRow, kTile0, lane));
   }
   return maskKeepBits<Variant, MTiles, NTiles>(p, b, h, qRow, kTile0 + 2 * (lane & 3), perElement);
 }

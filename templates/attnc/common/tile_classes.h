@@ -104,7 +104,8 @@ ATTNC_DEVICE void writeTileOrder(const FwdParams& p) {
     const i64 row0 = i64(bh) * qTiles;
     __syncthreads();  // the previous pair's counts have been read
     for (int t = int(threadIdx.x); t < qTiles; t += int(blockDim.x))
-      counts[t] = maxOf(p.kv_tile_bounds[2 * (row0 + t) + 1] - p.kv_tile_bounds[2 * (row0 + t)] + 1, 0);
+      counts[t] =
+          maxOf(p.kv_tile_bounds[2 * (row0 + t) + 1] - p.kv_tile_bounds[2 * (row0 + t)] + 1, 0);
     __syncthreads();
     for (int t = int(threadIdx.x); t < qTiles; t += int(blockDim.x))
       order[row0 + tileOrderRank(counts, qTiles, t)] = t;

@@ -14,8 +14,9 @@
 // V dO^T sit in accumulators with kv as the row; P^T (after dropout) and dS^T go through shared
 // memory once, and then serve as plain A operands of dV += P^T dO and dK += dS^T Q, and as the
 // transposed A operand (ldmatrix.trans) of dQ = dS K. The probabilities are recomputed exactly as
-// the forward scores them: x = s * scale (or score(s * scale) with a hook), P = 2^(x c - LSE log2 e)
-// with c = log2 e (hook) or scale * log2 e (no hook), P = 0 where masked or where LSE = -inf.
+// the forward scores them: x = s * scale (or score(s * scale) with a hook),
+// P = 2^(x c - LSE log2 e) with c = log2 e (hook) or scale * log2 e (no hook), P = 0 where masked
+// or where LSE = -inf.
 //
 // The sm_90a backward reuses the preprocess and convert kernels, and this dQ kernel where its own
 // does not fit; the steps both families share are common/bwd_steps.h.

@@ -79,7 +79,8 @@ struct BwdConfig {
   static constexpr int kDqTiles = roundUp(kHeadDimPadded / 8, 2 * kDqWarpsN) / kDqWarpsN;
   // Chunks of 8 n8 tiles spill next to hd256's dK/dV (ptxas, CUDA 13.0); 4 do not.
   static constexpr int kDqChunkMax = kHeadDimPadded > 128 ? 4 : 8;
-  static constexpr int kDqChunk = kDqTiles % kDqChunkMax == 0 ? kDqChunkMax : (kDqTiles % 4 == 0 ? 4 : 2);
+  static constexpr int kDqChunk =
+      kDqTiles % kDqChunkMax == 0 ? kDqChunkMax : (kDqTiles % 4 == 0 ? 4 : 2);
   static constexpr int kKSteps = BlockKV / 16;  // k16 steps of dQ += dS K
 
   static constexpr int kStatsBytes = 2 * 4 * BlockQ;  // LSE, delta of one q tile
@@ -98,7 +99,8 @@ struct BwdConfig {
   // backwardPreprocess / backwardConvertDQ: rows per block.
   static constexpr int kPreprocessRows = 64;
 
-  static_assert(HeadDim % 8 == 0 && HeadDim >= 8 && HeadDim <= 256, "head_dim: multiple of 8 in 8..256");
+  static_assert(HeadDim % 8 == 0 && HeadDim >= 8 && HeadDim <= 256,
+                "head_dim: multiple of 8 in 8..256");
   static_assert(HeadDimV % 8 == 0 && HeadDimV >= 8 && HeadDimV <= 256,
                 "head_dim_v: multiple of 8 in 8..256");
   static_assert(BlockQ % 16 == 0 && BlockKV % 16 == 0, "tiles are whole m16/k16 blocks");

@@ -155,8 +155,10 @@ ATTNC_DEVICE void backwardQ(const BwdParams& p, unsigned char* smem) {
   const u32 doSmem = qSmem + u32(QTile::kBytes);
   const u32 kvSmem = doSmem + u32(DoTile::kBytes);
 
-  const Element* qG = static_cast<const Element*>(p.q) + b * p.q_stride_b + h * p.q_stride_h + q0 * p.q_stride_s;
-  const Element* doG = static_cast<const Element*>(p.do_) + b * p.do_stride_b + h * p.do_stride_h + q0 * p.do_stride_s;
+  const Element* qG =
+      static_cast<const Element*>(p.q) + b * p.q_stride_b + h * p.q_stride_h + q0 * p.q_stride_s;
+  const Element* doG = static_cast<const Element*>(p.do_) + b * p.do_stride_b + h * p.do_stride_h +
+                       q0 * p.do_stride_s;
   block::loadTileAsync<QTile, Element, Config::kBlockQ, Config::kHeadDim, Config::kHeadDimPadded,
                        Config::kThreads>(qSmem, qG, p.q_stride_s, qRows, tid);
   block::loadTileAsync<DoTile, Element, Config::kBlockQ, Config::kHeadDimV, Config::kHeadDimVPadded,
@@ -173,11 +175,12 @@ ATTNC_DEVICE void backwardQ(const BwdParams& p, unsigned char* smem) {
       const u32 base = kvSmem + u32(stage * Config::kKvStageBytes);
       const int kv0 = tile * Config::kBlockKV;
       const int rows = minOf(Config::kBlockKV, p.kv_len - kv0);
-      block::loadTileAsync<KTile, Element, Config::kBlockKV, Config::kHeadDim, Config::kHeadDimPadded,
-                           Config::kThreads>(base, kG + kv0 * p.k_stride_s, p.k_stride_s, rows, tid);
-      block::loadTileAsync<VTile, Element, Config::kBlockKV, Config::kHeadDimV, Config::kHeadDimVPadded,
-                           Config::kThreads>(base + u32(KTile::kBytes), vG + kv0 * p.v_stride_s,
-                                             p.v_stride_s, rows, tid);
+      block::loadTileAsync<KTile, Element, Config::kBlockKV, Config::kHeadDim,
+                           Config::kHeadDimPadded, Config::kThreads>(base, kG + kv0 * p.k_stride_s,
+                                                                     p.k_stride_s, rows, tid);
+      block::loadTileAsync<VTile, Element, Config::kBlockKV, Config::kHeadDimV,
+                           Config::kHeadDimVPadded, Config::kThreads>(
+          base + u32(KTile::kBytes), vG + kv0 * p.v_stride_s, p.v_stride_s, rows, tid);
     }
     cpAsyncCommit();
   };
@@ -245,7 +248,8 @@ ATTNC_DEVICE void backwardQ(const BwdParams& p, unsigned char* smem) {
       // dQ += dS K, dS packed straight from the accumulators.
       u32 dsA[kM][kN / 2][4];
       warp::packP<Element>(dsA, dp);
-      warp::gemm<Element, kN / 2>(dq, warp::RegsA<kM, kN / 2>{dsA}, warp::SmemBT<KTile>(kSmem, lane, 0, 0));
+      warp::gemm<Element, kN / 2>(dq, warp::RegsA<kM, kN / 2>{dsA},
+                                  warp::SmemBT<KTile>(kSmem, lane, 0, 0));
     }
     blockSync();
 

@@ -29,7 +29,8 @@ ATTNC_DEVICE void unpack2(u32 w, float& lo, float& hi) {
 // 8 c .. 8 c + 7.
 template <int HeadDim>
 struct RowMajorDqLayout {
-  static constexpr int kBlockRows = 0;  // block() takes any first row (a layout of whole tiles: their rows)
+  // block() takes any first row (a layout of whole tiles: their rows)
+  static constexpr int kBlockRows = 0;
   ATTNC_DEVICE static float* block(const BwdParams& p, int b, int h, int q0) {
     return p.dq_accum + ((i64(b) * p.heads_q + h) * p.q_len + q0) * HeadDim;
   }
@@ -48,7 +49,12 @@ ATTNC_DEVICE void backwardPreprocess(const BwdParams& p, unsigned char*) {
   static_assert(DqLayout::kBlockRows == 0 || DqLayout::kBlockRows == kRows,
                 "preprocess/convert blocks are the dq_accum layout's tiles");
   constexpr int kChunks = Config::kHeadDimV / 8;  // 16-byte chunks per row
-  constexpr int kLanes = kChunks > 16 ? 32 : kChunks > 8 ? 16 : kChunks > 4 ? 8 : kChunks > 2 ? 4 : kChunks > 1 ? 2 : 1;
+  constexpr int kLanes = kChunks > 16  ? 32
+                         : kChunks > 8 ? 16
+                         : kChunks > 4 ? 8
+                         : kChunks > 2 ? 4
+                         : kChunks > 1 ? 2
+                                       : 1;
   constexpr int kRowsPerWarp = 32 / kLanes;
   constexpr int kRowsPerStep = kRowsPerWarp * Config::kWarps;
 
@@ -104,14 +110,16 @@ ATTNC_DEVICE void backwardConvertDQ(const BwdParams& p, unsigned char*) {
   const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kRows;
   const int rows = minOf(kRows, p.q_len - q0);
   const float* src = DqLayout::block(p, b, h, q0);
-  Element* dst = static_cast<Element*>(p.dq) + b * p.dq_stride_b + h * p.dq_stride_h + q0 * p.dq_stride_s;
+  Element* dst =
+      static_cast<Element*>(p.dq) + b * p.dq_stride_b + h * p.dq_stride_h + q0 * p.dq_stride_s;
   for (int idx = threadIdx.x; idx < rows * kChunks; idx += Config::kThreads) {
     const int row = idx / kChunks, chunk = idx % kChunks;
     const float* s = DqLayout::chunk(src, row, chunk);
     const u32x4 a = loadGlobal128(s), c = loadGlobal128(s + 4);
     const auto f = [&](u32 w) { return __builtin_bit_cast(float, w) * p.scale; };
-    const u32x4 out{Convert<Element>::pack2(f(a.x), f(a.y)), Convert<Element>::pack2(f(a.z), f(a.w)),
-                    Convert<Element>::pack2(f(c.x), f(c.y)), Convert<Element>::pack2(f(c.z), f(c.w))};
+    const u32x4 out{
+        Convert<Element>::pack2(f(a.x), f(a.y)), Convert<Element>::pack2(f(a.z), f(a.w)),
+        Convert<Element>::pack2(f(c.x), f(c.y)), Convert<Element>::pack2(f(c.z), f(c.w))};
     storeGlobal128(dst + row * p.dq_stride_s + 8 * chunk, out);
   }
 }

@@ -27,14 +27,17 @@ ATTNC_DEVICE void storeFragment(u32 tile, const float (&acc)[MTiles][NTiles][4],
     }
 }
 
-// Copies rows [0, rows) x columns [0, Cols) of a swizzled tile to global memory, 16 bytes at a time.
+// Copies rows [0, rows) x columns [0, Cols) of a swizzled tile to global memory, 16 bytes at
+// a time.
 template <class Tile, class Element, int Rows, int Cols, int Threads>
 ATTNC_DEVICE void storeTile(Element* gmem, i64 rowStride, u32 tile, int rows, int tid) {
   constexpr int kChunks = Cols / 8;
 #pragma unroll 2
   for (int idx = tid; idx < Rows * kChunks; idx += Threads) {
     const int row = idx / kChunks, chunk = idx % kChunks;
-    if (row < rows) storeGlobal128(gmem + row * rowStride + chunk * 8, loadShared128(tile + Tile::chunkOffset(row, chunk)));
+    if (row < rows)
+      storeGlobal128(gmem + row * rowStride + chunk * 8,
+                     loadShared128(tile + Tile::chunkOffset(row, chunk)));
   }
 }
 

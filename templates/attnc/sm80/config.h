@@ -50,7 +50,8 @@ struct FwdConfig {
   // or 1 overrides the choice (for experiments: registers against shared-memory bandwidth).
   static constexpr bool kQInRegs = QInRegs >= 0 ? QInRegs == 1 : kMTiles * kQKSteps * 4 <= 32;
 
-  static_assert(HeadDim % 8 == 0 && HeadDim >= 8 && HeadDim <= 256, "head_dim: multiple of 8 in 8..256");
+  static_assert(HeadDim % 8 == 0 && HeadDim >= 8 && HeadDim <= 256,
+                "head_dim: multiple of 8 in 8..256");
   static_assert(HeadDimV % 8 == 0 && HeadDimV >= 8 && HeadDimV <= 256,
                 "head_dim_v: multiple of 8 in 8..256");
   static_assert(BlockQ % Warps == 0 && kWarpRows % 16 == 0, "each warp owns whole m16 tiles");
