@@ -1,7 +1,8 @@
 // The sm80 dQ kernel, backwardQ: the deterministic dQ, one block per (q tile, q head, batch), the
 // kv tiles streamed like the forward, dQ accumulated in registers and written once, no atomics:
-// bit-identical from run to run. Per kv tile, each warp recomputes S and P of its rows
-// (DqWarp::probabilities), dP and dS (DqWarp::gradients), and adds dS K to dQ.
+// bit-identical from run to run. Per kv tile, each warp recomputes S and P of its rows, dP and
+// dS, and adds dS K to dQ. One function: each of its steps moved into a function of its own
+// changed its register allocation (docs/design/sm80-and-common.md).
 #pragma once
 
 #include "attnc/common/bwd_steps.h"
@@ -19,109 +20,6 @@
 
 namespace attnc {
 namespace sm80 {
-namespace bwd {
-
-// One warp of a backwardQ block: the elementwise steps of its loop and its reads and writes of
-// per-row data, over what they share (named as in backwardQ, which fills them in). The tiles
-// they work on are the kernel's, declared in the order of its steps: declared in a step, they
-// would change the kernel's register allocation.
-template <class Config, class Variant>
-struct DqWarp {
-  using Element = typename Config::Element;
-  using QTile = typename Config::QTile;
-  using Tri = expr::Tri;
-  static constexpr int kM = Config::kQMTiles;
-  static constexpr int kN = Config::kQNTiles;
-  static constexpr int kD = Config::kQDqTiles;
-  static constexpr int kBitWords = ceilDiv(kM * kN * 4, 32);
-
-  const BwdParams& p;
-  int b, h, q0, lane, warpRow, qRow;
-  u32 qSmem;
-
-  // Per-row LSE (log2 domain) and delta of this lane's rows; rows past q_len get P = 0.
-  ATTNC_DEVICE void loadRowStats(float (&lse2)[kM][2], float (&delta)[kM][2]) const {
-    const i64 rowBase = (i64(b) * p.heads_q + h) * p.q_len;
-#pragma unroll
-    for (int mi = 0; mi < kM; ++mi)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int q = qRow + 16 * mi + 8 * r;
-        lse2[mi][r] = q < p.q_len ? bwd::lseLog2(p.lse[rowBase + q]) : kInfinity;
-        delta[mi][r] = q < p.q_len ? p.delta[rowBase + q] : 0.0f;
-      }
-  }
-
-  // S becomes P score'(S) (P = 0 where masked, past the sequences, or where LSE = -inf), for the
-  // kv tile from this lane's first key kCol; warpClass is the tile's class for the warp's rows.
-  ATTNC_DEVICE void probabilities(float (&s)[kM][kN][4], const float (&lse2)[kM][2],
-                                  float log2Scale, int kCol, Tri warpClass,
-                                  bool checkBounds) const {
-#pragma unroll
-    for (int mi = 0; mi < kM; ++mi)
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int ni = 0; ni < kN; ++ni) {
-          const int q = qRow + 16 * mi + 8 * r;
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            float& x = s[mi][ni][2 * r + j];
-            const int k = kCol + 8 * ni + j;
-            const float grad = bwd::scoreWithGrad<Variant>(p, x, b, h, q, k);
-            bool keep = true;
-            if (checkBounds) keep = q < p.q_len && k < p.kv_len;
-            if constexpr (Variant::kHasMask) {
-              if (warpClass == Tri::Unknown && keep) keep = Variant::mask(p, b, h, q, k);
-            }
-            const float prob = keep ? exp2Approx(x * log2Scale - lse2[mi][r]) : 0.0f;
-            x = prob * grad;
-          }
-        }
-  }
-
-  // dP becomes dS = P score' (dP dropped and rescaled - delta).
-  ATTNC_DEVICE void gradients(float (&dp)[kM][kN][4], const float (&s)[kM][kN][4],
-                              const u32 (&keepBits)[kBitWords], const float (&delta)[kM][2],
-                              float dropScale) const {
-#pragma unroll
-    for (int mi = 0; mi < kM; ++mi)
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int ni = 0; ni < kN; ++ni)
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            float d = dp[mi][ni][2 * r + j];
-            if constexpr (Variant::kHasDropout) {
-              const int e = ((mi * 2 + r) * kN + ni) * 2 + j;
-              d = (keepBits[e / 32] >> (e % 32)) & 1u ? d * dropScale : 0.0f;
-            }
-            dp[mi][ni][2 * r + j] = s[mi][ni][2 * r + j] * (d - delta[mi][r]);
-          }
-  }
-
-  // dQ (times the softmax scale) through the warp's own rows of the Q tile, 16-byte stores.
-  ATTNC_DEVICE void writeDq(const float (&dq)[kM][kD][4]) const {
-bwd::storeFragment<QTile, Element>(qSmem, dq, p.scale, warpRow, 0, lane);
-warpSync();
-constexpr int kRowChunks = Config::kHeadDim / 8;
-constexpr int kWarpChunks = Config::kQWarpRows * kRowChunks;
-Element* dqG = static_cast<Element*>(p.dq) + b * p.dq_stride_b + h * p.dq_stride_h;
-#pragma unroll
-for (int i = 0; i < ceilDiv(kWarpChunks, 32); ++i) {
-  const int idx = lane + 32 * i;
-  if (kWarpChunks % 32 != 0 && idx >= kWarpChunks) break;
-  const int row = idx / kRowChunks, chunk = idx % kRowChunks;
-  const int q = q0 + warpRow + row;
-  if (q < p.q_len)
-    storeGlobal128(dqG + q * p.dq_stride_s + chunk * 8,
-                   loadShared128(qSmem + QTile::chunkOffset(warpRow + row, chunk)));
-}
-  }
-};
-
-}  // namespace bwd
 
 // Deterministic dQ: one block per (q tile, q head, batch), the kv tiles streamed like the forward,
 // dQ accumulated in registers and written once. Bit-identical from run to run.
@@ -194,9 +92,17 @@ ATTNC_DEVICE void backwardQ(const BwdParams& p, unsigned char* smem) {
     issue(ahead, 1);
   }
 
+  // Per-row LSE (log2 domain) and delta of this lane's rows; rows past q_len get P = 0.
   float lse2[kM][2], delta[kM][2];
-  const bwd::DqWarp<Config, Variant> steps{p, b, h, q0, lane, warpRow, qRow, qSmem};
-  steps.loadRowStats(lse2, delta);
+  const i64 rowBase = (i64(b) * p.heads_q + h) * p.q_len;
+#pragma unroll
+  for (int mi = 0; mi < kM; ++mi)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int q = qRow + 16 * mi + 8 * r;
+      lse2[mi][r] = q < p.q_len ? bwd::lseLog2(p.lse[rowBase + q]) : kInfinity;
+      delta[mi][r] = q < p.q_len ? p.delta[rowBase + q] : 0.0f;
+    }
 
   float dq[kM][kD][4];
   warp::zero(dq);
@@ -238,13 +144,47 @@ ATTNC_DEVICE void backwardQ(const BwdParams& p, unsigned char* smem) {
               const int e = ((mi * 2 + c / 2) * kN + ni) * 2 + c % 2;
               keepBits[e / 32] |= u32(kept) << (e % 32);
             });
-      steps.probabilities(s, lse2, log2Scale, kCol, warpClass, checkBounds);
+#pragma unroll
+      for (int mi = 0; mi < kM; ++mi)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int ni = 0; ni < kN; ++ni) {
+            const int q = qRow + 16 * mi + 8 * r;
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              float& x = s[mi][ni][2 * r + j];
+              const int k = kCol + 8 * ni + j;
+              const float grad = bwd::scoreWithGrad<Variant>(p, x, b, h, q, k);
+              bool keep = true;
+              if (checkBounds) keep = q < p.q_len && k < p.kv_len;
+              if constexpr (Variant::kHasMask) {
+                if (warpClass == Tri::Unknown && keep) keep = Variant::mask(p, b, h, q, k);
+              }
+              const float prob = keep ? exp2Approx(x * log2Scale - lse2[mi][r]) : 0.0f;
+              x = prob * grad;
+            }
+          }
 
       float dp[kM][kN][4];
       warp::zero(dp);
       warp::gemm<Element, Config::kVSteps>(dp, warp::SmemA<DoTile>(doSmem, lane, warpRow, 0),
                                            warp::SmemB<VTile>(vSmem, lane, 0, 0));
-      steps.gradients(dp, s, keepBits, delta, dropScale);
+#pragma unroll
+      for (int mi = 0; mi < kM; ++mi)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int ni = 0; ni < kN; ++ni)
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              float d = dp[mi][ni][2 * r + j];
+              if constexpr (Variant::kHasDropout) {
+                const int e = ((mi * 2 + r) * kN + ni) * 2 + j;
+                d = (keepBits[e / 32] >> (e % 32)) & 1u ? d * dropScale : 0.0f;
+              }
+              dp[mi][ni][2 * r + j] = s[mi][ni][2 * r + j] * (d - delta[mi][r]);
+            }
       // dQ += dS K, dS packed straight from the accumulators.
       u32 dsA[kM][kN / 2][4];
       warp::packP<Element>(dsA, dp);
@@ -272,7 +212,21 @@ ATTNC_DEVICE void backwardQ(const BwdParams& p, unsigned char* smem) {
   cpAsyncWait<0>();
   blockSync();
   if (!warpHasRows) return;
-  steps.writeDq(dq);
+  bwd::storeFragment<QTile, Element>(qSmem, dq, p.scale, warpRow, 0, lane);
+  warpSync();
+  constexpr int kRowChunks = Config::kHeadDim / 8;
+  constexpr int kWarpChunks = Config::kQWarpRows * kRowChunks;
+  Element* dqG = static_cast<Element*>(p.dq) + b * p.dq_stride_b + h * p.dq_stride_h;
+#pragma unroll
+  for (int i = 0; i < ceilDiv(kWarpChunks, 32); ++i) {
+    const int idx = lane + 32 * i;
+    if (kWarpChunks % 32 != 0 && idx >= kWarpChunks) break;
+    const int row = idx / kRowChunks, chunk = idx % kRowChunks;
+    const int q = q0 + warpRow + row;
+    if (q < p.q_len)
+      storeGlobal128(dqG + q * p.dq_stride_s + chunk * 8,
+                     loadShared128(qSmem + QTile::chunkOffset(warpRow + row, chunk)));
+  }
 }
 
 }  // namespace sm80
