@@ -401,7 +401,7 @@ def check_head_dim_v(info, hdv):
 def run_case(lib_kernel, var, hd, dtype, B, ql, kl, ref_dev, res, key, hdv=None, growing=False):
     """growing: keys scaled by 1 -> 8 along the sequence, so that a row's maximum score keeps
     growing from kv tile to kv tile by more than the sm_90a forward's lazy-rescale threshold
-    (2^8, sm80/softmax.h advanceLazy): with plain random inputs a row's maximum settles in its
+    (2^8, common/softmax.h advanceLazy): with plain random inputs a row's maximum settles in its
     first tile and O is never rescaled after it."""
     hdv = hdv or hd  # V and O are head_dim_v wide
     info = lib_kernel.info

@@ -1,11 +1,11 @@
-// templates/attnc/sm80/epilogue.h on the host: the three ways a kernel masks a score tile (the
+// templates/attnc/common/epilogue.h on the host: the three ways a kernel masks a score tile (the
 // sm_80 forward's per-element branch, the sm_90a forward's branch-free form, and the decisions made
 // as bits before the scores exist, then applied) set the same elements to -inf, and those are the
 // elements the scalar rule drops: keys at or past kv_len always, and with a per-element tile the
 // Variant's mask at the clamped row, also where the Variant's mask is split into row, key and join
 // parts (MaskSplit.cpp emitMaskSplit). And the forward's dropout decisions, one Philox call per four
 // n8 tiles or per pair of them, are each element's own decision under philox.h's mapping.
-#include "attnc/sm80/epilogue.h"
+#include "attnc/common/epilogue.h"
 
 #include <gtest/gtest.h>
 

@@ -257,9 +257,10 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
   os << (hopper ? "#include \"attnc/sm90/forward.h\"\n" : "#include \"attnc/sm80/forward.h\"\n");
   StringAttr kvKernel = backward ? backward.getTilesAttr().getAs<StringAttr>("kv_kernel") : nullptr;
   const bool hopperBackward = kvKernel && kvKernel.getValue() == "sm90";
-  if (backward)
-    os << (hopperBackward ? "#include \"attnc/sm90/backward.h\"\n"
-                          : "#include \"attnc/sm80/backward.h\"\n");
+  // The sm_90a backward launches the sm80 preprocess and convert kernels too, and the sm80 dQ
+  // kernel where its own does not fit.
+  if (backward) os << "#include \"attnc/sm80/backward.h\"\n";
+  if (hopperBackward) os << "#include \"attnc/sm90/backward.h\"\n";
   const std::vector<std::pair<int, bool>> summarized = summarizedInputs(op);
   if (!summarized.empty())
     os << "#include \"attnc/common/summary.h\"\n#include \"attnc/common/tile_classes.h\"\n";

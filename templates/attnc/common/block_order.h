@@ -5,16 +5,16 @@
 //
 // The hardware starts blocks roughly in the order of their linear index (x fastest). A (tiles,
 // heads, batch) grid runs each head's tiles longest to shortest, one head after another, so it
-// ends on a mix of long and short tiles and SMs fall idle while the last long ones finish (ncu,
-// hd256 causal N = 4K: SMs idle 12% of the kernel). Instead the launch makes groups of about
+// ends on a mix of long and short tiles and SMs fall idle while the last long ones finish
+// (docs/design/sm80-and-common.md). Instead the launch makes groups of about
 // kOrderGroupBlocks blocks out of its (head, batch) pairs; the groups run one after another, and
 // inside a group the tile rank is the slower index, so the grid ends on the shortest tiles of its
 // last group. A group is small enough that the blocks running at once share each head's K/V in
 // L2 (at N = 4K, 8 heads of 32 tiles).
 //
 // The grid is (pairs per group, tiles, groups): the rank is blockIdx.y, which the compiler can
-// re-read at any time, so no register holds it through the kernel (computing it from a linear
-// index made six examples spill).
+// re-read at any time, so no register holds it through the kernel (a rank computed from a linear
+// index does, and spills in six examples).
 #pragma once
 
 #include "attnc/common/types.h"
@@ -50,7 +50,7 @@ ATTNC_VARIANT_FLAG(VariantKvOrderedGrid, kKvOrderedGrid);
 // tile runs every kv tile (hd64's 192-row tiles: 4096 = 21 x 192 + 64). Its tile classes
 // (tile_classes.h) use the same rows. The shift is rounded down to a multiple of 16, so that every
 // tile starts at a multiple of 16 as plain tiles do (the dropout mapping, philox.h, gives rows q
-// and q + 8 of a 16-row block one Philox call; end-aligned tiles without the rounding failed the
+// and q + 8 of a 16-row block one Philox call; end-aligned tiles without the rounding fail the
 // dropout tests), and the last tile may still reach up to 15 rows past q_len.
 template <bool EndAligned>
 ATTNC_HD constexpr int qTileStart(int tile, int qLen, int block) {
@@ -82,7 +82,7 @@ ATTNC_DEVICE BlockCoord orderedBlock(int heads, int batch) {
 
 // The same from fresh (volatile) reads of the special registers, for a kernel's epilogue: a
 // (head, batch) computed at the start would otherwise stay in registers through the main loop
-// (causal_hd64's sm_90a forward spilled one), where plain blockIdx reads are re-issued at will.
+// (causal_hd64's sm_90a forward spills one), where plain blockIdx reads are re-issued at will.
 ATTNC_DEVICE BlockCoord orderedBlockAgain(int heads, int batch) {
   unsigned x, y, z, nx;
   asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(x));

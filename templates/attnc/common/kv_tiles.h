@@ -237,10 +237,9 @@ struct TileWalk {
   // evaluated over intervals, a 32-ary search instead of a binary one. Each round the lanes test 32
   // evenly spaced points of the bracket at once and a ballot counts those on the empty side (the
   // tests are monotone, as for first() and last()), so the bracket shrinks 32-fold a round: two
-  // rounds a search up to 1023 tiles, against a binary search's chain of 7-11 mask evaluations.
-  // Measured in the producer (docs/perf/H200.md, 2026-12-02, per-block timeline), from Q's copy to
-  // the first K copy: window 960 ns with the binary searches, 800 with this one; causal 670 both
-  // ways (a round's mask evaluation over intervals and ballot take as long as several binary steps).
+  // rounds a search up to 1023 tiles, against a binary search's chain of 7-11 mask evaluations
+  // (a round's mask evaluation over intervals and ballot take as long as several binary steps, so
+  // a cheap mask gains nothing: docs/design/sm80-and-common.md).
   ATTNC_DEVICE void boundsWarp(int& firstTile, int& lastTile) const {
     if constexpr (kReadsClasses || !Variant::kHasMask) {
       bounds(firstTile, lastTile);

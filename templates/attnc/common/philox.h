@@ -206,7 +206,8 @@ ATTNC_HD DropoutKeepBitsLane dropoutKeepBitsLane(u32 keyBit4, u32 half) {
 }
 // Bit 7 of byte i of `bytes` to bit 8 m + 2 i + half, every other bit of the result's byte m
 // clear except those of the other half; bits below byte m are garbage (mask them or OR from low m
-// up). The multiply puts bit 7 + 8 i at 25 + 2 i; its cross terms land below bit 24 and never carry.
+// up). The multiply puts bit 7 + 8 i at 25 + 2 i; its cross terms land below bit 24 and never
+// carry.
 ATTNC_HD u32 dropoutSpreadKeep(u32 bytes, int m, u32 half) {
   const u32 spread = (bytes & 0x80808080u) * 0x41041u;
   return (spread >> (25u - 8u * u32(m) - half)) & (0xffu << (8 * m));

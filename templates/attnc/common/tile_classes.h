@@ -3,10 +3,10 @@
 // (FwdParams::kv_tile_bounds/_classes, params.h); and of `<name>_bwd_tile_classes`, the same for
 // the backward's dK/dV kernel, rows of q tiles per kv tile (BwdParams::q_tile_bounds/_classes).
 // They run once per launch, after the block summaries and before the attention kernels, for
-// masks that read declared inputs: classifying a tile there takes memory round trips, and a block
-// that searched its kv range itself spent most of its time before its first tile
-// (docs/perf/H200.md, document). Here every pair is classified in parallel, one lane per tile,
-// and the kernels' walks read their rows instead.
+// masks that read declared inputs: classifying a tile there takes memory round trips, so that a
+// block that searches its kv range itself spends most of its time before its first tile. Here
+// every pair is classified in parallel, one lane per tile, and the kernels' walks read their rows
+// instead.
 #pragma once
 
 #include "attnc/common/block_order.h"
@@ -92,8 +92,8 @@ constexpr int kTileOrderMaxTiles = 4096;
 // The body of `<name>_tile_classes_order`, launched after the tile classes: for each (b, h), its
 // q tiles longest kv range first (last - first + 1 of kv_tile_bounds) into q_tile_order, so that
 // the ordered grid starts the longest blocks first and ends on the shortest (document masks: q
-// tiles of 1 to 64 kv tiles in the order of the documents, docs/perf/H200.md). One block per
-// (b, h) in a grid-stride loop.
+// tiles of very different kv ranges, in the order of the documents). One block per (b, h) in a
+// grid-stride loop.
 template <class Variant, int BlockQ>
 ATTNC_DEVICE void writeTileOrder(const FwdParams& p) {
   __shared__ int counts[kTileOrderMaxTiles];
@@ -104,7 +104,8 @@ ATTNC_DEVICE void writeTileOrder(const FwdParams& p) {
     const i64 row0 = i64(bh) * qTiles;
     __syncthreads();  // the previous pair's counts have been read
     for (int t = int(threadIdx.x); t < qTiles; t += int(blockDim.x))
-      counts[t] = maxOf(p.kv_tile_bounds[2 * (row0 + t) + 1] - p.kv_tile_bounds[2 * (row0 + t)] + 1, 0);
+      counts[t] =
+          maxOf(p.kv_tile_bounds[2 * (row0 + t) + 1] - p.kv_tile_bounds[2 * (row0 + t)] + 1, 0);
     __syncthreads();
     for (int t = int(threadIdx.x); t < qTiles; t += int(blockDim.x))
       order[row0 + tileOrderRank(counts, qTiles, t)] = t;

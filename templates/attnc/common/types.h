@@ -108,7 +108,9 @@ ATTNC_DEVICE float fmax2(float a, float b) {
 // Butterfly exchange within the warp (all lanes participate).
 ATTNC_DEVICE float shuffleXor(float v, int laneMask) {
   float r;
-  asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(laneMask));
+  asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;"
+               : "=f"(r)
+               : "f"(v), "r"(laneMask));
   return r;
 }
 

@@ -13,8 +13,8 @@
 //   backwardPreprocess, backwardConvertDQ: no shared memory.
 #pragma once
 
+#include "attnc/common/layout.h"
 #include "attnc/common/types.h"
-#include "attnc/sm80/layout.h"
 
 namespace attnc {
 namespace sm80 {
@@ -59,7 +59,7 @@ struct BwdConfig {
   static constexpr int kWarpCols = BlockQ / kWarpsN;  // q columns of S^T per warp
   static constexpr int kNTiles = kWarpCols / 8;
   // S^T / dP^T are computed kSliceTiles n8 tiles (16 q columns) at a time: with dK and dV live
-  // (up to 128 registers at hd128) wider slices spill at hd128 (measured with ptxas, CUDA 13.0).
+  // (up to 128 registers at hd128) wider slices spill at hd128 (ptxas, CUDA 13.0).
   static constexpr int kSliceTiles = kNTiles % 2 == 0 ? 2 : kNTiles;
   // dK and dV n8 tiles per warp, padded so that each warp column takes whole pairs (head dims 200,
   // 208, 232 and 240: 26 or 30 n8 tiles, odd halves over two warp columns): the extra columns read
@@ -77,9 +77,10 @@ struct BwdConfig {
   // n8 tiles per warp, padded to an even count: columns past head_dim read whatever the K tile
   // holds there and are never stored (each output column depends on its own B column only).
   static constexpr int kDqTiles = roundUp(kHeadDimPadded / 8, 2 * kDqWarpsN) / kDqWarpsN;
-  // Chunks of 8 n8 tiles spill next to hd256.s dK/dV (ptxas, CUDA 13.0); 4 do not.
+  // Chunks of 8 n8 tiles spill next to hd256's dK/dV (ptxas, CUDA 13.0); 4 do not.
   static constexpr int kDqChunkMax = kHeadDimPadded > 128 ? 4 : 8;
-  static constexpr int kDqChunk = kDqTiles % kDqChunkMax == 0 ? kDqChunkMax : (kDqTiles % 4 == 0 ? 4 : 2);
+  static constexpr int kDqChunk =
+      kDqTiles % kDqChunkMax == 0 ? kDqChunkMax : (kDqTiles % 4 == 0 ? 4 : 2);
   static constexpr int kKSteps = BlockKV / 16;  // k16 steps of dQ += dS K
 
   static constexpr int kStatsBytes = 2 * 4 * BlockQ;  // LSE, delta of one q tile
@@ -98,7 +99,8 @@ struct BwdConfig {
   // backwardPreprocess / backwardConvertDQ: rows per block.
   static constexpr int kPreprocessRows = 64;
 
-  static_assert(HeadDim % 8 == 0 && HeadDim >= 8 && HeadDim <= 256, "head_dim: multiple of 8 in 8..256");
+  static_assert(HeadDim % 8 == 0 && HeadDim >= 8 && HeadDim <= 256,
+                "head_dim: multiple of 8 in 8..256");
   static_assert(HeadDimV % 8 == 0 && HeadDimV >= 8 && HeadDimV <= 256,
                 "head_dim_v: multiple of 8 in 8..256");
   static_assert(BlockQ % 16 == 0 && BlockKV % 16 == 0, "tiles are whole m16/k16 blocks");

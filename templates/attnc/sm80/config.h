@@ -3,8 +3,8 @@
 // Generated code picks the template arguments; everything else follows from them here.
 #pragma once
 
+#include "attnc/common/layout.h"
 #include "attnc/common/types.h"
-#include "attnc/sm80/layout.h"
 
 namespace attnc {
 namespace sm80 {
@@ -25,7 +25,7 @@ struct FwdConfig {
   static constexpr int kStages = Stages;
   static constexpr int kThreads = 32 * Warps;
 
-  // Per-warp fragments (mma.h): m16 tiles of rows, n8 tiles of S and O, k16 steps.
+  // Per-warp fragments (common/mma.h): m16 tiles of rows, n8 tiles of S and O, k16 steps.
   static constexpr int kWarpRows = BlockQ / Warps;
   static constexpr int kMTiles = kWarpRows / 16;
   static constexpr int kHeadDimPadded = roundUp(HeadDim, 16);  // zero-padded k16 reduction
@@ -50,7 +50,8 @@ struct FwdConfig {
   // or 1 overrides the choice (for experiments: registers against shared-memory bandwidth).
   static constexpr bool kQInRegs = QInRegs >= 0 ? QInRegs == 1 : kMTiles * kQKSteps * 4 <= 32;
 
-  static_assert(HeadDim % 8 == 0 && HeadDim >= 8 && HeadDim <= 256, "head_dim: multiple of 8 in 8..256");
+  static_assert(HeadDim % 8 == 0 && HeadDim >= 8 && HeadDim <= 256,
+                "head_dim: multiple of 8 in 8..256");
   static_assert(HeadDimV % 8 == 0 && HeadDimV >= 8 && HeadDimV <= 256,
                 "head_dim_v: multiple of 8 in 8..256");
   static_assert(BlockQ % Warps == 0 && kWarpRows % 16 == 0, "each warp owns whole m16 tiles");

@@ -11,17 +11,17 @@
 // and the softmax run, K_{j+1} loads while P V_j runs.
 #pragma once
 
+#include "attnc/common/copy.h"
+#include "attnc/common/epilogue.h"
 #include "attnc/common/expr.h"
 #include "attnc/common/kv_tiles.h"
+#include "attnc/common/layout.h"
+#include "attnc/common/mma.h"
 #include "attnc/common/params.h"
 #include "attnc/common/philox.h"
+#include "attnc/common/softmax.h"
 #include "attnc/common/types.h"
 #include "attnc/sm80/config.h"
-#include "attnc/sm80/copy.h"
-#include "attnc/sm80/epilogue.h"
-#include "attnc/sm80/layout.h"
-#include "attnc/sm80/mma.h"
-#include "attnc/sm80/softmax.h"
 
 namespace attnc {
 namespace sm80 {
@@ -65,6 +65,58 @@ struct KvProducer {
     buffer = buffer + 1 == Config::kStages ? 0 : buffer + 1;
   }
 };
+
+// Writes LSE (where p.lse is not null) and the normalized O of the warp's rows: qRow is this lane's
+// first row, warpRow the warp's first row inside the tile from q0.
+template <class Config>
+ATTNC_DEVICE void storeOutput(const FwdParams& p, int b, int h, int q0, int warpRow, int qRow,
+                              int lane, u32 qSmem,
+                              const float (&o)[Config::kMTiles][Config::kNvTiles][4],
+                              const float (&lse)[Config::kMTiles][2]) {
+  using Element = typename Config::Element;
+  using QTile = typename Config::QTile;
+  constexpr int kM = Config::kMTiles;
+  constexpr int kNv = Config::kNvTiles;
+
+  if (p.lse != nullptr && (lane & 3) == 0) {
+    float* lseRow = p.lse + (i64(b) * p.heads_q + h) * p.q_len;
+#pragma unroll
+    for (int mi = 0; mi < kM; ++mi)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int q = qRow + 16 * mi + 8 * r;
+        if (q < p.q_len) lseRow[q] = lse[mi][r];
+      }
+  }
+
+  // O goes through the warp's own rows of the Q tile so global stores are whole 16-byte chunks.
+#pragma unroll
+  for (int mi = 0; mi < kM; ++mi)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = warpRow + 16 * mi + 8 * r + (lane >> 2);
+#pragma unroll
+      for (int nv = 0; nv < kNv; ++nv) {
+        const u32 packed = Convert<Element>::pack2(o[mi][nv][2 * r], o[mi][nv][2 * r + 1]);
+        storeShared32(qSmem + QTile::chunkOffset(row, nv) + 4 * (lane & 3), packed);
+      }
+    }
+  warpSync();
+  constexpr int kRowChunks = Config::kHeadDimV / 8;
+  constexpr int kWarpChunks = Config::kWarpRows * kRowChunks;
+  Element* oG = static_cast<Element*>(p.o) + b * p.o_stride_b + h * p.o_stride_h;
+#pragma unroll
+  for (int i = 0; i < ceilDiv(kWarpChunks, 32); ++i) {
+    const int idx = lane + 32 * i;
+    if (kWarpChunks % 32 != 0 && idx >= kWarpChunks) break;
+    const int row = idx / kRowChunks, chunk = idx % kRowChunks;
+    const int q = q0 + warpRow + row;
+    if (q < p.q_len) {
+      const u32x4 v = loadShared128(qSmem + QTile::chunkOffset(warpRow + row, chunk));
+      storeGlobal128(oG + q * p.o_stride_s + chunk * 8, v);
+    }
+  }
+}
 
 template <class Config, class Variant>
 ATTNC_DEVICE void forward(const FwdParams& p, unsigned char* smem) {
@@ -202,45 +254,7 @@ ATTNC_DEVICE void forward(const FwdParams& p, unsigned char* smem) {
   const float outScale = Variant::kHasDropout ? dropoutScale(p.dropout_p) : 1.0f;
   softmax.finish(o, log2Scale, outScale, lse);
   if (!warpHasRows) return;
-
-  if (p.lse != nullptr && (lane & 3) == 0) {
-    float* lseRow = p.lse + (i64(b) * p.heads_q + h) * p.q_len;
-#pragma unroll
-    for (int mi = 0; mi < kM; ++mi)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int q = qRow + 16 * mi + 8 * r;
-        if (q < p.q_len) lseRow[q] = lse[mi][r];
-      }
-  }
-
-  // O goes through the warp's own rows of the Q tile so global stores are whole 16-byte chunks.
-#pragma unroll
-  for (int mi = 0; mi < kM; ++mi)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = warpRow + 16 * mi + 8 * r + (lane >> 2);
-#pragma unroll
-      for (int nv = 0; nv < kNv; ++nv) {
-        const u32 packed = Convert<Element>::pack2(o[mi][nv][2 * r], o[mi][nv][2 * r + 1]);
-        storeShared32(qSmem + QTile::chunkOffset(row, nv) + 4 * (lane & 3), packed);
-      }
-    }
-  warpSync();
-  constexpr int kRowChunks = Config::kHeadDimV / 8;
-  constexpr int kWarpChunks = Config::kWarpRows * kRowChunks;
-  Element* oG = static_cast<Element*>(p.o) + b * p.o_stride_b + h * p.o_stride_h;
-#pragma unroll
-  for (int i = 0; i < ceilDiv(kWarpChunks, 32); ++i) {
-    const int idx = lane + 32 * i;
-    if (kWarpChunks % 32 != 0 && idx >= kWarpChunks) break;
-    const int row = idx / kRowChunks, chunk = idx % kRowChunks;
-    const int q = q0 + warpRow + row;
-    if (q < p.q_len) {
-      const u32x4 v = loadShared128(qSmem + QTile::chunkOffset(warpRow + row, chunk));
-      storeGlobal128(oG + q * p.o_stride_s + chunk * 8, v);
-    }
-  }
+  storeOutput<Config>(p, b, h, q0, warpRow, qRow, lane, qSmem, o, lse);
 }
 
 }  // namespace sm80

@@ -4,14 +4,14 @@
 // dV += P^T dO and dK += dS^T Q, with and without the head-dim split.
 #pragma once
 
+#include "attnc/common/bwd_steps.h"
+#include "attnc/common/copy.h"
 #include "attnc/common/expr.h"
 #include "attnc/common/kv_tiles.h"
+#include "attnc/common/mma.h"
 #include "attnc/common/params.h"
 #include "attnc/common/philox.h"
 #include "attnc/common/types.h"
-#include "attnc/sm80/backward.h"
-#include "attnc/sm80/copy.h"
-#include "attnc/sm80/mma.h"
 #include "attnc/sm90/barrier.h"
 #include "attnc/sm90/bwd_config.h"
 #include "attnc/sm90/bwd_smem.h"

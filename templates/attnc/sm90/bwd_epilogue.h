@@ -3,9 +3,9 @@
 // last stage, which writes a consumer's dK (times the softmax scale) and dV.
 #pragma once
 
+#include "attnc/common/copy.h"
 #include "attnc/common/params.h"
 #include "attnc/common/types.h"
-#include "attnc/sm80/copy.h"
 #include "attnc/sm90/barrier.h"
 #include "attnc/sm90/bwd_config.h"
 #include "attnc/sm90/bwd_dkdv_steps.h"

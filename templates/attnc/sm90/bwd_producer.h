@@ -3,12 +3,12 @@
 // it visits) and the dQ kernel's (Q and dO once, then K and V of every live kv tile).
 #pragma once
 
+#include "attnc/common/bwd_steps.h"
+#include "attnc/common/copy.h"
 #include "attnc/common/expr.h"
 #include "attnc/common/kv_tiles.h"
 #include "attnc/common/params.h"
 #include "attnc/common/types.h"
-#include "attnc/sm80/backward.h"
-#include "attnc/sm80/copy.h"
 #include "attnc/sm90/barrier.h"
 #include "attnc/sm90/bwd_smem.h"
 #include "attnc/sm90/smem.h"

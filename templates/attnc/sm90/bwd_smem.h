@@ -4,10 +4,10 @@
 #pragma once
 
 #include "attnc/common/block_order.h"
+#include "attnc/common/copy.h"
 #include "attnc/common/expr.h"
 #include "attnc/common/params.h"
 #include "attnc/common/types.h"
-#include "attnc/sm80/copy.h"
 #include "attnc/sm90/barrier.h"
 #include "attnc/sm90/bwd_config.h"
 #include "attnc/sm90/smem.h"

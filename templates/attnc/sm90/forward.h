@@ -26,12 +26,12 @@
 #pragma once
 
 #include "attnc/common/block_order.h"
+#include "attnc/common/copy.h"
+#include "attnc/common/gemm.h"
 #include "attnc/common/kv_tiles.h"
 #include "attnc/common/params.h"
+#include "attnc/common/softmax.h"
 #include "attnc/common/types.h"
-#include "attnc/sm80/copy.h"
-#include "attnc/sm80/gemm.h"
-#include "attnc/sm80/softmax.h"
 #include "attnc/sm90/config.h"
 #include "attnc/sm90/fwd_idle.h"
 #include "attnc/sm90/fwd_mainloop.h"

@@ -5,11 +5,11 @@
 #pragma once
 
 #include "attnc/common/block_order.h"
+#include "attnc/common/copy.h"
 #include "attnc/common/params.h"
 #include "attnc/common/philox.h"
+#include "attnc/common/softmax.h"
 #include "attnc/common/types.h"
-#include "attnc/sm80/copy.h"
-#include "attnc/sm80/softmax.h"
 #include "attnc/sm90/fwd_mask.h"
 #include "attnc/sm90/fwd_smem.h"
 #include "attnc/sm90/timeline.h"

@@ -19,14 +19,14 @@
 // passing the first turn to warpgroup 0.
 #pragma once
 
+#include "attnc/common/epilogue.h"
+#include "attnc/common/gemm.h"
 #include "attnc/common/kv_tiles.h"
+#include "attnc/common/mma.h"
 #include "attnc/common/params.h"
 #include "attnc/common/philox.h"
+#include "attnc/common/softmax.h"
 #include "attnc/common/types.h"
-#include "attnc/sm80/epilogue.h"
-#include "attnc/sm80/gemm.h"
-#include "attnc/sm80/mma.h"
-#include "attnc/sm80/softmax.h"
 #include "attnc/sm90/barrier.h"
 #include "attnc/sm90/config.h"
 #include "attnc/sm90/fwd_epilogue.h"

@@ -12,11 +12,11 @@
 // spilled).
 #pragma once
 
+#include "attnc/common/epilogue.h"
 #include "attnc/common/expr.h"
 #include "attnc/common/kv_tiles.h"
 #include "attnc/common/params.h"
 #include "attnc/common/types.h"
-#include "attnc/sm80/epilogue.h"
 #include "attnc/sm90/fwd_smem.h"
 
 namespace attnc {

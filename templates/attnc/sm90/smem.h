@@ -3,9 +3,9 @@
 // the 32- and 64-bit shared loads and stores (one PTX instruction each) the kernels read them with.
 #pragma once
 
+#include "attnc/common/copy.h"
 #include "attnc/common/expr.h"
 #include "attnc/common/types.h"
-#include "attnc/sm80/copy.h"
 #include "attnc/sm90/wgmma.h"
 
 namespace attnc {

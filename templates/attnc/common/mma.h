@@ -9,11 +9,12 @@
 //   C 16x8  (f32):  c0, c1 = (g, 2t), (g, 2t+1)           c2, c3 = (g+8, 2t), (g+8, 2t+1)
 // So each row of a C tile lives in the 4 lanes of a quad, which is why row reductions need only
 // two shuffles, and C columns 2t, 2t+1 of two adjacent n-tiles are exactly A's a0/a2 (and a1/a3):
-// the accumulators of S, packed to 16 bits, are the A operand of P V without a trip to shared memory.
+// the accumulators of S, packed to 16 bits, are the A operand of P V without a trip to shared
+// memory.
 #pragma once
 
+#include "attnc/common/layout.h"
 #include "attnc/common/types.h"
-#include "attnc/sm80/layout.h"
 
 namespace attnc {
 namespace sm80 {
@@ -79,7 +80,8 @@ ATTNC_DEVICE void loadQ(u32 (&q)[MTiles][KSteps][4], u32 qTile, const LdmatrixLa
 #pragma unroll
   for (int kk = 0; kk < KSteps; ++kk) {
 #pragma unroll
-    for (int mi = 0; mi < MTiles; ++mi) ldmatrixX4(q[mi][kk], lane.at(qTile, row0 + 16 * mi, 2 * kk));
+    for (int mi = 0; mi < MTiles; ++mi)
+      ldmatrixX4(q[mi][kk], lane.at(qTile, row0 + 16 * mi, 2 * kk));
   }
 }
 
@@ -161,7 +163,8 @@ ATTNC_DEVICE void gemmPV(float (&o)[MTiles][NvTiles][4], const u32 (&pA)[MTiles]
       u32 b[2];
       ldmatrixX2Trans(b, vLane.at(vTile, 16 * kk, NvTiles - 1));
 #pragma unroll
-      for (int mi = 0; mi < MTiles; ++mi) MmaOp<Element>::run(o[mi][NvTiles - 1], pA[mi][kk], b[0], b[1]);
+      for (int mi = 0; mi < MTiles; ++mi)
+        MmaOp<Element>::run(o[mi][NvTiles - 1], pA[mi][kk], b[0], b[1]);
     }
   }
 }

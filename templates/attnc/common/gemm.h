@@ -1,8 +1,9 @@
 // Generic warp GEMMs of the backward kernels: acc[MTiles x NTiles n8-tiles] += A B over KSteps k16
-// steps, with A and B fragments coming from any of the places the backward keeps them. The forward's
-// fixed-role GEMMs (mma.h: gemmQK, gemmPV) are two special cases; the backward needs every
-// combination of transposed and plain operands (S^T = K Q^T, dV += P^T dO, dP^T = V dO^T,
-// dK += dS^T Q, dQ += dS K), so the operand source is a small policy object instead.
+// steps, with A and B fragments coming from any of the places the backward keeps them. The
+// forward's fixed-role GEMMs (mma.h: gemmQK, gemmPV) are two special cases; the backward needs
+// every combination of transposed and plain operands (S^T = K Q^T, dV += P^T dO,
+// dP^T = V dO^T, dK += dS^T Q, dQ += dS K), so the operand source is a small policy object
+// instead.
 //
 // Sources (tiles are swizzled SmemTiles, see layout.h; fragment layouts in mma.h):
 //   SmemA<Tile>      A (m x k) stored row-major as [m][k]: ldmatrix.x4
@@ -13,9 +14,9 @@
 // Each B load covers two adjacent n8 tiles, so NTiles is even; callers pad head dims to 16.
 #pragma once
 
+#include "attnc/common/layout.h"
+#include "attnc/common/mma.h"
 #include "attnc/common/types.h"
-#include "attnc/sm80/layout.h"
-#include "attnc/sm80/mma.h"
 
 namespace attnc {
 namespace sm80 {

@@ -140,7 +140,8 @@ struct OnlineSoftmax {
   }
 
   template <int NvTiles>
-  ATTNC_DEVICE static void rescale(float (&o)[MTiles][NvTiles][4], const float (&factors)[MTiles][2]) {
+  ATTNC_DEVICE static void rescale(float (&o)[MTiles][NvTiles][4],
+                                   const float (&factors)[MTiles][2]) {
 #pragma unroll
     for (int mi = 0; mi < MTiles; ++mi)
 #pragma unroll

@@ -2,8 +2,8 @@
 // loader that moves one [rows x head_dim] tile into a swizzled shared tile.
 #pragma once
 
+#include "attnc/common/layout.h"
 #include "attnc/common/types.h"
-#include "attnc/sm80/layout.h"
 
 namespace attnc {
 namespace sm80 {
