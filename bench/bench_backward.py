@@ -200,7 +200,7 @@ def write_json(path, results, lib):
     facts = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
              "gpu": torch.cuda.get_device_name(), "driver": driver, "torch": torch.__version__,
              "cuda": torch.version.cuda, "cudnn": str(torch.backends.cudnn.version()),
-             "attnc": lib.version(), **fwd.run_facts("run-backward.sh", sys.argv[1:])}
+             "attnc": lib.version(), **fwd.run_facts("run-backward.sh", sys.argv[1:], lib.path)}
     with open(path, "w") as f:
         json.dump({"facts": facts, "results": results}, f, indent=1)
 

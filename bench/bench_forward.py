@@ -94,14 +94,13 @@ def shown_command(argv):
     return " ".join(a.replace(os.environ.get("OUT", "//"), "$OUT") for a in argv)
 
 
-def run_facts(script, argv):
+def run_facts(script, argv, lib_path):
     """What a --json page says of how its run was made (bench/perf_page.py): the command, the
-    warm-up and the source's commit where git knows it."""
-    try:
-        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True, timeout=20).stdout.strip() or None
-    except Exception:  # noqa: BLE001
-        commit = None  # a bundle without its repository
+    warm-up and the commit the library was built from (results_page.commit_of: the COMMIT file
+    its bundle wrote beside it, else the checkout's HEAD)."""
+    from results_page import commit_of
+    commit = commit_of(lib_path)[0]
+    commit = None if commit == "unknown" else commit[:7] + ("-dirty" if commit.endswith("-dirty") else "")
     shown = (a.replace(os.environ.get("OUT", "//"), "$OUT") for a in argv)
     command = " ".join(f'"{a}"' if " " in a else a for a in shown)
     return {"command": f"bash bench/{script} {command}", "warm_ms": WARM_MS, "commit": commit}
@@ -533,7 +532,7 @@ def main():
     facts = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
              "gpu": torch.cuda.get_device_name(), "driver": driver, "torch": torch.__version__,
              "cuda": torch.version.cuda, "cudnn": str(torch.backends.cudnn.version()),
-             "attnc": lib.version(), "target": target, **run_facts("run.sh", sys.argv[1:])}
+             "attnc": lib.version(), "target": target, **run_facts("run.sh", sys.argv[1:], lib.path)}
     print(facts, flush=True)
     results = []
     t0 = time.time()

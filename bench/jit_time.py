@@ -117,7 +117,7 @@ def main():
         for i, lib in enumerate(libs):
             print(f"- {chr(ord('A') + i)}: {lib}")
     # Compile times differ between machines and between starts of one machine by more than
-    # kernel changes move them (docs/perf/H200.md): say which machine and NVRTC these are.
+    # kernel changes move them (docs/perf/): say which machine and NVRTC these are.
     print(f"- machine: {cpu_model()}, {os.cpu_count()} CPUs; 1-minute load average {load_before:.1f} "
           f"before, {os.getloadavg()[0]:.1f} after")
     for files in sorted(nvrtcs):

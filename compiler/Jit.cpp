@@ -51,7 +51,8 @@ private:
 
 // NVRTC options beyond Nvrtc::compile's defaults, from the environment: ATTNC_TIMELINE=1 builds the
 // sm_90a forward with its per-block timeline (templates/attnc/sm90/timeline.h: timestamps written
-// where the LSE goes; bench/timeline.py reads them), a measuring build that the cache keys apart.
+// where the LSE goes; dev/bench/timeline.py reads them), a measuring build that the cache keys
+// apart.
 std::vector<std::string> extraOptions() {
   const char* timeline = std::getenv("ATTNC_TIMELINE");
   if (timeline && std::string(timeline) == "1") return {"-DATTNC_TIMELINE=1"};

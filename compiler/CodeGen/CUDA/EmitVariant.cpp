@@ -125,7 +125,7 @@ LogicalResult emitHooks(llvm::raw_ostream& os, attn::TiledForwardOp op,
     os << "\n";
   }
   os << "  // The score after `scale * q.k`. Q: int, or expr::Pos; S: float, or expr::Scaled "
-        "(sm80/epilogue.h).\n";
+        "(common/epilogue.h).\n";
   os << "  template <class P, class Q = int, class S = float>\n  "
      << hookDecl(op.getScore(), "ATTNC_DEVICE", "ATTNC_DEVICE_OUTLINED")
      << " static float score(const P& p, S score, int b, int h, Q q, Q k) {\n";

@@ -30,8 +30,8 @@ std::string cppType(Type type) {
 // the key k itself with values of the row (its position, lengths, constants), and booleans of the
 // row alone. Then for each row the kept keys are those of [lo, hi] whose key value equals the
 // row's, and a kernel can decide a whole tile of keys a row with bit operations instead of a join
-// per element (sm80/epilogue.h keepBitsRanges). Emits kJoinRanges = true, join_eq_row/join_eq_col
-// (kJoinEq) and join_k_lo/join_k_hi (64-bit, so that k > INT_MAX - 0 and the like cannot
+// per element (common/mask_warp.h keepBitsRanges). Emits kJoinRanges = true,
+// join_eq_row/join_eq_col (kJoinEq) and join_k_lo/join_k_hi (64-bit, so that k > INT_MAX - 0 and the like cannot
 // overflow); nothing where the join has another form (the kernels then join per element).
 template <class Closure>
 void emitJoinRanges(llvm::raw_ostream& out, Value result, Value key,
@@ -112,7 +112,7 @@ void emitJoinRanges(llvm::raw_ostream& out, Value result, Value key,
   RegionEmitter emitter(os, inputs);
   if (failed(emitter.emitOps(closure(wanted, given), names, true))) return;
   auto name = [&](Value v) { return names.lookup(v); };
-  out << "  // The join as key ranges a row (EmitCUDA.cpp emitJoinRanges; sm80/epilogue.h\n"
+  out << "  // The join as key ranges a row (MaskSplit.cpp emitJoinRanges; common/mask_warp.h\n"
          "  // keepBitsRanges): keys k of [join_k_lo, join_k_hi]"
       << (eqRow ? " whose join_eq_col equals the row's join_eq_row" : "") << ".\n";
   out << "  static constexpr bool kJoinRanges = true;\n";
@@ -252,7 +252,7 @@ LogicalResult emitMaskSplit(llvm::raw_ostream& out, Region& mask, DictionaryAttr
   os << "    return " << joinNames.lookup(yield->getOperand(0)) << ";\n  }\n";
   out << "  // The mask split for per-element tiles: the values of one row, of one key, and the "
          "join\n"
-         "  // (EmitCUDA.cpp emitMaskSplit; sm80/epilogue.h forEachKeep).\n";
+         "  // (MaskSplit.cpp emitMaskSplit; common/mask.h forEachKeep).\n";
   emitStruct("MaskRow", rowOut);
   emitStruct("MaskCol", colOut);
   out << body;

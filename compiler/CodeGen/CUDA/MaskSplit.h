@@ -1,5 +1,5 @@
 // The per-element mask of a generated Variant split by what its values depend on, for the tiles
-// a kernel masks element by element (templates/attnc/sm80/epilogue.h forEachKeep).
+// a kernel masks element by element (templates/attnc/common/mask.h forEachKeep).
 #pragma once
 
 #include "mlir/IR/BuiltinAttributes.h"
@@ -9,7 +9,7 @@
 namespace attnc {
 
 // The per-element mask split by what its values depend on, for the tiles a kernel masks element
-// by element (sm80/epilogue.h forEachKeep): mask_row(p, b, h, q) computes the values that
+// by element (common/mask.h forEachKeep): mask_row(p, b, h, q) computes the values that
 // depend on the row (and b, h, the lengths and declared inputs) alone, once per row of a lane's
 // tile; mask_col(p, b, h, k) those that depend on the key alone, once per key; mask_join(p, b, h,
 // q, k, row, col) the rest, once per element, reading the first two's results from `row` and

@@ -78,7 +78,7 @@ struct BackwardTileChoice {
   std::string kvKernel = "sm80";
   int64_t hopperStages = 0, hopperSmemBytes = 0;
   bool hopperSplit = false;  // the head-dim split (templates/attnc/sm90/bwd_config.h): 64 kv rows
-  // The sm_90a dQ kernel (templates/attnc/sm90/bwd_q.h; 0 bytes: the sm80 backwardQ serves):
+  // The sm_90a dQ kernel (templates/attnc/sm90/bwd_dq.h; 0 bytes: the sm80 backwardQ serves):
   // kv tiles of hopperQBlockKV keys, hopperQStages K/V stages; hopperSeparateDq: the default
   // backward also takes it (with the dK/dV kernel's `_kv_nodq` entry) instead of dq_accum. Without
   // hopperSplit it is also the dK/dV kernel's layout (bwd_config.h SeparateDq: no room for dQ).

@@ -1,6 +1,6 @@
 // The backward kernels' tile rule: the sm_80-family dK/dV and dQ kernels
 // (templates/attnc/sm80/backward.h, bwd_config.h) for every target, and on sm_90a the wgmma dK/dV
-// kernel (templates/attnc/sm90/backward.h) and dQ kernel (sm90/bwd_q.h) where their registers and
+// kernel (templates/attnc/sm90/bwd_dkdv.h) and dQ kernel (sm90/bwd_dq.h) where their registers and
 // shared memory fit.
 #include "dialects/Attn/Transforms/TileRuleShared.h"
 

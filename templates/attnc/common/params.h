@@ -169,7 +169,7 @@ struct BwdParams {
   const int* q_tile_bounds;
   const u32* q_tile_classes;
   int q_class_words;
-  // The classes of the sm_90a dQ kernel's (q tile, kv tile) pairs (sm90/bwd_q.h), as FwdParams'
+  // The classes of the sm_90a dQ kernel's (q tile, kv tile) pairs (sm90/bwd_dq.h), as FwdParams'
   // kv_tile_* but for its tiling: rows (b * H + h) * ceil(q_len / 128) + q tile (H and h as
   // there; its q tiles start at multiples of 128), kv tiles of its B_c along them
   // (`<name>_bwd_q_tile_classes`), or null. No other walk reads them.

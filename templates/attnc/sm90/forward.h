@@ -12,7 +12,7 @@
 //    GEMMs do (fwd_mainloop.h); then it normalizes O and writes O and LSE (fwd_epilogue.h).
 //
 // The accumulators are, per warp, the m16n8 layout of the sm80 kernels (wgmma.h), so the epilogue
-// (sm80/epilogue.h) and the online softmax (sm80/softmax.h) are shared with that path. Blocks
+// (common/epilogue.h) and the online softmax (common/softmax.h) are shared with that path. Blocks
 // classify kv tiles exactly as the sm80 kernel does (kv_tiles.h); each warpgroup refines a partial
 // tile for its own 64 rows (fwd_mask.h).
 //

@@ -6,8 +6,8 @@
 // floats, which every launch's LSE does (q_len x heads x batch; blocks of 64 rows or more): the
 // forward writes no LSE, and the dK/dV kernel writes over the LSE it reads, so its gradients mean
 // nothing (its timing does not depend on the values). Times are the low 32 bits of %globaltimer in
-// ns (the H200 ticks it every 32 ns), so only their differences mean anything. bench/timeline.py
-// reads them and prints the phases.
+// ns (the H200 ticks it every 32 ns), so only their differences mean anything.
+// dev/bench/timeline.py reads them and prints the phases.
 #pragma once
 
 #include "attnc/common/params.h"
