@@ -174,7 +174,7 @@ ATTNC_DEVICE void consume(const FwdParams& p, const ForwardSmem<Config>& smem,
   constexpr bool kReadsAhead = Mask::kReadsAhead;
   constexpr bool kGroupTail = Steps::kGroupTail;
   const int group = rows.group, groupThread = rows.groupThread, lane = rows.lane, warp = rows.warp;
-  const int groupRow = rows.groupRow, groupLast = rows.groupLast, qRow = rows.qRow;
+  const int groupRow = rows.groupRow, groupLast = rows.groupLast;
   const bool groupHasRows = rows.groupHasRows;
   float o[1][Config::kNvTiles][4];
   sm80::warp::zero(o);
