@@ -100,7 +100,10 @@ def run_facts(script, argv, lib_path):
     its bundle wrote beside it, else the checkout's HEAD)."""
     from results_page import commit_of
     commit = commit_of(lib_path)[0]
-    commit = None if commit == "unknown" else commit[:7] + ("-dirty" if commit.endswith("-dirty") else "")
+    if commit != "unknown":
+        commit = commit[:7] + ("-dirty" if commit.endswith("-dirty") else "")
+    else:
+        commit = None
     shown = (a.replace(os.environ.get("OUT", "//"), "$OUT") for a in argv)
     command = " ".join(f'"{a}"' if " " in a else a for a in shown)
     return {"command": f"bash bench/{script} {command}", "warm_ms": WARM_MS, "commit": commit}

@@ -115,6 +115,15 @@ struct Checker {
     if (value < 1 || value > most)
       fail(argument, "a value in [1, " + std::to_string(most) + "]", std::to_string(value));
   }
+  // The sizes both launches share: batch and heads along the grid's y and z, the lengths within
+  // the templates' 32-bit position arithmetic.
+  void launchSizes(const KernelMetadata& m, int64_t batch, int64_t qLen, int64_t kvLen) {
+    length("batch", batch, kMaxGridYZ);
+    length("q_len", qLen, kMaxLength);
+    length("kv_len", kvLen, kMaxLength);
+    if (m.headsQ > kMaxGridYZ)
+      fail("(kernel) heads_q", "at most 65535 (the grid's y dimension)", std::to_string(m.headsQ));
+  }
   // Tensor strides: multiples of 8 elements (16-byte vector loads); O's also positive (rows never
   // overlap), inputs' at least 0.
   void stride(const std::string& argument, int64_t value, bool positive, bool multipleOf8) {
@@ -268,12 +277,7 @@ Status Kernel::validate(const ForwardArgs& args) const {
   check.tensor("v", args.v, false);
   check.tensor("o", args.o, true);
   if (args.lse) check.pointer("lse", args.lse, 4);
-  check.length("batch", args.batch, kMaxGridYZ);
-  check.length("q_len", args.q_len, kMaxLength);
-  check.length("kv_len", args.kv_len, kMaxLength);
-  if (m.headsQ > kMaxGridYZ)
-    check.fail("(kernel) heads_q", "at most 65535 (the grid's y dimension)",
-               std::to_string(m.headsQ));
+  check.launchSizes(m, args.batch, args.q_len, args.kv_len);
   check.inputs(m, args.inputs);
   // What the launch writes (O, the LSE) shares no byte with anything else it reads or writes.
   if (check.status.ok) {
@@ -316,12 +320,7 @@ Status Kernel::validateBackward(const BackwardArgs& args) const {
   check.tensor("dk", args.dk, true);
   check.tensor("dv", args.dv, true);
   check.pointer("lse", args.lse, 4);
-  check.length("batch", args.batch, kMaxGridYZ);
-  check.length("q_len", args.q_len, kMaxLength);
-  check.length("kv_len", args.kv_len, kMaxLength);
-  if (m.headsQ > kMaxGridYZ)
-    check.fail("(kernel) heads_q", "at most 65535 (the grid's y dimension)",
-               std::to_string(m.headsQ));
+  check.launchSizes(m, args.batch, args.q_len, args.kv_len);
   check.inputs(m, args.inputs);
   // The workspace the launch uses, the caller's or the kernel's: a size that fits in int64.
   const size_t needed = check.status.ok
