@@ -1,0 +1,33 @@
+"""attnc for Python: compile an attention variant (Spec) to a CUDA kernel with libattnc, and run
+it on torch tensors with autograd (attention). `import attnc` needs neither torch nor a GPU;
+attention() and calling a Kernel import torch when first used."""
+from ._errors import AttncError, ArgumentError, CompileError, SpecError
+from ._version import __version__
+from .kernel import Kernel, KernelInfo, compile
+from .spec import Spec
+
+__all__ = ["AttncError", "ArgumentError", "CompileError", "SpecError", "Spec", "Kernel",
+           "KernelInfo", "compile", "attention", "__version__"]
+
+
+def attention(q, k, v, *, mask=None, score=None, inputs=None, dropout_p=0.0, scale=None,
+              layout="bhsd", deterministic=False, return_lse=False, spec=None):
+    """Attention of q, k, v under a variant (mask, score, dropout), differentiable in q, k, v.
+
+    q: [B, Hq, Sq, D] (layout "bhsd", as SDPA and FlexAttention) or [B, Sq, Hq, D] ("bshd", as
+    FlashAttention); k, v: [B, Hkv, Skv, D] and [B, Hkv, Skv, Dv] in the same layout, Hq a
+    multiple of Hkv; bf16 or fp16 CUDA tensors. Returns out shaped like q with Dv, and with
+    return_lse also the log-sum-exp [B, Hq, Sq] (float32, natural log).
+
+    mask, score: as attnc.Spec's fields (docs/spec.md), e.g. mask="causal",
+    score="30 * tanh(score / 30)". inputs: {name: tensor} for the spec's declared inputs; their
+    declaration is inferred from dtype (int32 -> i32, float32 -> f32) and shape ([Skv] -> pos,
+    [B, Skv] -> b, pos, [Hq] -> h) unless `spec` declares them. dropout_p in [0, 1): seed and
+    offset drawn from torch's CUDA generator. scale: default 1/sqrt(D). deterministic: the
+    backward without atomics. spec: an attnc.Spec whose given fields are used; the others come
+    from the tensors. Argument errors raise ArgumentError before anything is launched.
+    """
+    from . import torch_ops
+    return torch_ops.attention(q, k, v, mask=mask, score=score, inputs=inputs,
+                               dropout_p=dropout_p, scale=scale, layout=layout,
+                               deterministic=deterministic, return_lse=return_lse, spec=spec)
