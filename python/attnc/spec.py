@@ -71,12 +71,24 @@ def _variant(value: Any, keywords: set) -> str:
     return _flow(value)
 
 
+_DICT = "__dict__"  # marks a frozen dict, so that _thaw tells it from a list of pairs
+
+
 def _freeze(value: Any) -> Any:
-    """A hashable form of a field's value (dicts and lists become tuples)."""
+    """A hashable form of a field's value, made of str, numbers, bools, None and tuples."""
     if isinstance(value, dict):
-        return tuple((k, _freeze(v)) for k, v in value.items())
+        return (_DICT,) + tuple((k, _freeze(v)) for k, v in value.items())
     if isinstance(value, (list, tuple)):
         return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    """The inverse of _freeze (tuples come back as lists)."""
+    if isinstance(value, tuple):
+        if value[:1] == (_DICT,):
+            return {k: _thaw(v) for k, v in value[1:]}
+        return [_thaw(v) for v in value]
     return value
 
 
@@ -195,10 +207,26 @@ class Spec:
         return Spec(values.pop("head_dim"), **values)
 
     def key(self) -> tuple:
-        """A hashable key equal for specs that write the same YAML."""
+        """A hashable key, equal for specs that write the same YAML; Spec.from_key(key) makes
+        the spec back. Only str, numbers, bools, None and tuples, so torch.compile takes it as a
+        constant."""
         if self._text is not None:
             return ("text", self._text, self._path)
-        return tuple(_freeze(getattr(self, f)) for f in _FIELDS)
+        return ("fields",) + tuple(_freeze(getattr(self, f)) for f in _FIELDS)
+
+    @classmethod
+    def from_key(cls, key: tuple) -> "Spec":
+        """The spec whose key() is `key`."""
+        spec = cls()
+        if key[0] == "text":
+            for field, value in _read_fields(key[1]).items():
+                setattr(spec, field, value)
+            spec._text, spec._path = key[1], key[2]
+            return spec
+        values = {f: _thaw(v) for f, v in zip(_FIELDS, key[1:])}
+        if values["heads"] is not None:
+            values["heads"] = tuple(values["heads"])
+        return cls(values.pop("head_dim"), **values)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Spec) and self.key() == other.key()

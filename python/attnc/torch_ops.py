@@ -1,0 +1,531 @@
+"""attnc.attention on torch tensors: argument checks, the spec the tensors imply, and the custom
+ops torch.ops.attnc.forward / backward / philox_state (register_fake and register_autograd), so
+that eager mode, autograd, torch.compile(fullgraph=True) and CUDA graphs all take the call.
+
+Inside the ops the kernel is found by the spec's key (a tuple of constants, carried as its repr)
+and the tensors' device, so a traced graph holds no Python objects. The forward compiles with the
+backward kernels when a gradient is needed, so that the forward and the backward that consumes
+its output and LSE are one compiled kernel; a forward without gradients compiles the forward only
+(about half the compile time)."""
+import ast
+import math
+import threading
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from . import _capi
+from ._errors import ArgumentError, AttncError
+from .kernel import Kernel, compile as compile_spec
+from .spec import Spec, _freeze, _thaw
+
+_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+_INPUT_DTYPES = {torch.int32: "i32", torch.float32: "f32"}
+_LAYOUTS = ("bhsd", "bshd")
+_DEVICES = ("cuda", "meta")  # meta: shapes only, through the fake kernels
+# The C API's rules (docs/runtime.md, "Launch arguments"): 16-byte aligned Q/K/V/O pointers,
+# strides in multiples of 8 elements, 4-byte aligned inputs.
+_TENSOR_ALIGN = 16
+_STRIDE_MULTIPLE = 8
+_INPUT_ALIGN = 4
+# Advance of torch's CUDA generator offset per dropout call: torch keeps its offsets multiples
+# of 4 (one Philox4x32 output), and the kernels key their masks on the whole offset.
+_OFFSET_INCREMENT = 4
+_U64 = (1 << 64) - 1
+
+_lock = threading.Lock()
+_plans: dict = {}     # call key -> (spec key repr, inputs description, has dropout)
+_specs: dict = {}     # spec key repr -> Spec
+_kernels: dict = {}   # (spec key repr, device index, with backward) -> Kernel
+
+
+def _fail(message: str) -> None:
+    raise ArgumentError(message)
+
+
+def _axes(layout: str) -> tuple:
+    """(heads axis, sequence axis) of a 4-d tensor in `layout`."""
+    return (1, 2) if layout == "bhsd" else (2, 1)
+
+
+def _check_tensor(name: str, t: Any, layout: str) -> None:
+    if not isinstance(t, Tensor):
+        _fail(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != 4:
+        _fail(f"{name}: expected 4 dims ({'B, H, S, D' if layout == 'bhsd' else 'B, S, H, D'} "
+              f"for layout '{layout}'), got shape {tuple(t.shape)}")
+    if t.device.type not in _DEVICES:
+        _fail(f"{name}: expected a CUDA tensor, got one on {t.device}")
+    if t.dtype not in _DTYPES:
+        _fail(f"{name}: expected dtype torch.bfloat16 or torch.float16, got {t.dtype}")
+    if t.stride(3) != 1:
+        _fail(f"{name}: expected a contiguous last dim (stride 1), got strides "
+              f"{tuple(t.stride())}; pass {name}.contiguous()")
+    for axis in range(3):
+        if t.shape[axis] > 1 and t.stride(axis) % _STRIDE_MULTIPLE:
+            _fail(f"{name}: expected strides that are multiples of {_STRIDE_MULTIPLE} elements, "
+                  f"got strides {tuple(t.stride())}; pass {name}.contiguous()")
+
+
+def _check_qkv(q: Tensor, k: Tensor, v: Tensor, layout: str) -> tuple:
+    """(batch, heads_q, q_len, head_dim, heads_kv, kv_len, head_dim_v) after every shape, dtype
+    and device check."""
+    if layout not in _LAYOUTS:
+        _fail(f"layout: expected 'bhsd' or 'bshd', got {layout!r}")
+    _check_tensor("q", q, layout)
+    _check_tensor("k", k, layout)
+    _check_tensor("v", v, layout)
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        _fail(f"k, v: expected q's dtype {q.dtype}, got k {k.dtype} and v {v.dtype}")
+    if k.device != q.device or v.device != q.device:
+        _fail(f"k, v: expected q's device {q.device}, got k on {k.device} and v on {v.device}")
+    h_axis, s_axis = _axes(layout)
+    batch, heads_q, q_len, head_dim = q.shape[0], q.shape[h_axis], q.shape[s_axis], q.shape[3]
+    heads_kv, kv_len = k.shape[h_axis], k.shape[s_axis]
+    if k.shape[0] != batch or v.shape[0] != batch:
+        _fail(f"k, v: expected batch {batch} (q's), got k {k.shape[0]} and v {v.shape[0]}")
+    if k.shape[3] != head_dim:
+        _fail(f"k: expected head dim {head_dim} (q's), got {k.shape[3]}")
+    if v.shape[h_axis] != heads_kv or v.shape[s_axis] != kv_len:
+        _fail(f"v: expected {heads_kv} heads and length {kv_len} (k's), got "
+              f"{v.shape[h_axis]} heads and length {v.shape[s_axis]}")
+    if heads_q % heads_kv:
+        _fail(f"k: expected a head count that divides q's {heads_q}, got {heads_kv}")
+    if min(batch, heads_q, q_len, kv_len) == 0:
+        _fail(f"q, k: expected non-empty tensors, got q {tuple(q.shape)} and k {tuple(k.shape)}")
+    return batch, heads_q, q_len, head_dim, heads_kv, kv_len, v.shape[3]
+
+
+def _infer_dims(name: str, t: Tensor, batch: int, heads_q: int, length: int) -> tuple:
+    """The dims of an input the spec does not declare, from its shape: [L] -> pos, [B, L] ->
+    (b, pos), [Hq] -> h (a float32 one, or one shorter than the sequence), [B, Hq] -> (b, h),
+    [B, Hq, L] -> (b, h, pos); L at least max(q_len, kv_len)."""
+    shape = tuple(t.shape)
+    by_head = t.dtype == torch.float32 or length > heads_q
+    if len(shape) == 1:
+        if shape[0] == heads_q and by_head:
+            return ("h",)
+        if shape[0] >= length:
+            return ("pos",)
+    elif len(shape) == 2 and shape[0] == batch:
+        if shape[1] == heads_q and by_head:
+            return ("b", "h")
+        if shape[1] >= length:
+            return ("b", "pos")
+    elif len(shape) == 3 and shape[:2] == (batch, heads_q) and shape[2] >= length:
+        return ("b", "h", "pos")
+    _fail(f"inputs['{name}']: expected shape [L], [B, L], [Hq], [B, Hq] or [B, Hq, L] with "
+          f"B={batch}, Hq={heads_q}, L >= {length}, got {list(shape)}")
+
+
+def _check_declared(name: str, t: Tensor, dims: tuple, batch: int, heads_q: int,
+                    length: int) -> None:
+    extents = {"b": batch, "h": heads_q, "pos": length}
+    shape = tuple(t.shape)
+    if len(shape) != len(dims) or any(
+            n < extents[d] if d == "pos" else n != extents[d] for n, d in zip(shape, dims)):
+        want = ", ".join(f"{d}={extents[d]}" + ("+" if d == "pos" else "") for d in dims)
+        _fail(f"inputs['{name}']: expected shape [{want}] (the spec's dims {list(dims)}), got "
+              f"{list(shape)}")
+
+
+def _check_inputs(inputs: Any, q: Tensor, batch: int, heads_q: int, length: int,
+                  declared: Optional[dict]) -> tuple:
+    """(names, tensors, frozen declarations) of the declared inputs, after their checks.
+    declared: the spec's inputs field (None: infer every declaration from the tensors)."""
+    if inputs is None:
+        inputs = {}
+    if not isinstance(inputs, dict):
+        _fail(f"inputs: expected a dict {{name: tensor}}, got {type(inputs).__name__}")
+    names, tensors, decls = [], [], []
+    for name, t in inputs.items():
+        if not isinstance(name, str):
+            _fail(f"inputs: expected string names, got {name!r}")
+        if not isinstance(t, Tensor):
+            _fail(f"inputs['{name}']: expected a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in _INPUT_DTYPES:
+            _fail(f"inputs['{name}']: expected dtype torch.int32 or torch.float32, got {t.dtype}")
+        if t.device != q.device:
+            _fail(f"inputs['{name}']: expected q's device {q.device}, got {t.device}")
+        if t.requires_grad and torch.is_grad_enabled():
+            _fail(f"inputs['{name}']: requires grad, but inputs are not differentiable yet; "
+                  f"pass inputs['{name}'].detach()")
+        if declared is not None and name in declared:
+            decl = declared[name]
+            dims = tuple(decl.get("dims", ())) if isinstance(decl, dict) else ()
+            want = decl.get("dtype") if isinstance(decl, dict) else None
+            if want is not None and want != _INPUT_DTYPES[t.dtype]:
+                _fail(f"inputs['{name}']: expected {want} (the spec's dtype), got {t.dtype}")
+            _check_declared(name, t, dims, batch, heads_q, length)
+        else:
+            dims = _infer_dims(name, t, batch, heads_q, length)
+        names.append(name)
+        tensors.append(t)
+        decls.append((name, _INPUT_DTYPES[t.dtype], dims))
+    if declared is not None:
+        missing = [n for n in declared if n not in inputs]
+        if missing:
+            _fail(f"inputs: expected a tensor for every input the spec declares "
+                  f"({', '.join(declared)}), got none for '{missing[0]}'")
+    return names, tensors, tuple(decls)
+
+
+def _merge(arg: str, given: Any, from_spec: Any) -> Any:
+    if given is None:
+        return from_spec
+    if from_spec is not None and given != from_spec:
+        _fail(f"{arg}: expected the spec's {from_spec!r} (or None), got {given!r}")
+    return given
+
+
+def _make_plan(key: tuple) -> tuple:
+    """(spec key repr, inputs description, has dropout) for a call key (see attention); cached,
+    and run once at trace time under torch.compile."""
+    plan = _plans.get(key)
+    if plan is not None:
+        return plan
+    (spec_key, dtype, head_dim, head_dim_v, heads_q, heads_kv, mask, score, scale, dropout_p,
+     decls) = key
+    given = Spec.from_key(spec_key) if spec_key is not None else Spec()
+    if given._text is not None:
+        spec = given  # compiled as written, so its messages point into its text
+        has_dropout = given.dropout not in (None, 0, 0.0) or "dropout" in given._text
+    else:
+        # The tensors fill what the spec leaves unset, and only where they differ from the
+        # compiler's default, so that a Spec that states everything keeps its own key (and its
+        # compiled kernel) however it is called.
+        declared = dict(given.inputs or {})
+        for name, input_dtype, dims in decls:
+            declared.setdefault(name, {"dtype": input_dtype, "dims": list(dims)})
+        spec = Spec(head_dim, heads=given.heads or (heads_q, heads_kv),
+                    head_dim_v=given.head_dim_v or (head_dim_v if head_dim_v != head_dim
+                                                    else None),
+                    dtype=given.dtype or (dtype if dtype != "bf16" else None), scale=scale,
+                    mask=_thaw(mask), score=_thaw(score),
+                    dropout=dropout_p or given.dropout,
+                    inputs=declared or None, name=given.name)
+        has_dropout = bool(spec.dropout)
+    text = repr(spec.key())
+    description = ";".join(f"{name}:{','.join(dims)}" for name, _, dims in decls)
+    plan = (text, description, has_dropout)
+    with _lock:
+        _specs.setdefault(text, spec)
+        _plans[key] = plan
+    return plan
+
+
+_plan_constant = torch._dynamo.assume_constant_result(_make_plan)
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Any = None, score: Any = None,
+              inputs: Optional[dict] = None, dropout_p: float = 0.0,
+              scale: Optional[float] = None, layout: str = "bhsd", deterministic: bool = False,
+              return_lse: bool = False, spec: Optional[Spec] = None) -> Any:
+    """attnc.attention (see its docstring in attnc/__init__.py)."""
+    batch, heads_q, q_len, head_dim, heads_kv, kv_len, head_dim_v = _check_qkv(q, k, v, layout)
+    if not isinstance(dropout_p, (int, float)) or isinstance(dropout_p, bool) or not (
+            0.0 <= dropout_p < 1.0):
+        _fail(f"dropout_p: expected a probability in [0, 1), got {dropout_p!r}")
+    if scale is not None and (not isinstance(scale, (int, float)) or isinstance(scale, bool)
+                              or not scale > 0 or math.isinf(scale)):
+        _fail(f"scale: expected None or a positive finite number, got {scale!r}")
+    if spec is not None and not isinstance(spec, Spec):
+        _fail(f"spec: expected None or an attnc.Spec, got {type(spec).__name__}")
+    dtype = _DTYPES[q.dtype]
+    spec_key = None
+    declared = None
+    if spec is not None:
+        if spec._text is not None and (mask, score, scale) != (None, None, None) or (
+                spec._text is not None and dropout_p):
+            _fail("mask, score, scale, dropout_p: expected None with a spec read from YAML "
+                  "(write them in the YAML), got some")
+        for arg, mine, theirs in (("q", head_dim, spec.head_dim), ("v", head_dim_v,
+                                                                    spec.head_dim_v),
+                                  ("q", dtype, spec.dtype)):
+            if theirs is not None and theirs != mine:
+                _fail(f"{arg}: expected the spec's {theirs!r}, got {mine!r}")
+        if spec.heads is not None and spec.heads != (heads_q, heads_kv):
+            _fail(f"q, k: expected the spec's heads {spec.heads}, got ({heads_q}, {heads_kv})")
+        mask = _merge("mask", mask, spec.mask)
+        score = _merge("score", score, spec.score)
+        scale = _merge("scale", scale, spec.scale)
+        declared = spec.inputs
+        spec_key = spec.key()
+    names, tensors, decls = _check_inputs(inputs, q, batch, heads_q, max(q_len, kv_len),
+                                          declared)
+    if deterministic not in (True, False):
+        _fail(f"deterministic: expected a bool, got {deterministic!r}")
+    if return_lse not in (True, False):
+        _fail(f"return_lse: expected a bool, got {return_lse!r}")
+    key = (spec_key, dtype, int(head_dim), int(head_dim_v), int(heads_q), int(heads_kv),
+           _freeze(mask), _freeze(score), scale, float(dropout_p), decls)
+    if torch.compiler.is_compiling():
+        text, description, has_dropout = _plan_constant(key)
+    else:
+        text, description, has_dropout = _make_plan(key)
+    rng = None
+    if has_dropout:
+        rng = torch.ops.attnc.philox_state(q, _OFFSET_INCREMENT)
+    needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad
+                                              or v.requires_grad)
+    out, lse = torch.ops.attnc.forward(q, k, v, tensors, rng, text, description, layout,
+                                       needs_grad, deterministic)
+    return (out, lse) if return_lse else out
+
+
+def call_kernel(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, *, inputs: Optional[dict],
+                layout: str, deterministic: bool, return_lse: bool) -> Any:
+    """Kernel.__call__: attention() with the kernel's spec, reusing the kernel itself on a GPU
+    of its target."""
+    if isinstance(q, Tensor) and q.device.type == "cuda":
+        text = repr(kernel.spec.key())
+        device = q.device.index if q.device.index is not None else torch.cuda.current_device()
+        if _device_target(device) == kernel.info.target:
+            with _lock:
+                _specs.setdefault(text, kernel.spec)
+                _kernels.setdefault((text, device, kernel.info.has_backward), kernel)
+    return attention(q, k, v, inputs=inputs, layout=layout, deterministic=deterministic,
+                     return_lse=return_lse, spec=kernel.spec)
+
+
+def _device_target(device: int) -> str:
+    major, minor = torch.cuda.get_device_capability(device)
+    return "sm_90a" if (major, minor) == (9, 0) else f"sm_{major}{minor}"
+
+
+# ---- inside the ops: the kernels and their launches ----
+
+def _kernel(text: str, device: int, backward: bool) -> Kernel:
+    """The kernel of spec `text` for `device`: one compiled with backward serves both kinds."""
+    found = _kernels.get((text, device, True))
+    if found is None and not backward:
+        found = _kernels.get((text, device, False))
+    if found is not None:
+        return found
+    spec = _specs.get(text)
+    if spec is None:  # a graph traced in another process
+        spec = Spec.from_key(ast.literal_eval(text))
+    with torch.cuda.device(device):
+        kernel = compile_spec(spec, None, backward=backward)
+    with _lock:
+        _specs.setdefault(text, spec)
+        return _kernels.setdefault((text, device, backward), kernel)
+
+
+class _LaunchState:
+    """Per (kernel, inputs description): where each declared input comes from and its dims."""
+
+    def __init__(self, kernel: Kernel, description: str) -> None:
+        passed = {}
+        for i, entry in enumerate(filter(None, description.split(";"))):
+            name, dims = entry.split(":")
+            passed[name] = (i, tuple(dims.split(",")))
+        missing = [n for n in kernel.info.input_names if n not in passed]
+        if missing:
+            _fail(f"inputs: expected a tensor for the spec's input '{missing[0]}', got none")
+        extra = [n for n in passed if n not in kernel.info.input_names]
+        if extra:
+            _fail(f"inputs: expected only the spec's inputs "
+                  f"({', '.join(kernel.info.input_names) or 'none'}), got '{extra[0]}'")
+        self.order = tuple(passed[n] for n in kernel.info.input_names)
+
+
+def _check_kernel(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, layout: str) -> None:
+    """The tensors against the kernel's heads, head dims and dtype (a spec read from YAML states
+    them itself, and the C API sizes the tensors by the kernel's)."""
+    info = kernel.info
+    h_axis, _ = _axes(layout)
+    given = (q.shape[h_axis], k.shape[h_axis], q.shape[3], v.shape[3], _DTYPES[q.dtype])
+    if given != (info.heads_q, info.heads_kv, info.head_dim, info.head_dim_v, info.dtype):
+        _fail(f"q, k, v: expected the spec's heads ({info.heads_q}, {info.heads_kv}), head_dim "
+              f"{info.head_dim}, head_dim_v {info.head_dim_v} and dtype {info.dtype}, got "
+              f"({given[0]}, {given[1]}), {given[2]}, {given[3]} and {given[4]}")
+
+
+def _launch_state(kernel: Kernel, description: str) -> _LaunchState:
+    states = kernel._torch_state
+    if states is None:
+        states = kernel._torch_state = {}
+    state = states.get(description)
+    if state is None:
+        state = states[description] = _LaunchState(kernel, description)
+    return state
+
+
+def _struct(t: Tensor, layout: str) -> _capi.Tensor:
+    sb, s1, s2, _ = t.stride()
+    n1, n2 = t.shape[1], t.shape[2]
+    # A dimension of extent 1 is never stepped: stride 0 spares it the multiple-of-8 rule.
+    s1 = s1 if n1 > 1 else 0
+    s2 = s2 if n2 > 1 else 0
+    sb = sb if t.shape[0] > 1 else 0
+    if layout == "bhsd":
+        return _capi.Tensor(t.data_ptr(), sb, s1, s2)
+    return _capi.Tensor(t.data_ptr(), sb, s2, s1)
+
+
+def _check_pointer(name: str, t: Tensor) -> None:
+    if t.data_ptr() % _TENSOR_ALIGN:
+        _fail(f"{name}: expected a {_TENSOR_ALIGN}-byte aligned data pointer, got one "
+              f"{t.data_ptr() % _TENSOR_ALIGN} bytes past; pass {name}.contiguous() (a view "
+              f"into the middle of a tensor: {name}.clone())")
+
+
+def _inputs_array(state: _LaunchState, inputs: list) -> Any:
+    structs = []
+    for index, dims in state.order:
+        t = inputs[index]
+        if t.data_ptr() % _INPUT_ALIGN:
+            _fail(f"inputs[{index}]: expected a {_INPUT_ALIGN}-byte aligned data pointer, got "
+                  f"one {t.data_ptr() % _INPUT_ALIGN} bytes past; pass a .clone()")
+        strides = dict(zip(dims, t.stride()))
+        structs.append(_capi.Input(t.data_ptr(), strides.get("b", 0), strides.get("h", 0),
+                                   strides.get("pos", 0)))
+    return (_capi.Input * max(1, len(structs)))(*structs), len(structs)
+
+
+def _rng_values(rng: Optional[Tensor]) -> tuple:
+    if rng is None:
+        return 0, 0
+    seed, offset = rng.tolist()
+    return seed & _U64, offset & _U64
+
+
+def _sizes(q: Tensor, k: Tensor, layout: str) -> tuple:
+    s_axis = 2 if layout == "bhsd" else 1
+    return q.shape[0], q.shape[s_axis], k.shape[s_axis]
+
+
+def _device_of(t: Tensor) -> int:
+    return t.device.index if t.device.index is not None else torch.cuda.current_device()
+
+
+@torch.library.custom_op("attnc::philox_state", mutates_args=(), device_types="cuda",
+                         tags=(torch.Tag.nondeterministic_seeded,))
+def _philox_state(q: Tensor, increment: int) -> Tensor:
+    """(seed, offset) of q's device's CUDA generator, as int64 on the CPU; advances the offset
+    by `increment`, so the next call draws another dropout mask."""
+    if torch.cuda.is_current_stream_capturing():
+        raise AttncError("dropout under CUDA graph capture: the kernels take the seed and offset "
+                         "by value, so every replay would repeat the captured mask; capture "
+                         "without dropout")
+    generator = torch.cuda.default_generators[_device_of(q)]
+    seed = generator.initial_seed()
+    offset = generator.get_offset()
+    generator.set_offset(offset + increment)
+    signed = seed - (1 << 64) if seed >= (1 << 63) else seed
+    return torch.tensor([signed, offset], dtype=torch.int64)
+
+
+@_philox_state.register_fake
+def _philox_state_fake(q: Tensor, increment: int) -> Tensor:
+    return torch.empty(2, dtype=torch.int64, device="cpu")
+
+
+@torch.library.custom_op("attnc::forward", mutates_args=(), device_types="cuda")
+def _forward(q: Tensor, k: Tensor, v: Tensor, inputs: list[Tensor], rng: Optional[Tensor],
+             spec: str, inputs_desc: str, layout: str, backward: bool,
+             deterministic: bool) -> tuple[Tensor, Tensor]:
+    """out (shaped like q with v's head dim) and the LSE [B, Hq, Sq] float32 of spec `spec` (a
+    Spec key's repr); `backward`: compile the kernel with its backward kernels."""
+    device = _device_of(q)
+    kernel = _kernel(spec, device, backward)
+    state = _launch_state(kernel, inputs_desc)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_pointer(name, t)
+    batch, q_len, kv_len = _sizes(q, k, layout)
+    _check_kernel(kernel, q, k, v, layout)
+    heads_q = kernel.info.heads_q
+    out = torch.empty(q.shape[:3] + (v.shape[3],), dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, heads_q, q_len), dtype=torch.float32, device=q.device)
+    array, count = _inputs_array(state, inputs)
+    seed, offset = _rng_values(rng)
+    args = _capi.ForwardArgs(_struct(q, layout), _struct(k, layout), _struct(v, layout),
+                             _struct(out, layout), lse.data_ptr(), batch, q_len, kv_len,
+                             array, count, seed, offset)
+    if torch.cuda.current_device() != device:
+        with torch.cuda.device(device):
+            kernel.launch(args, torch.cuda.current_stream(device).cuda_stream)
+    else:
+        kernel.launch(args, torch.cuda.current_stream(device).cuda_stream)
+    return out, lse
+
+
+@_forward.register_fake
+def _forward_fake(q: Tensor, k: Tensor, v: Tensor, inputs: list[Tensor], rng: Optional[Tensor],
+                  spec: str, inputs_desc: str, layout: str, backward: bool,
+                  deterministic: bool) -> tuple[Tensor, Tensor]:
+    h_axis, s_axis = _axes(layout)
+    out = q.new_empty(q.shape[:3] + (v.shape[3],))
+    lse = q.new_empty((q.shape[0], q.shape[h_axis], q.shape[s_axis]), dtype=torch.float32)
+    return out, lse
+
+
+def _launchable(t: Tensor) -> Tensor:
+    """t, or a contiguous copy where its layout breaks the C API's rules (an incoming gradient
+    may be a broadcast or a view)."""
+    strides_ok = t.stride(3) == 1 and all(
+        t.shape[a] <= 1 or t.stride(a) % _STRIDE_MULTIPLE == 0 for a in range(3))
+    if strides_ok and t.data_ptr() % _TENSOR_ALIGN == 0:
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("attnc::backward", mutates_args=(), device_types="cuda")
+def _backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+              inputs: list[Tensor], rng: Optional[Tensor], spec: str, inputs_desc: str,
+              layout: str, deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """dq, dk, dv of attnc::forward's out, given its gradient grad_out."""
+    device = _device_of(q)
+    kernel = _kernel(spec, device, True)
+    state = _launch_state(kernel, inputs_desc)
+    grad_out = _launchable(grad_out)
+    batch, q_len, kv_len = _sizes(q, k, layout)
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    array, count = _inputs_array(state, inputs)
+    seed, offset = _rng_values(rng)
+    workspace_bytes = kernel.backward_workspace_bytes(batch, q_len, deterministic)
+    # From torch's allocator, per call: stream-ordered and capturable, where the kernel's own
+    # workspace would be shared across streams and allocated with a synchronizing cuMemAlloc.
+    workspace = torch.empty(max(workspace_bytes, 1), dtype=torch.uint8, device=q.device)
+    args = _capi.BackwardArgs(
+        _struct(q, layout), _struct(k, layout), _struct(v, layout), _struct(out, layout),
+        _struct(grad_out, layout), _struct(dq, layout), _struct(dk, layout), _struct(dv, layout),
+        lse.data_ptr(), batch, q_len, kv_len, array, count, seed, offset, int(deterministic), 0,
+        workspace.data_ptr(), workspace_bytes)
+    if torch.cuda.current_device() != device:
+        with torch.cuda.device(device):
+            kernel.launch_backward(args, torch.cuda.current_stream(device).cuda_stream)
+    else:
+        kernel.launch_backward(args, torch.cuda.current_stream(device).cuda_stream)
+    return dq, dk, dv
+
+
+@_backward.register_fake
+def _backward_fake(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                   inputs: list[Tensor], rng: Optional[Tensor], spec: str, inputs_desc: str,
+                   layout: str, deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+    q, k, v, input_tensors, rng, spec, inputs_desc, layout, _, deterministic = inputs
+    out, lse = output
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(q, k, v, out, lse, rng, *input_tensors)
+    ctx.spec, ctx.inputs_desc, ctx.layout, ctx.deterministic = (spec, inputs_desc, layout,
+                                                                deterministic)
+
+
+def _autograd_backward(ctx: Any, grad_out: Tensor, grad_lse: Optional[Tensor]) -> tuple:
+    q, k, v, out, lse, rng, *input_tensors = ctx.saved_tensors
+    dq, dk, dv = torch.ops.attnc.backward(grad_out, q, k, v, out, lse, input_tensors, rng,
+                                          ctx.spec, ctx.inputs_desc, ctx.layout,
+                                          ctx.deterministic)
+    return dq, dk, dv, [None] * len(input_tensors), None, None, None, None, None, None
+
+
+_forward.register_autograd(_autograd_backward, setup_context=_setup_context)
