@@ -4,57 +4,16 @@ on torch tensors (pointers and strides; BSHD and BHSD alike). No torch import at
 the argument-building part also works without a GPU."""
 import ctypes
 import os
+import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(os.path.dirname(_HERE))
 
-ATTNC_OK = 0
-
-
-class Tensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("stride_b", ctypes.c_int64),
-                ("stride_h", ctypes.c_int64), ("stride_s", ctypes.c_int64)]
-
-
-class Input(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("stride_b", ctypes.c_int64),
-                ("stride_h", ctypes.c_int64), ("stride_pos", ctypes.c_int64)]
-
-
-class ForwardArgs(ctypes.Structure):
-    _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor),
-                ("lse", ctypes.c_void_p),
-                ("batch", ctypes.c_int64), ("q_len", ctypes.c_int64), ("kv_len", ctypes.c_int64),
-                ("inputs", ctypes.POINTER(Input)), ("num_inputs", ctypes.c_int64),
-                ("dropout_seed", ctypes.c_uint64), ("dropout_offset", ctypes.c_uint64)]
-
-
-class BackwardArgs(ctypes.Structure):
-    _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor), ("d_o", Tensor),
-                ("dq", Tensor), ("dk", Tensor), ("dv", Tensor),
-                ("lse", ctypes.c_void_p),
-                ("batch", ctypes.c_int64), ("q_len", ctypes.c_int64), ("kv_len", ctypes.c_int64),
-                ("inputs", ctypes.POINTER(Input)), ("num_inputs", ctypes.c_int64),
-                ("dropout_seed", ctypes.c_uint64), ("dropout_offset", ctypes.c_uint64),
-                ("deterministic", ctypes.c_int32), ("reserved", ctypes.c_int32),
-                ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_int64)]
-
-
-ATTNC_COMPILE_BACKWARD = 1
-
-
-class Info(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_char_p), ("entry", ctypes.c_char_p), ("target", ctypes.c_char_p),
-                ("dtype", ctypes.c_char_p), ("threads", ctypes.c_int32),
-                ("head_dim", ctypes.c_int32), ("head_dim_v", ctypes.c_int32),
-                ("heads_q", ctypes.c_int32), ("heads_kv", ctypes.c_int32),
-                ("num_inputs", ctypes.c_int32), ("smem_bytes", ctypes.c_int64),
-                ("scale", ctypes.c_float), ("dropout", ctypes.c_float),
-                ("has_backward", ctypes.c_int32), ("dropout_rounds", ctypes.c_int32)]
-
-
-class AttncError(RuntimeError):
-    pass
+sys.path.insert(0, os.path.join(_ROOT, "python"))
+# The C API's structs and signatures live in the attnc package; these names stay for the tests.
+from attnc._capi import (  # noqa: E402,F401
+    ATTNC_COMPILE_BACKWARD, ATTNC_OK, BackwardArgs, ForwardArgs, Info, Input, Tensor, bind)
+from attnc._errors import AttncError  # noqa: E402
 
 
 def default_library_path():
@@ -72,53 +31,8 @@ def default_library_path():
 class Library:
     def __init__(self, path=None):
         self.path = path or default_library_path()
-        lib = ctypes.CDLL(self.path)
-        kp = ctypes.c_void_p
-        lib.attnc_version.restype = ctypes.c_char_p
-        lib.attnc_version.argtypes = []
-        for fn in (lib.attnc_compile_file, lib.attnc_compile_text):
-            fn.restype = ctypes.c_int
-            fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(kp), ctypes.POINTER(ctypes.c_void_p)]
-        for fn in (lib.attnc_compile_file_ex, lib.attnc_compile_text_ex):
-            fn.restype = ctypes.c_int
-            fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint32, ctypes.POINTER(kp),
-                           ctypes.POINTER(ctypes.c_void_p)]
-        lib.attnc_kernel_backward.restype = ctypes.c_int
-        lib.attnc_kernel_backward.argtypes = [kp, ctypes.POINTER(BackwardArgs), ctypes.c_void_p,
-                                              ctypes.POINTER(ctypes.c_void_p)]
-        lib.attnc_kernel_backward_validate.restype = ctypes.c_int
-        lib.attnc_kernel_backward_validate.argtypes = [kp, ctypes.POINTER(BackwardArgs),
-                                                       ctypes.POINTER(ctypes.c_void_p)]
-        lib.attnc_kernel_backward_workspace_bytes.restype = ctypes.c_int64
-        lib.attnc_kernel_backward_workspace_bytes.argtypes = [kp, ctypes.c_int64, ctypes.c_int64,
-                                                              ctypes.c_int32]
-        lib.attnc_kernel_forward.restype = ctypes.c_int
-        lib.attnc_kernel_forward.argtypes = [kp, ctypes.POINTER(ForwardArgs), ctypes.c_void_p,
-                                             ctypes.POINTER(ctypes.c_void_p)]
-        # Optional: libraries built before prepared inputs lack them (A/B against an older build).
-        if hasattr(lib, "attnc_kernel_prepare_inputs"):
-            lib.attnc_kernel_prepare_inputs.restype = ctypes.c_int
-            lib.attnc_kernel_prepare_inputs.argtypes = [kp, ctypes.POINTER(ForwardArgs), ctypes.c_void_p,
-                                                        ctypes.POINTER(ctypes.c_void_p),
-                                                        ctypes.POINTER(ctypes.c_void_p)]
-            lib.attnc_kernel_forward_prepared.restype = ctypes.c_int
-            lib.attnc_kernel_forward_prepared.argtypes = [kp, ctypes.POINTER(ForwardArgs), ctypes.c_void_p,
-                                                          ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
-            lib.attnc_kernel_backward_prepared.restype = ctypes.c_int
-            lib.attnc_kernel_backward_prepared.argtypes = [kp, ctypes.POINTER(BackwardArgs), ctypes.c_void_p,
-                                                           ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
-            lib.attnc_prepared_free.restype = None
-            lib.attnc_prepared_free.argtypes = [ctypes.c_void_p]
-        lib.attnc_kernel_validate.restype = ctypes.c_int
-        lib.attnc_kernel_validate.argtypes = [kp, ctypes.POINTER(ForwardArgs), ctypes.POINTER(ctypes.c_void_p)]
-        lib.attnc_kernel_info.restype = ctypes.c_int
-        lib.attnc_kernel_info.argtypes = [kp, ctypes.POINTER(Info)]
-        lib.attnc_kernel_input_name.restype = ctypes.c_char_p
-        lib.attnc_kernel_input_name.argtypes = [kp, ctypes.c_int32]
-        lib.attnc_kernel_free.restype = None
-        lib.attnc_kernel_free.argtypes = [kp]
-        lib.attnc_free_string.restype = None
-        lib.attnc_free_string.argtypes = [ctypes.c_void_p]
+        # optional: a library built before a function existed still loads (A/B runs).
+        lib = bind(ctypes.CDLL(self.path), optional=True)
         self.lib = lib
 
     def version(self):
