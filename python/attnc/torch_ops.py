@@ -151,7 +151,10 @@ def _check_inputs(inputs: Any, q: Tensor, batch: int, heads_q: int, length: int,
         if t.requires_grad and torch.is_grad_enabled():
             _fail(f"inputs['{name}']: requires grad, but inputs are not differentiable yet; "
                   f"pass inputs['{name}'].detach()")
-        if declared is not None and name in declared:
+        if declared is not None and name not in declared:
+            _fail(f"inputs: expected only the spec's inputs ({', '.join(declared) or 'none'}), "
+                  f"got '{name}'")
+        if declared is not None:
             decl = declared[name]
             dims = tuple(decl.get("dims", ())) if isinstance(decl, dict) else ()
             want = decl.get("dtype") if isinstance(decl, dict) else None
@@ -250,6 +253,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Any = None, score: Any =
         mask = _merge("mask", mask, spec.mask)
         score = _merge("score", score, spec.score)
         scale = _merge("scale", scale, spec.scale)
+        # A spec that states its inputs takes only those; one without infers them all.
         declared = spec.inputs
         spec_key = spec.key()
     names, tensors, decls = _check_inputs(inputs, q, batch, heads_q, max(q_len, kv_len),
