@@ -72,14 +72,19 @@ def _variant(value: Any, keywords: set) -> str:
 
 
 _DICT = "__dict__"  # marks a frozen dict, so that _thaw tells it from a list of pairs
+# marks a float frozen as its exact integer ratio: torch.compile with dynamic shapes traces a
+# float as a symbol, and as_integer_ratio is what turns it back into constants there.
+_FLOAT = "__float__"
 
 
 def _freeze(value: Any) -> Any:
-    """A hashable form of a field's value, made of str, numbers, bools, None and tuples."""
+    """A hashable form of a field's value, made of str, ints, bools, None and tuples."""
     if isinstance(value, dict):
         return (_DICT,) + tuple((k, _freeze(v)) for k, v in value.items())
     if isinstance(value, (list, tuple)):
         return tuple(_freeze(v) for v in value)
+    if isinstance(value, float):
+        return (_FLOAT,) + value.as_integer_ratio()
     return value
 
 
@@ -88,6 +93,8 @@ def _thaw(value: Any) -> Any:
     if isinstance(value, tuple):
         if value[:1] == (_DICT,):
             return {k: _thaw(v) for k, v in value[1:]}
+        if value[:1] == (_FLOAT,):
+            return value[1] / value[2]
         return [_thaw(v) for v in value]
     return value
 
@@ -208,7 +215,7 @@ class Spec:
 
     def key(self) -> tuple:
         """A hashable key, equal for specs that write the same YAML; Spec.from_key(key) makes
-        the spec back. Only str, numbers, bools, None and tuples, so torch.compile takes it as a
+        the spec back. Only str, ints, bools, None and tuples, so torch.compile takes it as a
         constant."""
         if self._text is not None:
             return ("text", self._text, self._path)

@@ -2,13 +2,13 @@
 ops torch.ops.attnc.forward / backward / philox_state (register_fake and register_autograd), so
 that eager mode, autograd, torch.compile(fullgraph=True) and CUDA graphs all take the call.
 
-Inside the ops the kernel is found by the spec's key (a tuple of constants, carried as its repr)
-and the tensors' device, so a traced graph holds no Python objects. The forward compiles with the
+Inside the ops the kernel is found from the call's variant (a tuple of constants without sizes,
+carried as its repr) and the tensors' sizes, dtype and device, so a traced graph holds no Python
+objects and dynamic shapes leave the variant constant. The forward compiles with the
 backward kernels when a gradient is needed, so that the forward and the backward that consumes
 its output and LSE are one compiled kernel; a forward without gradients compiles the forward only
 (about half the compile time)."""
 import ast
-import math
 import threading
 from typing import Any, Optional
 
@@ -35,9 +35,9 @@ _OFFSET_INCREMENT = 4
 _U64 = (1 << 64) - 1
 
 _lock = threading.Lock()
-_plans: dict = {}     # call key -> (spec key repr, inputs description, has dropout)
-_specs: dict = {}     # spec key repr -> Spec
-_kernels: dict = {}   # (spec key repr, device index, with backward) -> Kernel
+_plans: dict = {}     # call key -> (its repr, inputs description, has dropout)
+_resolved: dict = {}  # (call key repr, dtype, head dims, heads) -> (Spec, Spec key)
+_kernels: dict = {}   # (Spec key, device index, with backward) -> Kernel
 
 
 def _fail(message: str) -> None:
@@ -183,17 +183,39 @@ def _merge(arg: str, given: Any, from_spec: Any) -> Any:
 
 
 def _make_plan(key: tuple) -> tuple:
-    """(spec key repr, inputs description, has dropout) for a call key (see attention); cached,
-    and run once at trace time under torch.compile."""
+    """(variant text, inputs description, has dropout) for a call key (spec key, mask, score,
+    scale, dropout_p, inputs' declarations); cached, and run once at trace time under
+    torch.compile. The key holds no sizes, so dynamic shapes keep it constant: head dims, heads
+    and dtype join it inside the op (_resolve)."""
     plan = _plans.get(key)
     if plan is not None:
         return plan
-    (spec_key, dtype, head_dim, head_dim_v, heads_q, heads_kv, mask, score, scale, dropout_p,
-     decls) = key
+    spec_key, _, _, _, dropout_p, decls = key
+    dropout_p = _thaw(dropout_p)
+    given = Spec.from_key(spec_key) if spec_key is not None else Spec()
+    if given._text is not None:
+        has_dropout = given.dropout not in (None, 0, 0.0) or "dropout" in given._text
+    else:
+        has_dropout = bool(dropout_p or given.dropout)
+    description = ";".join(f"{name}:{','.join(dims)}" for name, _, dims in decls)
+    plan = (repr(key), description, has_dropout)
+    with _lock:
+        _plans[key] = plan
+    return plan
+
+
+def _resolve(text: str, dtype: str, head_dim: int, head_dim_v: int, heads_q: int,
+             heads_kv: int) -> tuple:
+    """(Spec, its key) of a plan's variant text for tensors of these sizes; cached."""
+    sizes = (text, dtype, head_dim, head_dim_v, heads_q, heads_kv)
+    found = _resolved.get(sizes)
+    if found is not None:
+        return found
+    spec_key, mask, score, scale, dropout_p, decls = ast.literal_eval(text)
+    scale, dropout_p = _thaw(scale), _thaw(dropout_p)
     given = Spec.from_key(spec_key) if spec_key is not None else Spec()
     if given._text is not None:
         spec = given  # compiled as written, so its messages point into its text
-        has_dropout = given.dropout not in (None, 0, 0.0) or "dropout" in given._text
     else:
         # The tensors fill what the spec leaves unset, and only where they differ from the
         # compiler's default, so that a Spec that states everything keeps its own key (and its
@@ -205,17 +227,12 @@ def _make_plan(key: tuple) -> tuple:
                     head_dim_v=given.head_dim_v or (head_dim_v if head_dim_v != head_dim
                                                     else None),
                     dtype=given.dtype or (dtype if dtype != "bf16" else None), scale=scale,
-                    mask=_thaw(mask), score=_thaw(score),
-                    dropout=dropout_p or given.dropout,
+                    mask=_thaw(mask), score=_thaw(score), dropout=dropout_p or given.dropout,
                     inputs=declared or None, name=given.name)
-        has_dropout = bool(spec.dropout)
-    text = repr(spec.key())
-    description = ";".join(f"{name}:{','.join(dims)}" for name, _, dims in decls)
-    plan = (text, description, has_dropout)
+    found = (spec, spec.key())
     with _lock:
-        _specs.setdefault(text, spec)
-        _plans[key] = plan
-    return plan
+        _resolved[sizes] = found
+    return found
 
 
 _plan_constant = torch._dynamo.assume_constant_result(_make_plan)
@@ -231,7 +248,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Any = None, score: Any =
             0.0 <= dropout_p < 1.0):
         _fail(f"dropout_p: expected a probability in [0, 1), got {dropout_p!r}")
     if scale is not None and (not isinstance(scale, (int, float)) or isinstance(scale, bool)
-                              or not scale > 0 or math.isinf(scale)):
+                              or not 0 < scale < float("inf")):
         _fail(f"scale: expected None or a positive finite number, got {scale!r}")
     if spec is not None and not isinstance(spec, Spec):
         _fail(f"spec: expected None or an attnc.Spec, got {type(spec).__name__}")
@@ -262,8 +279,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Any = None, score: Any =
         _fail(f"deterministic: expected a bool, got {deterministic!r}")
     if return_lse not in (True, False):
         _fail(f"return_lse: expected a bool, got {return_lse!r}")
-    key = (spec_key, dtype, int(head_dim), int(head_dim_v), int(heads_q), int(heads_kv),
-           _freeze(mask), _freeze(score), scale, float(dropout_p), decls)
+    key = (spec_key, _freeze(mask), _freeze(score), _freeze(scale), _freeze(dropout_p),
+           decls)
     if torch.compiler.is_compiling():
         text, description, has_dropout = _plan_constant(key)
     else:
@@ -283,12 +300,11 @@ def call_kernel(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, *, inputs: Opti
     """Kernel.__call__: attention() with the kernel's spec, reusing the kernel itself on a GPU
     of its target."""
     if isinstance(q, Tensor) and q.device.type == "cuda":
-        text = repr(kernel.spec.key())
         device = q.device.index if q.device.index is not None else torch.cuda.current_device()
         if _device_target(device) == kernel.info.target:
             with _lock:
-                _specs.setdefault(text, kernel.spec)
-                _kernels.setdefault((text, device, kernel.info.has_backward), kernel)
+                _kernels.setdefault((kernel.spec.key(), device, kernel.info.has_backward),
+                                    kernel)
     return attention(q, k, v, inputs=inputs, layout=layout, deterministic=deterministic,
                      return_lse=return_lse, spec=kernel.spec)
 
@@ -300,21 +316,22 @@ def _device_target(device: int) -> str:
 
 # ---- inside the ops: the kernels and their launches ----
 
-def _kernel(text: str, device: int, backward: bool) -> Kernel:
-    """The kernel of spec `text` for `device`: one compiled with backward serves both kinds."""
-    found = _kernels.get((text, device, True))
+def _kernel(text: str, q: Tensor, k: Tensor, v: Tensor, layout: str, device: int,
+            backward: bool) -> Kernel:
+    """The kernel of plan `text` for these tensors on `device`: one compiled with backward
+    serves forward calls too."""
+    h_axis, _ = _axes(layout)
+    spec, spec_key = _resolve(text, _DTYPES[q.dtype], q.shape[3], v.shape[3], q.shape[h_axis],
+                              k.shape[h_axis])
+    found = _kernels.get((spec_key, device, True))
     if found is None and not backward:
-        found = _kernels.get((text, device, False))
+        found = _kernels.get((spec_key, device, False))
     if found is not None:
         return found
-    spec = _specs.get(text)
-    if spec is None:  # a graph traced in another process
-        spec = Spec.from_key(ast.literal_eval(text))
     with torch.cuda.device(device):
         kernel = compile_spec(spec, None, backward=backward)
     with _lock:
-        _specs.setdefault(text, spec)
-        return _kernels.setdefault((text, device, backward), kernel)
+        return _kernels.setdefault((spec_key, device, backward), kernel)
 
 
 class _LaunchState:
@@ -431,10 +448,10 @@ def _philox_state_fake(q: Tensor, increment: int) -> Tensor:
 def _forward(q: Tensor, k: Tensor, v: Tensor, inputs: list[Tensor], rng: Optional[Tensor],
              spec: str, inputs_desc: str, layout: str, backward: bool,
              deterministic: bool) -> tuple[Tensor, Tensor]:
-    """out (shaped like q with v's head dim) and the LSE [B, Hq, Sq] float32 of spec `spec` (a
-    Spec key's repr); `backward`: compile the kernel with its backward kernels."""
+    """out (shaped like q with v's head dim) and the LSE [B, Hq, Sq] float32 of the variant `spec`
+    (a plan's text, see _make_plan); `backward`: compile the kernel with its backward kernels."""
     device = _device_of(q)
-    kernel = _kernel(spec, device, backward)
+    kernel = _kernel(spec, q, k, v, layout, device, backward)
     state = _launch_state(kernel, inputs_desc)
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_pointer(name, t)
@@ -482,7 +499,7 @@ def _backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, ls
               layout: str, deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:
     """dq, dk, dv of attnc::forward's out, given its gradient grad_out."""
     device = _device_of(q)
-    kernel = _kernel(spec, device, True)
+    kernel = _kernel(spec, q, k, v, layout, device, True)
     state = _launch_state(kernel, inputs_desc)
     grad_out = _launchable(grad_out)
     batch, q_len, kv_len = _sizes(q, k, layout)
