@@ -56,8 +56,10 @@ class Kernel:
             input_names=tuple(names), smem_bytes=raw.smem_bytes, scale=raw.scale,
             dropout=raw.dropout, dropout_rounds=raw.dropout_rounds,
             has_backward=bool(raw.has_backward))
-        # Per-kernel state of the torch integration (attnc.torch_ops): cached argument structs.
+        # The torch integration's per-kernel state (attnc.torch_ops): launch plans per inputs
+        # description, and the devices this kernel was offered to its kernel cache for.
         self._torch_state = None
+        self._torch_devices = set()
 
     def __del__(self) -> None:
         handle = getattr(self, "_handle", None)

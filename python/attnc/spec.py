@@ -111,7 +111,7 @@ class Spec:
     inputs: {name: {"dtype": "i32" | "f32", "dims": ["b", "h", "pos"]}}.
     """
 
-    __slots__ = _FIELDS + ("_text", "_path", "_yaml")
+    __slots__ = _FIELDS + ("_text", "_path", "_yaml", "_key")
 
     def __init__(self, head_dim: Optional[int] = None, *, heads: Any = None,
                  head_dim_v: Optional[int] = None, dtype: Optional[str] = None,
@@ -140,6 +140,13 @@ class Spec:
         self._text = None   # the YAML it was read from (from_yaml), compiled as written
         self._path = None   # that YAML's file, so messages say file:line:col of it
         self._yaml = None   # to_yaml's result, once made
+        self._key = None    # key()'s result, once made
+
+    def __setattr__(self, field: str, value: Any) -> None:
+        object.__setattr__(self, field, value)
+        if field in _FIELDS or field in ("_text", "_path"):
+            object.__setattr__(self, "_yaml", None)
+            object.__setattr__(self, "_key", None)
 
     @classmethod
     def from_yaml(cls, path_or_text: str) -> "Spec":
@@ -217,9 +224,13 @@ class Spec:
         """A hashable key, equal for specs that write the same YAML; Spec.from_key(key) makes
         the spec back. Only str, ints, bools, None and tuples, so torch.compile takes it as a
         constant."""
-        if self._text is not None:
-            return ("text", self._text, self._path)
-        return ("fields",) + tuple(_freeze(getattr(self, f)) for f in _FIELDS)
+        if self._key is None:
+            if self._text is not None:
+                key = ("text", self._text, self._path)
+            else:
+                key = ("fields",) + tuple(_freeze(getattr(self, f)) for f in _FIELDS)
+            object.__setattr__(self, "_key", key)
+        return self._key
 
     @classmethod
     def from_key(cls, key: tuple) -> "Spec":

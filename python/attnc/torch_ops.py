@@ -9,11 +9,14 @@ backward kernels when a gradient is needed, so that the forward and the backward
 its output and LSE are one compiled kernel; a forward without gradients compiles the forward only
 (about half the compile time)."""
 import ast
+import ctypes
+import struct
 import threading
 from typing import Any, Optional
 
 import torch
 from torch import Tensor
+from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_dispatch_mode
 
 from . import _capi
 from ._errors import ArgumentError, AttncError
@@ -22,8 +25,6 @@ from .spec import Spec, _freeze, _thaw
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 _INPUT_DTYPES = {torch.int32: "i32", torch.float32: "f32"}
-_LAYOUTS = ("bhsd", "bshd")
-_DEVICES = ("cuda", "meta")  # meta: shapes only, through the fake kernels
 # The C API's rules (docs/runtime.md, "Launch arguments"): 16-byte aligned Q/K/V/O pointers,
 # strides in multiples of 8 elements, 4-byte aligned inputs.
 _TENSOR_ALIGN = 16
@@ -49,52 +50,59 @@ def _axes(layout: str) -> tuple:
     return (1, 2) if layout == "bhsd" else (2, 1)
 
 
-def _check_tensor(name: str, t: Any, layout: str) -> None:
+def _check_tensor(name: str, t: Any, layout: str) -> tuple:
+    """t's shape after its own checks (rank, device, dtype, strides)."""
     if not isinstance(t, Tensor):
         _fail(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.dim() != 4:
+    shape = t.shape
+    if len(shape) != 4:
         _fail(f"{name}: expected 4 dims ({'B, H, S, D' if layout == 'bhsd' else 'B, S, H, D'} "
-              f"for layout '{layout}'), got shape {tuple(t.shape)}")
-    if t.device.type not in _DEVICES:
+              f"for layout '{layout}'), got shape {tuple(shape)}")
+    if not (t.is_cuda or t.is_meta):
         _fail(f"{name}: expected a CUDA tensor, got one on {t.device}")
     if t.dtype not in _DTYPES:
         _fail(f"{name}: expected dtype torch.bfloat16 or torch.float16, got {t.dtype}")
-    if t.stride(3) != 1:
+    strides = t.stride()
+    if strides[3] != 1:
         _fail(f"{name}: expected a contiguous last dim (stride 1), got strides "
-              f"{tuple(t.stride())}; pass {name}.contiguous()")
-    for axis in range(3):
-        if t.shape[axis] > 1 and t.stride(axis) % _STRIDE_MULTIPLE:
-            _fail(f"{name}: expected strides that are multiples of {_STRIDE_MULTIPLE} elements, "
-                  f"got strides {tuple(t.stride())}; pass {name}.contiguous()")
+              f"{tuple(strides)}; pass {name}.contiguous()")
+    if (shape[0] > 1 and strides[0] % _STRIDE_MULTIPLE or shape[1] > 1
+            and strides[1] % _STRIDE_MULTIPLE or shape[2] > 1 and strides[2] % _STRIDE_MULTIPLE):
+        _fail(f"{name}: expected strides that are multiples of {_STRIDE_MULTIPLE} elements, "
+              f"got strides {tuple(strides)}; pass {name}.contiguous()")
+    return shape
 
 
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor, layout: str) -> tuple:
     """(batch, heads_q, q_len, head_dim, heads_kv, kv_len, head_dim_v) after every shape, dtype
     and device check."""
-    if layout not in _LAYOUTS:
+    if layout != "bhsd" and layout != "bshd":
         _fail(f"layout: expected 'bhsd' or 'bshd', got {layout!r}")
-    _check_tensor("q", q, layout)
-    _check_tensor("k", k, layout)
-    _check_tensor("v", v, layout)
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        _fail(f"k, v: expected q's dtype {q.dtype}, got k {k.dtype} and v {v.dtype}")
-    if k.device != q.device or v.device != q.device:
-        _fail(f"k, v: expected q's device {q.device}, got k on {k.device} and v on {v.device}")
-    h_axis, s_axis = _axes(layout)
-    batch, heads_q, q_len, head_dim = q.shape[0], q.shape[h_axis], q.shape[s_axis], q.shape[3]
-    heads_kv, kv_len = k.shape[h_axis], k.shape[s_axis]
-    if k.shape[0] != batch or v.shape[0] != batch:
-        _fail(f"k, v: expected batch {batch} (q's), got k {k.shape[0]} and v {v.shape[0]}")
-    if k.shape[3] != head_dim:
-        _fail(f"k: expected head dim {head_dim} (q's), got {k.shape[3]}")
-    if v.shape[h_axis] != heads_kv or v.shape[s_axis] != kv_len:
+    q_shape = _check_tensor("q", q, layout)
+    k_shape = _check_tensor("k", k, layout)
+    v_shape = _check_tensor("v", v, layout)
+    dtype = q.dtype
+    if k.dtype != dtype or v.dtype != dtype:
+        _fail(f"k, v: expected q's dtype {dtype}, got k {k.dtype} and v {v.dtype}")
+    device = q.device
+    if k.device != device or v.device != device:
+        _fail(f"k, v: expected q's device {device}, got k on {k.device} and v on {v.device}")
+    h_axis, s_axis = (1, 2) if layout == "bhsd" else (2, 1)
+    batch, heads_q, q_len, head_dim = q_shape[0], q_shape[h_axis], q_shape[s_axis], q_shape[3]
+    heads_kv, kv_len = k_shape[h_axis], k_shape[s_axis]
+    if k_shape[0] != batch or v_shape[0] != batch:
+        _fail(f"k, v: expected batch {batch} (q's), got k {k_shape[0]} and v {v_shape[0]}")
+    if k_shape[3] != head_dim:
+        _fail(f"k: expected head dim {head_dim} (q's), got {k_shape[3]}")
+    if v_shape[h_axis] != heads_kv or v_shape[s_axis] != kv_len:
         _fail(f"v: expected {heads_kv} heads and length {kv_len} (k's), got "
-              f"{v.shape[h_axis]} heads and length {v.shape[s_axis]}")
+              f"{v_shape[h_axis]} heads and length {v_shape[s_axis]}")
     if heads_q % heads_kv:
         _fail(f"k: expected a head count that divides q's {heads_q}, got {heads_kv}")
-    if min(batch, heads_q, q_len, kv_len) == 0:
-        _fail(f"q, k: expected non-empty tensors, got q {tuple(q.shape)} and k {tuple(k.shape)}")
-    return batch, heads_q, q_len, head_dim, heads_kv, kv_len, v.shape[3]
+    if batch == 0 or heads_q == 0 or q_len == 0 or kv_len == 0:
+        _fail(f"q, k: expected non-empty tensors, got q {tuple(q_shape)} and k "
+              f"{tuple(k_shape)}")
+    return batch, heads_q, q_len, head_dim, heads_kv, kv_len, v_shape[3]
 
 
 def _infer_dims(name: str, t: Tensor, batch: int, heads_q: int, length: int) -> tuple:
@@ -285,13 +293,20 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Any = None, score: Any =
         text, description, has_dropout = _plan_constant(key)
     else:
         text, description, has_dropout = _make_plan(key)
-    rng = None
-    if has_dropout:
-        rng = torch.ops.attnc.philox_state(q, _OFFSET_INCREMENT)
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad
                                               or v.requires_grad)
-    out, lse = torch.ops.attnc.forward(q, k, v, tensors, rng, text, description, layout,
-                                       needs_grad, deterministic)
+    if _eager(q):
+        seed, offset = _draw_philox(_device_of(q)) if has_dropout else (0, 0)
+        if needs_grad:
+            out, lse = _EagerAttention.apply(q, k, v, tensors, seed, offset, text, description,
+                                             layout, deterministic)
+        else:
+            out, lse = _forward_impl(q, k, v, tensors, seed, offset, text, description, layout,
+                                     False)
+    else:
+        rng = torch.ops.attnc.philox_state(q, _OFFSET_INCREMENT) if has_dropout else None
+        out, lse = torch.ops.attnc.forward(q, k, v, tensors, rng, text, description, layout,
+                                           needs_grad, deterministic)
     return (out, lse) if return_lse else out
 
 
@@ -299,12 +314,14 @@ def call_kernel(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, *, inputs: Opti
                 layout: str, deterministic: bool, return_lse: bool) -> Any:
     """Kernel.__call__: attention() with the kernel's spec, reusing the kernel itself on a GPU
     of its target."""
-    if isinstance(q, Tensor) and q.device.type == "cuda":
-        device = q.device.index if q.device.index is not None else torch.cuda.current_device()
-        if _device_target(device) == kernel.info.target:
-            with _lock:
-                _kernels.setdefault((kernel.spec.key(), device, kernel.info.has_backward),
-                                    kernel)
+    if isinstance(q, Tensor) and q.is_cuda:
+        device = _device_of(q)
+        if device not in kernel._torch_devices:
+            if _device_target(device) == kernel.info.target:
+                with _lock:
+                    _kernels.setdefault((kernel.spec.key(), device, kernel.info.has_backward),
+                                        kernel)
+            kernel._torch_devices.add(device)
     return attention(q, k, v, inputs=inputs, layout=layout, deterministic=deterministic,
                      return_lse=return_lse, spec=kernel.spec)
 
@@ -374,16 +391,17 @@ def _launch_state(kernel: Kernel, description: str) -> _LaunchState:
     return state
 
 
-def _struct(t: Tensor, layout: str) -> _capi.Tensor:
+def _tensor_fields(t: Tensor, layout: str) -> tuple:
+    """attnc_tensor's (data, stride_b, stride_h, stride_s) of a 4-d tensor in `layout`."""
+    shape = t.shape
     sb, s1, s2, _ = t.stride()
-    n1, n2 = t.shape[1], t.shape[2]
     # A dimension of extent 1 is never stepped: stride 0 spares it the multiple-of-8 rule.
-    s1 = s1 if n1 > 1 else 0
-    s2 = s2 if n2 > 1 else 0
-    sb = sb if t.shape[0] > 1 else 0
+    sb = sb if shape[0] > 1 else 0
+    s1 = s1 if shape[1] > 1 else 0
+    s2 = s2 if shape[2] > 1 else 0
     if layout == "bhsd":
-        return _capi.Tensor(t.data_ptr(), sb, s1, s2)
-    return _capi.Tensor(t.data_ptr(), sb, s2, s1)
+        return t.data_ptr(), sb, s1, s2
+    return t.data_ptr(), sb, s2, s1
 
 
 def _check_pointer(name: str, t: Tensor) -> None:
@@ -393,7 +411,10 @@ def _check_pointer(name: str, t: Tensor) -> None:
               f"into the middle of a tensor: {name}.clone())")
 
 
-def _inputs_array(state: _LaunchState, inputs: list) -> Any:
+def _inputs_array(state: _LaunchState, inputs: list) -> tuple:
+    """(the attnc_input array or None, its address, its length) in the kernel's order."""
+    if not state.order:
+        return None, 0, 0
     structs = []
     for index, dims in state.order:
         t = inputs[index]
@@ -403,14 +424,8 @@ def _inputs_array(state: _LaunchState, inputs: list) -> Any:
         strides = dict(zip(dims, t.stride()))
         structs.append(_capi.Input(t.data_ptr(), strides.get("b", 0), strides.get("h", 0),
                                    strides.get("pos", 0)))
-    return (_capi.Input * max(1, len(structs)))(*structs), len(structs)
-
-
-def _rng_values(rng: Optional[Tensor]) -> tuple:
-    if rng is None:
-        return 0, 0
-    seed, offset = rng.tolist()
-    return seed & _U64, offset & _U64
+    array = (_capi.Input * len(structs))(*structs)
+    return array, ctypes.addressof(array), len(structs)
 
 
 def _sizes(q: Tensor, k: Tensor, layout: str) -> tuple:
@@ -422,64 +437,70 @@ def _device_of(t: Tensor) -> int:
     return t.device.index if t.device.index is not None else torch.cuda.current_device()
 
 
-@torch.library.custom_op("attnc::philox_state", mutates_args=(), device_types="cuda",
-                         tags=(torch.Tag.nondeterministic_seeded,))
-def _philox_state(q: Tensor, increment: int) -> Tensor:
-    """(seed, offset) of q's device's CUDA generator, as int64 on the CPU; advances the offset
-    by `increment`, so the next call draws another dropout mask."""
+# attnc_forward_args and attnc_backward_args field by field (natural alignment, no padding):
+# packed in one call into a per-thread struct, far cheaper than building nested ctypes structs.
+_TENSOR_FORMAT = "Qqqq"
+_FORWARD_FORMAT = struct.Struct("<" + _TENSOR_FORMAT * 4 + "Q" + "qqq" + "Qq" + "QQ")
+_BACKWARD_FORMAT = struct.Struct("<" + _TENSOR_FORMAT * 8 + "Q" + "qqq" + "Qq" + "QQ" + "ii"
+                                 + "Qq")
+_per_thread = threading.local()
+
+
+def _args_structs() -> tuple:
+    structs = getattr(_per_thread, "structs", None)
+    if structs is None:
+        structs = _per_thread.structs = (_capi.ForwardArgs(), _capi.BackwardArgs())
+    return structs
+
+
+def _stream(device: int) -> int:
+    """torch's current stream on `device`, as a CUstream address."""
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def _on_device(device: int, launch: Any, args: Any) -> None:
+    if torch.cuda.current_device() != device:
+        with torch.cuda.device(device):
+            launch(args, _stream(device))
+    else:
+        launch(args, _stream(device))
+
+
+def _draw_philox(device: int, increment: int = _OFFSET_INCREMENT) -> tuple:
+    """(seed, offset) for one dropout call from `device`'s CUDA generator, whose offset it
+    advances, so the next call draws another mask and torch.manual_seed replays them."""
     if torch.cuda.is_current_stream_capturing():
         raise AttncError("dropout under CUDA graph capture: the kernels take the seed and offset "
                          "by value, so every replay would repeat the captured mask; capture "
                          "without dropout")
-    generator = torch.cuda.default_generators[_device_of(q)]
+    generator = torch.cuda.default_generators[device]
     seed = generator.initial_seed()
     offset = generator.get_offset()
     generator.set_offset(offset + increment)
-    signed = seed - (1 << 64) if seed >= (1 << 63) else seed
-    return torch.tensor([signed, offset], dtype=torch.int64)
+    return seed & _U64, offset
 
 
-@_philox_state.register_fake
-def _philox_state_fake(q: Tensor, increment: int) -> Tensor:
-    return torch.empty(2, dtype=torch.int64, device="cpu")
-
-
-@torch.library.custom_op("attnc::forward", mutates_args=(), device_types="cuda")
-def _forward(q: Tensor, k: Tensor, v: Tensor, inputs: list[Tensor], rng: Optional[Tensor],
-             spec: str, inputs_desc: str, layout: str, backward: bool,
-             deterministic: bool) -> tuple[Tensor, Tensor]:
-    """out (shaped like q with v's head dim) and the LSE [B, Hq, Sq] float32 of the variant `spec`
-    (a plan's text, see _make_plan); `backward`: compile the kernel with its backward kernels."""
+def _forward_impl(q: Tensor, k: Tensor, v: Tensor, inputs: list, seed: int, offset: int,
+                  text: str, inputs_desc: str, layout: str, backward: bool) -> tuple:
+    """Launches the forward of plan `text` on torch's current stream: (out, lse)."""
     device = _device_of(q)
-    kernel = _kernel(spec, q, k, v, layout, device, backward)
+    kernel = _kernel(text, q, k, v, layout, device, backward)
     state = _launch_state(kernel, inputs_desc)
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        _check_pointer(name, t)
-    batch, q_len, kv_len = _sizes(q, k, layout)
     _check_kernel(kernel, q, k, v, layout)
-    heads_q = kernel.info.heads_q
+    _check_pointer("q", q)
+    _check_pointer("k", k)
+    _check_pointer("v", v)
+    batch, q_len, kv_len = _sizes(q, k, layout)
     out = torch.empty(q.shape[:3] + (v.shape[3],), dtype=q.dtype, device=q.device)
-    lse = torch.empty((batch, heads_q, q_len), dtype=torch.float32, device=q.device)
-    array, count = _inputs_array(state, inputs)
-    seed, offset = _rng_values(rng)
-    args = _capi.ForwardArgs(_struct(q, layout), _struct(k, layout), _struct(v, layout),
-                             _struct(out, layout), lse.data_ptr(), batch, q_len, kv_len,
-                             array, count, seed, offset)
-    if torch.cuda.current_device() != device:
-        with torch.cuda.device(device):
-            kernel.launch(args, torch.cuda.current_stream(device).cuda_stream)
-    else:
-        kernel.launch(args, torch.cuda.current_stream(device).cuda_stream)
-    return out, lse
-
-
-@_forward.register_fake
-def _forward_fake(q: Tensor, k: Tensor, v: Tensor, inputs: list[Tensor], rng: Optional[Tensor],
-                  spec: str, inputs_desc: str, layout: str, backward: bool,
-                  deterministic: bool) -> tuple[Tensor, Tensor]:
-    h_axis, s_axis = _axes(layout)
-    out = q.new_empty(q.shape[:3] + (v.shape[3],))
-    lse = q.new_empty((q.shape[0], q.shape[h_axis], q.shape[s_axis]), dtype=torch.float32)
+    lse = torch.empty((batch, kernel.info.heads_q, q_len), dtype=torch.float32,
+                      device=q.device)
+    array, address, count = _inputs_array(state, inputs)
+    args = _args_structs()[0]
+    _FORWARD_FORMAT.pack_into(args, 0, *_tensor_fields(q, layout), *_tensor_fields(k, layout),
+                              *_tensor_fields(v, layout), *_tensor_fields(out, layout),
+                              lse.data_ptr(), batch, q_len, kv_len, address, count, seed,
+                              offset)
+    _on_device(device, kernel.launch, args)
     return out, lse
 
 
@@ -493,36 +514,88 @@ def _launchable(t: Tensor) -> Tensor:
     return t.clone(memory_format=torch.contiguous_format)
 
 
-@torch.library.custom_op("attnc::backward", mutates_args=(), device_types="cuda")
-def _backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
-              inputs: list[Tensor], rng: Optional[Tensor], spec: str, inputs_desc: str,
-              layout: str, deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:
-    """dq, dk, dv of attnc::forward's out, given its gradient grad_out."""
+def _backward_impl(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
+                   lse: Tensor, inputs: list, seed: int, offset: int, text: str,
+                   inputs_desc: str, layout: str, deterministic: bool) -> tuple:
+    """Launches the backward of plan `text` on torch's current stream: (dq, dk, dv)."""
     device = _device_of(q)
-    kernel = _kernel(spec, q, k, v, layout, device, True)
+    kernel = _kernel(text, q, k, v, layout, device, True)
     state = _launch_state(kernel, inputs_desc)
     grad_out = _launchable(grad_out)
     batch, q_len, kv_len = _sizes(q, k, layout)
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
-    array, count = _inputs_array(state, inputs)
-    seed, offset = _rng_values(rng)
+    array, address, count = _inputs_array(state, inputs)
     workspace_bytes = kernel.backward_workspace_bytes(batch, q_len, deterministic)
     # From torch's allocator, per call: stream-ordered and capturable, where the kernel's own
     # workspace would be shared across streams and allocated with a synchronizing cuMemAlloc.
     workspace = torch.empty(max(workspace_bytes, 1), dtype=torch.uint8, device=q.device)
-    args = _capi.BackwardArgs(
-        _struct(q, layout), _struct(k, layout), _struct(v, layout), _struct(out, layout),
-        _struct(grad_out, layout), _struct(dq, layout), _struct(dk, layout), _struct(dv, layout),
-        lse.data_ptr(), batch, q_len, kv_len, array, count, seed, offset, int(deterministic), 0,
-        workspace.data_ptr(), workspace_bytes)
-    if torch.cuda.current_device() != device:
-        with torch.cuda.device(device):
-            kernel.launch_backward(args, torch.cuda.current_stream(device).cuda_stream)
-    else:
-        kernel.launch_backward(args, torch.cuda.current_stream(device).cuda_stream)
+    args = _args_structs()[1]
+    _BACKWARD_FORMAT.pack_into(
+        args, 0, *_tensor_fields(q, layout), *_tensor_fields(k, layout),
+        *_tensor_fields(v, layout), *_tensor_fields(out, layout),
+        *_tensor_fields(grad_out, layout), *_tensor_fields(dq, layout),
+        *_tensor_fields(dk, layout), *_tensor_fields(dv, layout), lse.data_ptr(), batch, q_len,
+        kv_len, address, count, seed, offset, int(deterministic), 0, workspace.data_ptr(),
+        workspace_bytes)
+    _on_device(device, kernel.launch_backward, args)
     return dq, dk, dv
+
+
+# ---- the custom ops: what torch.compile, fake tensors and modes see ----
+
+def _rng_values(rng: Optional[Tensor]) -> tuple:
+    if rng is None:
+        return 0, 0
+    seed, offset = rng.tolist()
+    return seed & _U64, offset & _U64
+
+
+@torch.library.custom_op("attnc::philox_state", mutates_args=(), device_types="cuda",
+                         tags=(torch.Tag.nondeterministic_seeded,))
+def _philox_state(q: Tensor, increment: int) -> Tensor:
+    """(seed, offset) of q's device's CUDA generator as int64 on the CPU (the seed's bits);
+    advances the offset, so the next call draws another dropout mask."""
+    seed, offset = _draw_philox(_device_of(q), increment)
+    return torch.tensor([seed - (1 << 64) if seed >= (1 << 63) else seed, offset],
+                        dtype=torch.int64)
+
+
+@_philox_state.register_fake
+def _philox_state_fake(q: Tensor, increment: int) -> Tensor:
+    return torch.empty(2, dtype=torch.int64, device="cpu")
+
+
+@torch.library.custom_op("attnc::forward", mutates_args=(), device_types="cuda")
+def _forward(q: Tensor, k: Tensor, v: Tensor, inputs: list[Tensor], rng: Optional[Tensor],
+             spec: str, inputs_desc: str, layout: str, backward: bool,
+             deterministic: bool) -> tuple[Tensor, Tensor]:
+    """out (shaped like q with v's head dim) and the LSE [B, Hq, Sq] float32 of the variant
+    `spec` (a plan's text, see _make_plan); `backward`: compile the kernel with its backward
+    kernels; `deterministic` is the backward's."""
+    seed, offset = _rng_values(rng)
+    return _forward_impl(q, k, v, inputs, seed, offset, spec, inputs_desc, layout, backward)
+
+
+@_forward.register_fake
+def _forward_fake(q: Tensor, k: Tensor, v: Tensor, inputs: list[Tensor], rng: Optional[Tensor],
+                  spec: str, inputs_desc: str, layout: str, backward: bool,
+                  deterministic: bool) -> tuple[Tensor, Tensor]:
+    h_axis, s_axis = _axes(layout)
+    out = q.new_empty(q.shape[:3] + (v.shape[3],))
+    lse = q.new_empty((q.shape[0], q.shape[h_axis], q.shape[s_axis]), dtype=torch.float32)
+    return out, lse
+
+
+@torch.library.custom_op("attnc::backward", mutates_args=(), device_types="cuda")
+def _backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+              inputs: list[Tensor], rng: Optional[Tensor], spec: str, inputs_desc: str,
+              layout: str, deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """dq, dk, dv of attnc::forward's out, given its gradient grad_out."""
+    seed, offset = _rng_values(rng)
+    return _backward_impl(grad_out, q, k, v, out, lse, inputs, seed, offset, spec, inputs_desc,
+                          layout, deterministic)
 
 
 @_backward.register_fake
@@ -550,3 +623,33 @@ def _autograd_backward(ctx: Any, grad_out: Tensor, grad_lse: Optional[Tensor]) -
 
 
 _forward.register_autograd(_autograd_backward, setup_context=_setup_context)
+
+
+# ---- the eager path: the same launches without the dispatcher ----
+
+class _EagerAttention(torch.autograd.Function):
+    """attnc::forward with its autograd, for eager calls on plain CUDA tensors: the dispatcher
+    costs tens of microseconds a call (docs: the 20 us overhead budget), autograd.Function a
+    few. Same launches, same saved tensors and (seed, offset)."""
+
+    @staticmethod
+    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, inputs: list, seed: int,
+                offset: int, text: str, inputs_desc: str, layout: str,
+                deterministic: bool) -> tuple:
+        out, lse = _forward_impl(q, k, v, inputs, seed, offset, text, inputs_desc, layout, True)
+        ctx.mark_non_differentiable(lse)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.plan = (inputs, seed, offset, text, inputs_desc, layout, deterministic)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor, grad_lse: Optional[Tensor]) -> tuple:
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = _backward_impl(grad_out, q, k, v, out, lse, *ctx.plan)
+        return dq, dk, dv, None, None, None, None, None, None, None
+
+
+def _eager(q: Tensor) -> bool:
+    """Whether a call may skip the custom ops: eager, a plain CUDA tensor, no dispatch mode."""
+    return (type(q) is Tensor and q.is_cuda and not torch.compiler.is_compiling()
+            and _current_dispatch_mode() is None)
