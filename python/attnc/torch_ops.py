@@ -392,13 +392,22 @@ def _launch_state(kernel: Kernel, description: str) -> _LaunchState:
 
 
 def _tensor_fields(t: Tensor, layout: str) -> tuple:
-    """attnc_tensor's (data, stride_b, stride_h, stride_s) of a 4-d tensor in `layout`."""
+    """attnc_tensor's (data, stride_b, stride_h, stride_s) of a 4-d tensor that is only read."""
     shape = t.shape
     sb, s1, s2, _ = t.stride()
-    # A dimension of extent 1 is never stepped: stride 0 spares it the multiple-of-8 rule.
+    # A dimension of extent 1 is never stepped: stride 0 spares it the multiple-of-8 rule (the
+    # C API takes 0 for tensors it reads; those it writes are ours, allocated contiguous).
     sb = sb if shape[0] > 1 else 0
     s1 = s1 if shape[1] > 1 else 0
     s2 = s2 if shape[2] > 1 else 0
+    if layout == "bhsd":
+        return t.data_ptr(), sb, s1, s2
+    return t.data_ptr(), sb, s2, s1
+
+
+def _written_fields(t: Tensor, layout: str) -> tuple:
+    """attnc_tensor's fields of a tensor the kernel writes: its own (positive) strides."""
+    sb, s1, s2, _ = t.stride()
     if layout == "bhsd":
         return t.data_ptr(), sb, s1, s2
     return t.data_ptr(), sb, s2, s1
@@ -480,12 +489,10 @@ def _draw_philox(device: int, increment: int = _OFFSET_INCREMENT) -> tuple:
     return seed & _U64, offset
 
 
-def _forward_impl(q: Tensor, k: Tensor, v: Tensor, inputs: list, seed: int, offset: int,
-                  text: str, inputs_desc: str, layout: str, backward: bool) -> tuple:
-    """Launches the forward of plan `text` on torch's current stream: (out, lse)."""
-    device = _device_of(q)
-    kernel = _kernel(text, q, k, v, layout, device, backward)
-    state = _launch_state(kernel, inputs_desc)
+def _prepare_forward(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, inputs: list, seed: int,
+                     offset: int, inputs_desc: str, layout: str) -> tuple:
+    """(args, out, lse, inputs array): the forward's outputs allocated on q's device and its
+    attnc_forward_args packed; the array must live until the launch returns."""
     _check_kernel(kernel, q, k, v, layout)
     _check_pointer("q", q)
     _check_pointer("k", k)
@@ -494,12 +501,22 @@ def _forward_impl(q: Tensor, k: Tensor, v: Tensor, inputs: list, seed: int, offs
     out = torch.empty(q.shape[:3] + (v.shape[3],), dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, kernel.info.heads_q, q_len), dtype=torch.float32,
                       device=q.device)
-    array, address, count = _inputs_array(state, inputs)
+    array, address, count = _inputs_array(_launch_state(kernel, inputs_desc), inputs)
     args = _args_structs()[0]
     _FORWARD_FORMAT.pack_into(args, 0, *_tensor_fields(q, layout), *_tensor_fields(k, layout),
-                              *_tensor_fields(v, layout), *_tensor_fields(out, layout),
+                              *_tensor_fields(v, layout), *_written_fields(out, layout),
                               lse.data_ptr(), batch, q_len, kv_len, address, count, seed,
                               offset)
+    return args, out, lse, array
+
+
+def _forward_impl(q: Tensor, k: Tensor, v: Tensor, inputs: list, seed: int, offset: int,
+                  text: str, inputs_desc: str, layout: str, backward: bool) -> tuple:
+    """Launches the forward of plan `text` on torch's current stream: (out, lse)."""
+    device = _device_of(q)
+    kernel = _kernel(text, q, k, v, layout, device, backward)
+    args, out, lse, array = _prepare_forward(kernel, q, k, v, inputs, seed, offset,
+                                             inputs_desc, layout)
     _on_device(device, kernel.launch, args)
     return out, lse
 
@@ -514,19 +531,17 @@ def _launchable(t: Tensor) -> Tensor:
     return t.clone(memory_format=torch.contiguous_format)
 
 
-def _backward_impl(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
-                   lse: Tensor, inputs: list, seed: int, offset: int, text: str,
-                   inputs_desc: str, layout: str, deterministic: bool) -> tuple:
-    """Launches the backward of plan `text` on torch's current stream: (dq, dk, dv)."""
-    device = _device_of(q)
-    kernel = _kernel(text, q, k, v, layout, device, True)
-    state = _launch_state(kernel, inputs_desc)
+def _prepare_backward(kernel: Kernel, grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor,
+                      out: Tensor, lse: Tensor, inputs: list, seed: int, offset: int,
+                      inputs_desc: str, layout: str, deterministic: bool) -> tuple:
+    """(args, dq, dk, dv, what must live until the launch returns): the gradients and the
+    workspace allocated on q's device and attnc_backward_args packed."""
     grad_out = _launchable(grad_out)
     batch, q_len, kv_len = _sizes(q, k, layout)
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
-    array, address, count = _inputs_array(state, inputs)
+    array, address, count = _inputs_array(_launch_state(kernel, inputs_desc), inputs)
     workspace_bytes = kernel.backward_workspace_bytes(batch, q_len, deterministic)
     # From torch's allocator, per call: stream-ordered and capturable, where the kernel's own
     # workspace would be shared across streams and allocated with a synchronizing cuMemAlloc.
@@ -535,10 +550,22 @@ def _backward_impl(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tenso
     _BACKWARD_FORMAT.pack_into(
         args, 0, *_tensor_fields(q, layout), *_tensor_fields(k, layout),
         *_tensor_fields(v, layout), *_tensor_fields(out, layout),
-        *_tensor_fields(grad_out, layout), *_tensor_fields(dq, layout),
-        *_tensor_fields(dk, layout), *_tensor_fields(dv, layout), lse.data_ptr(), batch, q_len,
+        *_tensor_fields(grad_out, layout), *_written_fields(dq, layout),
+        *_written_fields(dk, layout), *_written_fields(dv, layout), lse.data_ptr(), batch, q_len,
         kv_len, address, count, seed, offset, int(deterministic), 0, workspace.data_ptr(),
         workspace_bytes)
+    return args, dq, dk, dv, (array, workspace, grad_out)
+
+
+def _backward_impl(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
+                   lse: Tensor, inputs: list, seed: int, offset: int, text: str,
+                   inputs_desc: str, layout: str, deterministic: bool) -> tuple:
+    """Launches the backward of plan `text` on torch's current stream: (dq, dk, dv)."""
+    device = _device_of(q)
+    kernel = _kernel(text, q, k, v, layout, device, True)
+    args, dq, dk, dv, alive = _prepare_backward(kernel, grad_out, q, k, v, out, lse, inputs,
+                                                seed, offset, inputs_desc, layout,
+                                                deterministic)
     _on_device(device, kernel.launch_backward, args)
     return dq, dk, dv
 

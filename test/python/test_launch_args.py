@@ -3,8 +3,10 @@ ctypes mirrors of attnc_c.h read: the packed formats and attnc._capi's layouts a
 layout of torch tensors in them (strides per layout, extent-1 dims)."""
 import ctypes
 
+import pytest
 import torch
 
+import attnc
 from attnc import _capi, torch_ops
 
 
@@ -62,3 +64,47 @@ def test_extent_one_dims_get_stride_zero():
 def test_eager_path_only_for_plain_cuda_tensors():
     assert not torch_ops._eager(torch.empty(1, device="meta"))
     assert not torch_ops._eager(torch.empty(1))
+
+
+# What the C API's own checks (attnc_kernel_validate, _backward_validate; no GPU) say of the
+# structs the launches pack, for host tensors standing in for device ones.
+VALIDATE_CASES = {  # name: (layout, batch, heads q, heads kv, q_len, kv_len, head_dim, head_dim_v)
+    "bhsd": ("bhsd", 2, 4, 4, 64, 64, 64, 64),
+    "bshd_gqa": ("bshd", 2, 8, 2, 48, 80, 64, 64),
+    "decode": ("bshd", 1, 8, 2, 1, 300, 128, 128),
+    "head_dim_v": ("bhsd", 3, 4, 1, 16, 40, 96, 64),
+}
+
+
+def _tensors(case):
+    layout, b, hq, hkv, sq, skv, d, dv = VALIDATE_CASES[case]
+
+    def make(heads, length, dim):
+        shape = (b, heads, length, dim) if layout == "bhsd" else (b, length, heads, dim)
+        return torch.randn(shape).to(torch.bfloat16)
+    return layout, make(hq, sq, d), make(hkv, skv, d), make(hkv, skv, dv)
+
+
+@pytest.mark.parametrize("case", sorted(VALIDATE_CASES))
+def test_c_api_accepts_the_packed_structs(case):
+    layout, q, k, v = _tensors(case)
+    hkv = k.shape[1] if layout == "bhsd" else k.shape[2]
+    hq = q.shape[1] if layout == "bhsd" else q.shape[2]
+    skv = k.shape[2] if layout == "bhsd" else k.shape[1]
+    spec = attnc.Spec(q.shape[3], heads=(hq, hkv), head_dim_v=v.shape[3],
+                      mask={"document": "doc", "causal": True},
+                      inputs={"doc": {"dtype": "i32", "dims": ["b", "pos"]}}, dropout=0.1)
+    kernel = attnc.compile(spec, target="sm_80", backward=True)
+    doc = torch.zeros(q.shape[0], max(skv, q.shape[1] if layout == "bshd" else q.shape[2]),
+                      dtype=torch.int32)
+    args, out, lse, array = torch_ops._prepare_forward(kernel, q, k, v, [doc], 5, 8, "doc:b,pos",
+                                                       layout)
+    kernel.validate(args)
+    assert out.shape == q.shape[:3] + (v.shape[3],)
+    grad_out = torch.ones(1, dtype=torch.bfloat16).expand(out.shape)  # as from out.sum()
+    for deterministic in (False, True):
+        args, dq, dk, dv, alive = torch_ops._prepare_backward(
+            kernel, grad_out, q, k, v, out, lse, [doc], 5, 8, "doc:b,pos", layout,
+            deterministic)
+        kernel.validate_backward(args)
+        assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
