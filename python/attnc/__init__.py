@@ -26,6 +26,10 @@ def attention(q, k, v, *, mask=None, score=None, inputs=None, dropout_p=0.0, sca
     offset drawn from torch's CUDA generator. scale: default 1/sqrt(D). deterministic: the
     backward without atomics. spec: an attnc.Spec whose given fields are used; the others come
     from the tensors. Argument errors raise ArgumentError before anything is launched.
+
+    Runs on torch.cuda.current_stream(). Under CUDA graph capture (after a warm-up call on the
+    capture stream) forward and backward replay; dropout under capture raises AttncError, since
+    every replay would repeat the captured mask.
     """
     from . import torch_ops
     return torch_ops.attention(q, k, v, mask=mask, score=score, inputs=inputs,

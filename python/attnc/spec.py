@@ -4,7 +4,7 @@ into that file. Values are checked by the compiler (SpecError), types here (Argu
 import hashlib
 import os
 import re
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 from ._errors import ArgumentError
 

@@ -4,10 +4,21 @@ that eager mode, autograd, torch.compile(fullgraph=True) and CUDA graphs all tak
 
 Inside the ops the kernel is found from the call's variant (a tuple of constants without sizes,
 carried as its repr) and the tensors' sizes, dtype and device, so a traced graph holds no Python
-objects and dynamic shapes leave the variant constant. The forward compiles with the
-backward kernels when a gradient is needed, so that the forward and the backward that consumes
-its output and LSE are one compiled kernel; a forward without gradients compiles the forward only
-(about half the compile time)."""
+objects and dynamic shapes leave the variant constant. The forward compiles with the backward
+kernels when a gradient is needed, so that the forward and the backward that consumes its output
+and LSE are one compiled kernel; a forward without gradients compiles the forward only (about
+half the compile time).
+
+Eager calls on plain CUDA tensors run the same launch functions without the dispatcher (through
+an autograd.Function when a gradient is needed): a custom op's dispatch alone costs more than
+the per-call budget. torch.compile, fake tensors and dispatch modes see the custom ops.
+
+Launches go on torch's current stream; the backward's workspace comes from torch's allocator,
+so concurrent streams do not share one. CUDA graphs: a call without dropout captures and
+replays, forward and backward. A mask that reads declared inputs keeps their summaries in a
+buffer libattnc allocates on the first launch on each stream (docs/runtime.md), which cannot be
+captured: run the call once on the capture stream first. Dropout under capture is an error: the
+kernels take the seed and offset by value, so every replay would repeat the captured mask."""
 import ast
 import ctypes
 import struct
@@ -140,13 +151,13 @@ def _check_declared(name: str, t: Tensor, dims: tuple, batch: int, heads_q: int,
 
 def _check_inputs(inputs: Any, q: Tensor, batch: int, heads_q: int, length: int,
                   declared: Optional[dict]) -> tuple:
-    """(names, tensors, frozen declarations) of the declared inputs, after their checks.
+    """(tensors, frozen declarations (name, dtype, dims)) of the inputs, after their checks.
     declared: the spec's inputs field (None: infer every declaration from the tensors)."""
     if inputs is None:
         inputs = {}
     if not isinstance(inputs, dict):
         _fail(f"inputs: expected a dict {{name: tensor}}, got {type(inputs).__name__}")
-    names, tensors, decls = [], [], []
+    tensors, decls = [], []
     for name, t in inputs.items():
         if not isinstance(name, str):
             _fail(f"inputs: expected string names, got {name!r}")
@@ -171,7 +182,6 @@ def _check_inputs(inputs: Any, q: Tensor, batch: int, heads_q: int, length: int,
             _check_declared(name, t, dims, batch, heads_q, length)
         else:
             dims = _infer_dims(name, t, batch, heads_q, length)
-        names.append(name)
         tensors.append(t)
         decls.append((name, _INPUT_DTYPES[t.dtype], dims))
     if declared is not None:
@@ -179,7 +189,7 @@ def _check_inputs(inputs: Any, q: Tensor, batch: int, heads_q: int, length: int,
         if missing:
             _fail(f"inputs: expected a tensor for every input the spec declares "
                   f"({', '.join(declared)}), got none for '{missing[0]}'")
-    return names, tensors, tuple(decls)
+    return tensors, tuple(decls)
 
 
 def _merge(arg: str, given: Any, from_spec: Any) -> Any:
@@ -243,6 +253,8 @@ def _resolve(text: str, dtype: str, head_dim: int, head_dim_v: int, heads_q: int
     return found
 
 
+# Under torch.compile the plan is run, not traced: its result enters the graph as constants, so
+# no cache miss (YAML parsing, Spec building) is ever traced by dynamo.
 _plan_constant = torch._dynamo.assume_constant_result(_make_plan)
 
 
@@ -281,7 +293,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Any = None, score: Any =
         # A spec that states its inputs takes only those; one without infers them all.
         declared = spec.inputs
         spec_key = spec.key()
-    names, tensors, decls = _check_inputs(inputs, q, batch, heads_q, max(q_len, kv_len),
+    tensors, decls = _check_inputs(inputs, q, batch, heads_q, max(q_len, kv_len),
                                           declared)
     if deterministic not in (True, False):
         _fail(f"deterministic: expected a bool, got {deterministic!r}")

@@ -173,3 +173,14 @@ def test_kernel_call_traces_with_the_kernel_spec():
     forward = [n for n in graphs["forward"][0].graph.nodes
                if str(n.target) == "attnc.forward.default"]
     assert len(forward) == 1 and repr(spec.key()) in forward[0].args[5]
+
+
+def test_compile_fullgraph_with_a_yaml_spec():
+    graphs = {"dynamo": [], "forward": [], "backward": []}
+    spec = attnc.Spec.from_yaml("name: from_yaml_traced\nhead_dim: 64\nheads: 8\n"
+                                "dtype: fp16\nmask: causal\n")
+    _, q, k, v = make("bshd", "meta")
+    out = torch.compile(lambda q, k, v: attnc.attention(q, k, v, layout="bshd", spec=spec),
+                        fullgraph=True, backend=_recording_backend(graphs))(q, k, v)
+    assert tuple(out.shape) == expected_out("bshd")
+    assert len(graphs["dynamo"]) == 1 and "attnc.forward" in _targets(graphs["dynamo"][0])
