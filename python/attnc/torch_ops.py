@@ -378,7 +378,8 @@ class _LaunchState:
         if extra:
             _fail(f"inputs: expected only the spec's inputs "
                   f"({', '.join(kernel.info.input_names) or 'none'}), got '{extra[0]}'")
-        self.order = tuple(passed[n] for n in kernel.info.input_names)
+        # (index in the passed list, dims, name) per declared input, in the kernel's order
+        self.order = tuple(passed[n] + (n,) for n in kernel.info.input_names)
 
 
 def _check_kernel(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, layout: str) -> None:
@@ -437,11 +438,11 @@ def _inputs_array(state: _LaunchState, inputs: list) -> tuple:
     if not state.order:
         return None, 0, 0
     structs = []
-    for index, dims in state.order:
+    for index, dims, name in state.order:
         t = inputs[index]
         if t.data_ptr() % _INPUT_ALIGN:
-            _fail(f"inputs[{index}]: expected a {_INPUT_ALIGN}-byte aligned data pointer, got "
-                  f"one {t.data_ptr() % _INPUT_ALIGN} bytes past; pass a .clone()")
+            _fail(f"inputs['{name}']: expected a {_INPUT_ALIGN}-byte aligned data pointer, got "
+                  f"one {t.data_ptr() % _INPUT_ALIGN} bytes past; pass inputs['{name}'].clone()")
         strides = dict(zip(dims, t.stride()))
         structs.append(_capi.Input(t.data_ptr(), strides.get("b", 0), strides.get("h", 0),
                                    strides.get("pos", 0)))

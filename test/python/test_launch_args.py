@@ -108,3 +108,32 @@ def test_c_api_accepts_the_packed_structs(case):
             deterministic)
         kernel.validate_backward(args)
         assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
+
+
+class _Unaligned:
+    """A stand-in for an int32 tensor 2 bytes past an aligned address (torch makes none)."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def data_ptr(self):
+        return self.t.data_ptr() + 2
+
+    def stride(self):
+        return self.t.stride()
+
+
+def test_inputs_follow_the_kernel_order_and_check_alignment():
+    spec = attnc.Spec(64, heads=4, mask="doc[q] == doc[k] && pad[b, k] == 0",
+                      inputs={"doc": {"dtype": "i32", "dims": ["pos"]},
+                              "pad": {"dtype": "i32", "dims": ["b", "pos"]}})
+    kernel = attnc.compile(spec, target="sm_80")
+    state = torch_ops._LaunchState(kernel, "pad:b,pos;doc:pos")  # passed in the other order
+    pad, doc = torch.zeros(2, 64, dtype=torch.int32), torch.zeros(64, dtype=torch.int32)
+    array, address, count = torch_ops._inputs_array(state, [pad, doc])
+    assert count == 2 and address == ctypes.addressof(array)
+    assert (array[0].data, array[0].stride_pos) == (doc.data_ptr(), 1)
+    assert (array[1].data, array[1].stride_b, array[1].stride_pos) == (pad.data_ptr(), 64, 1)
+    odd = _Unaligned(doc)
+    with pytest.raises(attnc.ArgumentError, match=r"^inputs\['doc'\]: expected a 4-byte"):
+        torch_ops._inputs_array(state, [pad, odd])
