@@ -290,6 +290,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Any = None, score: Any =
         mask = _merge("mask", mask, spec.mask)
         score = _merge("score", score, spec.score)
         scale = _merge("scale", scale, spec.scale)
+        spec_p = spec.dropout.get("p") if isinstance(spec.dropout, dict) else spec.dropout
+        if dropout_p and spec_p is not None and dropout_p != spec_p:
+            _fail(f"dropout_p: expected the spec's {spec_p!r} (or 0), got {dropout_p!r}")
         # A spec that states its inputs takes only those; one without infers them all.
         declared = spec.inputs
         spec_key = spec.key()

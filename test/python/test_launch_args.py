@@ -137,3 +137,27 @@ def test_inputs_follow_the_kernel_order_and_check_alignment():
     odd = _Unaligned(doc)
     with pytest.raises(attnc.ArgumentError, match=r"^inputs\['doc'\]: expected a 4-byte"):
         torch_ops._inputs_array(state, [pad, odd])
+
+
+def test_eager_autograd_path_validates_forward_and_backward(monkeypatch):
+    """The eager path end to end on host tensors, with each launch replaced by the C API's
+    validation of the very struct it would launch."""
+    layout, q, k, v = _tensors("bshd_gqa")
+    spec = attnc.Spec(64, heads=(8, 2), mask="causal")
+    kernel = attnc.compile(spec, target="sm_80", backward=True)
+    launched = []
+
+    def validate(device, launch, args):
+        check = kernel.validate if launch == kernel.launch else kernel.validate_backward
+        check(args)
+        launched.append(launch.__name__)
+    monkeypatch.setattr(torch_ops, "_kernel", lambda *args: kernel)
+    monkeypatch.setattr(torch_ops, "_on_device", validate)
+    monkeypatch.setattr(torch_ops, "_device_of", lambda t: 0)
+    for t in (q, k, v):
+        t.requires_grad_()
+    out, lse = torch_ops._EagerAttention.apply(q, k, v, [], 0, 0, "plan", "", layout, False)
+    assert out.requires_grad and not lse.requires_grad
+    out.float().sum().backward()
+    assert launched == ["launch", "launch_backward"]
+    assert (q.grad.shape, k.grad.shape, v.grad.shape) == (q.shape, k.shape, v.shape)

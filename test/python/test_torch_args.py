@@ -169,6 +169,8 @@ def test_spec_fields_against_tensors():
     raises("q, k: expected the spec's heads (4, 4)", *qkv(), spec=attnc.Spec(heads=4))
     raises("mask: expected the spec's 'causal'", *qkv(), spec=attnc.Spec(mask="causal"),
            mask={"window": 3})
+    raises("dropout_p: expected the spec's 0.1", *qkv(),
+           spec=attnc.Spec(dropout={"p": 0.1, "rounds": 10}), dropout_p=0.2)
 
 
 def test_yaml_spec_takes_no_variant_arguments():
