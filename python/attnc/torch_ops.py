@@ -479,7 +479,11 @@ def _args_structs() -> tuple:
 
 
 def _stream(device: int) -> int:
-    """torch's current stream on `device`, as a CUstream address."""
+    """torch's current stream on `device`, as a CUstream address (the raw query where torch has
+    it: no Stream object per call)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(device)
     return torch.cuda.current_stream(device).cuda_stream
 
 
