@@ -106,5 +106,6 @@ class PlatformWheel(bdist_wheel):
         return "py3", "none", platform
 
 
-setup(distclass=NativeDistribution, cmdclass={"build_py": BuildPyWithLibrary, "sdist": SdistWithLibrary,
+setup(distclass=NativeDistribution,
+      cmdclass={"build_py": BuildPyWithLibrary, "sdist": SdistWithLibrary,
                 "bdist_wheel": PlatformWheel})
