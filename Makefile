@@ -36,8 +36,8 @@ install: build
 # $(BUILD_DIR)/dist; built in the venv, offline.
 wheel: build
 	@scripts/install-deps.sh --python $(BUILD_DIR)
-	ATTNC_LIB_PREBUILT=$(BUILD_DIR)/lib/libattnc.so $(BUILD_DIR)/python-venv/bin/python -m build \
-	  --wheel --no-isolation --outdir $(BUILD_DIR)/dist python
+	ATTNC_LIB_PREBUILT=$(abspath $(BUILD_DIR))/lib/libattnc.so $(BUILD_DIR)/python-venv/bin/python \
+	  -m build --wheel --no-isolation --outdir $(BUILD_DIR)/dist python
 
 # Regenerates the dialect, op and pass reference in docs/dialect from the .td files.
 docs: build

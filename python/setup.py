@@ -1,7 +1,8 @@
 """Builds the attnc wheel: the Python package with libattnc.so inside it, as attnc/lib/libattnc.so.
 
 The library is, in this order:
-1. $ATTNC_LIB_PREBUILT, when set (package an existing build without rebuilding);
+1. $ATTNC_LIB_PREBUILT, when set (package an existing build without rebuilding); a relative path
+   is taken from python/, then from the checkout's root;
 2. in a checkout (python/ inside the attnc repository), the CMake build's: $ATTNC_BUILD_DIR
    (default <repo>/build; a relative path is taken from <repo>), configured as scripts/build.sh
    does when it is not yet, and only libattnc.so's target built ($JOBS jobs, default 2);
@@ -56,12 +57,19 @@ def _build_in_checkout(root: Path) -> Path:
 def resolve_library() -> Path:
     """The libattnc.so to package (see the module docstring); raises when there is none."""
     prebuilt = os.environ.get("ATTNC_LIB_PREBUILT")
-    if prebuilt:
-        if not Path(prebuilt).is_file():
-            raise RuntimeError(f"ATTNC_LIB_PREBUILT: expected the path of a built libattnc.so, "
-                               f"given {prebuilt!r}, which is not a file")
-        return Path(prebuilt)
     root = _checkout_root()
+    if prebuilt:
+        # The build backend runs in python/; a relative path is meant from where pip or build was
+        # run, which is lost, so it is also taken from the checkout's root.
+        candidates = [Path(prebuilt)]
+        if root is not None and not Path(prebuilt).is_absolute():
+            candidates.append(root / prebuilt)
+        for candidate in candidates:
+            if candidate.is_file():
+                return candidate
+        raise RuntimeError(f"ATTNC_LIB_PREBUILT: expected the path of a built libattnc.so, "
+                           f"given {prebuilt!r}, which is not a file (tried "
+                           f"{', '.join(str(path.absolute()) for path in candidates)})")
     if root is not None:
         return _build_in_checkout(root)
     carried = HERE / LIB_IN_PACKAGE
