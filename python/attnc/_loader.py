@@ -1,8 +1,9 @@
 """Finds and loads libattnc.so for the attnc package, and points it at an NVRTC it can use.
 
-libattnc opens NVRTC itself with dlopen (docs/runtime.md, "Finding NVRTC"); this module adds the
-one place PyTorch users have NVRTC that libattnc does not look at, the nvidia-cuda-nvrtc wheels,
-by setting $ATTNC_NVRTC_PATH before the library is loaded.
+libattnc opens NVRTC itself with dlopen (docs/runtime.md, "Finding NVRTC and the CUDA driver");
+this module adds the one place PyTorch users have NVRTC that libattnc does not look at, the
+nvidia-cuda-nvrtc wheels, by setting $ATTNC_NVRTC_PATH before the library is loaded, and loads the
+NVRTC builtins library beside the chosen NVRTC, which NVRTC would not find there.
 """
 import ctypes
 import os
