@@ -10,16 +10,18 @@ LLVM_ROOT  ?= /usr/lib/llvm-22
 PREFIX     ?= /usr/local
 export JOBS BUILD_DIR BUILD_TYPE LLVM_ROOT
 
-.PHONY: all deps build check demo docs install clean
+.PHONY: all deps build check demo docs install wheel clean
 all: build
 
 deps:
-	@scripts/install-deps.sh $(BUILD_DIR)
+	@scripts/install-deps.sh --python $(BUILD_DIR)
 
 build:
 	@scripts/build.sh
 
+# The Python package's tests run in $(BUILD_DIR)/python-venv, which install-deps --python fills.
 check: build
+	@scripts/install-deps.sh --python $(BUILD_DIR)
 	@scripts/check.sh
 
 demo: build
@@ -29,6 +31,13 @@ demo: build
 # that find_package(attnc) reads (set CMAKE_PREFIX_PATH to PREFIX if it is not a default one).
 install: build
 	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
+
+# The Python package's wheel (python/, docs/python.md) with this build's libattnc.so, in
+# $(BUILD_DIR)/dist; built in the venv, offline.
+wheel: build
+	@scripts/install-deps.sh --python $(BUILD_DIR)
+	ATTNC_LIB_PREBUILT=$(abspath $(BUILD_DIR))/lib/libattnc.so $(BUILD_DIR)/python-venv/bin/python \
+	  -m build --wheel --no-isolation --outdir $(BUILD_DIR)/dist python
 
 # Regenerates the dialect, op and pass reference in docs/dialect from the .td files.
 docs: build

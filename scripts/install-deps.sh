@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
 # Makes sure a Debian 12 machine can build and test attnc: installs missing Debian packages (as root),
-# checks for NVRTC from the CUDA toolkit, and finds or fetches a cuobjdump for the SASS checks.
+# checks for NVRTC from the CUDA toolkit, finds or fetches a cuobjdump for the SASS checks, and
+# with --python makes the venv the Python package's tests run in (BUILD_DIR/python-venv).
 # Fast path: when everything is present it touches no network and takes well under a second.
 #
-# Usage: scripts/install-deps.sh [BUILD_DIR]   (default: build; tools go to BUILD_DIR/tools)
+# Usage: scripts/install-deps.sh [--python] [BUILD_DIR]   (default: build; tools go to
+# BUILD_DIR/tools)
 set -euo pipefail
 
+python_venv=0
+if [[ ${1:-} == --python ]]; then
+  python_venv=1
+  shift
+fi
 build_dir=${1:-build}
 tools_dir=$build_dir/tools
 
 # llvm-22-dev's CMake package fails on zstd::libzstd_shared without libzstd-dev; attnc links zlib
 # and zstd statically (cmake/StaticLLVM.cmake), hence the -dev packages.
-required=(cmake ninja-build g++ make python3
+# python3-venv: Debian's python3 makes no venv (no ensurepip) without it.
+required=(cmake ninja-build g++ make python3 python3-venv
           llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools libzstd-dev zlib1g-dev
           libcli11-dev libgtest-dev)
 
@@ -110,4 +118,44 @@ else
   warn "Put cuobjdump on PATH, set CUOBJDUMP=/path/to/cuobjdump, or allow"
   warn "'pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm' (then rm $failed_marker)."
   warn "################################################################################"
+fi
+
+# ---- Python venv for the attnc package's tests (--python; `make check` asks for it) ----
+# torch is PyPI's default wheel (the CUDA one, about 5 GB with its nvidia-* wheels); setuptools and
+# wheel let the packaging test build the attnc wheel without network (--no-isolation). A venv
+# named by $ATTNC_PYTHON_VENV is one's own and left as it is.
+in_ci() { [[ -n ${CI:-} && ${CI:-} != false ]]; }
+
+if ((python_venv)) && [[ -z ${ATTNC_PYTHON_VENV:-} ]]; then
+  venv=$build_dir/python-venv
+  # As for cuobjdump: a failure outside CI is remembered, so that every build does not retry the
+  # network; `make clean` (or removing the file) retries.
+  venv_failed_marker=$build_dir/python-venv.unavailable
+  python_packages=(torch numpy pytest build wheel 'setuptools>=64')
+  # Written last, with the package list: a venv whose list differs is filled again.
+  marker=$venv/.attnc-deps
+  if [[ ! -x $venv/bin/python || $(cat "$marker" 2>/dev/null) != "${python_packages[*]}" ]] &&
+     { in_ci || [[ ! -e $venv_failed_marker ]]; }; then
+    venv_start=$EPOCHREALTIME
+    note "filling the Python venv $venv: ${python_packages[*]}"
+    rm -f "$marker"
+    if python3 -c 'import sys; sys.exit(sys.version_info < (3, 9))' &&
+       { [[ -x $venv/bin/python ]] || python3 -m venv "$venv"; } &&
+       "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+         "${python_packages[@]}"; then
+      echo "${python_packages[*]}" > "$marker"
+      rm -f "$venv_failed_marker"
+      venv_ms=$(( (${EPOCHREALTIME//[.,]/} - ${venv_start//[.,]/}) / 1000 ))
+      note "Python venv filled in $((venv_ms / 1000)).$((venv_ms / 100 % 10))s"
+    elif in_ci; then
+      echo "install-deps: could not fill the Python venv $venv (python3 >= 3.9, python3-venv," \
+           "and PyPI are needed); CI runs the Python tests, so this is an error" >&2
+      exit 1
+    else
+      mkdir -p "$build_dir"
+      touch "$venv_failed_marker"
+      warn "could not fill the Python venv $venv: the Python package's tests will be SKIPPED" \
+           "(rm $venv_failed_marker to retry)"
+    fi
+  fi
 fi
