@@ -28,13 +28,20 @@ sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 import attnc  # noqa: E402
 
 # attnc's error against the float32 model may exceed SDPA's by this factor plus the floor: both
-# models round in bf16 everywhere (the linear layers dominate), and how far one tensor's error lands
-# from the other's varies from tensor to tensor; the GPU suites bound a single kernel at 2x.
-ERROR_FACTOR, ERROR_FLOOR = 3.0, 1e-3
-# The largest gap allowed between the two loss curves. Both runs start from the same weights and
-# batches; bf16 rounding differences grow through AdamW's normalised updates, by about 1e-2 over
-# 20 steps of this model.
-LOSS_GAP = 0.05
+# models round in bf16 everywhere, so their errors are alike; 2x is the GPU suites' bound beside
+# SDPA, and a scale 2% off already doubles the logits' error.
+ERROR_FACTOR, ERROR_FLOOR = 2.0, 1e-3
+# The largest gap allowed between the two loss curves at a step: LOSS_GAP or LOSS_GAP_REL of SDPA's
+# loss, whichever is larger. Both runs start from the same weights and batches; bf16 rounding
+# differences grow through AdamW's normalised updates, to about 1e-2 over 20 steps of this model.
+LOSS_GAP, LOSS_GAP_REL = 0.05, 0.02
+# Weights' init std: Llama's default 0.02 leaves this small model's scores near 0 and attention near
+# uniform, where a wrong scale or mask barely shows in the logits; 0.05 gives scores of std ~1.
+INIT_STD = 0.05
+BATCHES = 4  # token batches, cycled through the training steps
+# How much the mean loss over the batches must fall from the first pass to the last; far below
+# what 10 steps bring (the model memorises its few batches), far above bf16 noise.
+TRAIN_DROP = 0.1
 
 
 def attnc_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
@@ -104,12 +111,16 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3)
     args = ap.parse_args()
     steps = args.steps or (10 if args.quick else 20)
+    if steps < 2 * BATCHES:
+        ap.error(f"--steps: expected at least {2 * BATCHES} (two passes over the batches), "
+                 f"got {steps}")
     layers, seq, batch = (2, 256, 2) if args.quick else (4, 512, 4)
 
     AttentionInterface.register("attnc", attnc_attention)
     config = LlamaConfig(vocab_size=2048, hidden_size=512, intermediate_size=1024,
                          num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=2,
-                         head_dim=64, max_position_embeddings=2 * seq, attention_dropout=0.0)
+                         head_dim=64, max_position_embeddings=2 * seq, attention_dropout=0.0,
+                         initializer_range=INIT_STD)
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
     sdpa = LlamaForCausalLM(config).to("cuda", torch.bfloat16)
@@ -124,7 +135,7 @@ def main():
 
     gen = torch.Generator(device="cuda").manual_seed(1)
     batches = [torch.randint(0, config.vocab_size, (batch, seq), device="cuda", generator=gen)
-               for _ in range(4)]
+               for _ in range(BATCHES)]
     t0 = time.time()
     rows, match_ok = compare({"float32 sdpa": reference, "bf16 attnc": model, "bf16 sdpa": sdpa},
                              batches[0])
@@ -149,15 +160,19 @@ def main():
         curves[name] = train(m, batches, steps, args.lr)
         print(f"{name}: {steps} AdamW steps in {time.time() - t1:.1f} s", flush=True)
     gaps = [abs(a - s) for a, s in zip(curves["attnc"], curves["sdpa"])]
-    trains = all(c[-1] < c[0] - 0.1 for c in curves.values())
-    track_ok = max(gaps) <= LOSS_GAP and trains
+    # The last pass over the batches against the first (the same batches): the model learns.
+    n = len(batches)
+    trains = all(sum(c[-n:]) / n < sum(c[:n]) / n - TRAIN_DROP for c in curves.values())
+    bounds = [max(LOSS_GAP, LOSS_GAP_REL * s) for s in curves["sdpa"]]
+    track_ok = all(g <= b for g, b in zip(gaps, bounds)) and trains
 
     print(f"\n{'step':>4s} {'loss sdpa':>10s} {'loss attnc':>10s} {'gap':>8s}")
     for i, (s, a) in enumerate(zip(curves["sdpa"], curves["attnc"])):
         print(f"{i:4d} {s:10.4f} {a:10.4f} {abs(a - s):8.4f}")
     print(f"\nlogits and gradients vs sdpa: {'ok' if match_ok else 'FAIL'}; loss curves: max gap "
-          f"{max(gaps):.4f} (bound {LOSS_GAP:g}), both falling by > 0.1: {trains} -> "
-          f"{'ok' if track_ok else 'FAIL'}")
+          f"{max(gaps):.4f} (bound max({LOSS_GAP:g}, {LOSS_GAP_REL:g} x loss)), mean loss of both "
+          f"falling by > {TRAIN_DROP:g} from the first pass over the batches to the last: "
+          f"{trains} -> {'ok' if track_ok else 'FAIL'}")
     return 0 if match_ok and track_ok else 1
 
 
