@@ -118,8 +118,9 @@ class Paths:
         self.q, self.k, self.v = shape.tensors()
         q, k, v, mask = self.q, self.k, self.v, shape.mask
         self.mask = mask
-        self.spec = attnc.Spec(head_dim=shape.d, heads=(shape.hq, shape.hkv), dtype="bf16",
-                               mask=mask)
+        # The fields the op fills from bf16 tensors (bf16 is the default dtype, left unset), so
+        # that this spec's text, and so its kernel, is the op's.
+        self.spec = attnc.Spec(head_dim=shape.d, heads=(shape.hq, shape.hkv), mask=mask)
         self.kernel = attnc.compile(self.spec)
         self.raw = lib.compile_text(self.kernel.spec.to_yaml(), self.kernel.info.target)
         self.out = torch.empty(shape.b, shape.hq, shape.sq, shape.d, device="cuda", dtype=DT)
@@ -175,8 +176,8 @@ def kernel_rows(lib, quick):
             ok = same and abs(diff) <= max(KERNEL_TOL * raw, KERNEL_FLOOR_US)
             rows.append({"shape": shape.name, "op_us": op, "c_api_us": raw, "diff_us": diff,
                          "same_output": same, "bitwise": bitwise, "output_relerr": err,
-                         "ok": ok, "op_kernels": op_names,
-                         "c_api_kernels": raw_names})
+                         "ok": ok, "same_kernel_names": op_names == raw_names,
+                         "op_kernels": op_names, "c_api_kernels": raw_names})
         except Exception as e:  # noqa: BLE001
             rows.append({"shape": shape.name, "ok": False, "error": str(e).splitlines()[0][:300]})
         print({k: v for k, v in rows[-1].items() if not k.endswith("kernels")}, flush=True)
@@ -220,15 +221,15 @@ def main():
     print(f"\nkernel time per call, the op vs the C API (us; equal within "
           f"max({KERNEL_TOL:.0%}, {KERNEL_FLOOR_US:g} us))")
     print(f"{'shape':34s} {'op':>9s} {'C API':>9s} {'diff':>8s} {'out relerr':>10s} "
-          f"{'bitwise':>7s}")
+          f"{'bitwise':>7s} {'same kernels':>12s}")
     for r in kernels:
         if "error" in r:
             print(f"{r['shape']:34s} FAILED: {r['error']}")
             failures.append(f"{r['shape']}: {r['error']}")
             continue
         print(f"{r['shape']:34s} {r['op_us']:9.1f} {r['c_api_us']:9.1f} {r['diff_us']:8.1f} "
-              f"{r['output_relerr']:10.1e} {str(r['bitwise']):>7s}"
-              + ("" if r["ok"] else "  <- FAIL"))
+              f"{r['output_relerr']:10.1e} {str(r['bitwise']):>7s} "
+              f"{str(r['same_kernel_names']):>12s}" + ("" if r["ok"] else "  <- FAIL"))
         if not r["ok"]:
             failures.append(f"{r['shape']}: op {r['op_us']:.1f} us vs C API {r['c_api_us']:.1f} "
                             f"us, output relerr {r['output_relerr']:.1e}")
