@@ -2,8 +2,9 @@
 // tiles in shared memory for the whole loop and streams the Q, dO, LSE and delta of every q tile
 // of every query head of its GQA group through Stages buffers (bwd::QTileStream), summing dK and
 // dV in registers; with WriteDQ it also adds its share of dQ into dq_accum with fp32 reductions.
-// Per q tile, each warp stages its part of P^T and dS^T in shared memory, a slice of q columns at
-// a time, then adds dV += P^T dO and dK += dS^T Q, and dQ += dS K (DkDvWarp::accumulateDq).
+// Per q tile, each warp stages its part of P^T and dS^T in shared memory (DkDvWarp::stagePart), a
+// slice of q columns at a time, then adds dV += P^T dO and dK += dS^T Q, and dQ += dS K
+// (DkDvWarp::accumulateDq).
 #pragma once
 
 #include "attnc/common/bwd_steps.h"
@@ -73,9 +74,8 @@ struct QTileLoader {
 
 // One warp of a backwardKV block: its steps on a (q tile, kv tile) pair, over what every step
 // reads (the block's and the warp's coordinates, the shared tiles, the launch's constants), named
-// as in backwardKV, which fills them in. The arrays the steps fill are the kernel's, passed in,
-// and the elementwise steps on S^T and dP^T stay in the kernel: either moved into a function
-// changes the kernel's register allocation (docs/design/sm80-and-common.md).
+// as in backwardKV, which fills them in. The accumulators that live across q tiles (dK, dV) are
+// the kernel's, passed in; a slice's S^T and dP^T live in stagePart.
 template <class Config, class Variant>
 struct DkDvWarp {
   using Element = typename Config::Element;
@@ -121,6 +121,92 @@ struct DkDvWarp {
           storeShared32(pSmem + offset, 0u);
           storeShared32(dsSmem + offset, 0u);
         }
+  }
+
+  // P^T and dS^T of the warp's part of q tile q0 of head h (its Q, dO, LSE and delta at qSmem,
+  // doSmem, lseS, deltaS; cls the part's class) into the P^T and dS^T tiles. The warp's q columns
+  // go in slices of kSliceTiles n8 tiles: S^T and dP^T of one slice are live at a time (next to
+  // dK and dV), at the price of re-reading K's and V's A fragments.
+  ATTNC_DEVICE void stagePart(u32 qSmem, u32 doSmem, const float* lseS, const float* deltaS, int h,
+                              int q0, Tri cls, bool checkBounds) const {
+    constexpr int kSlice = Config::kSliceTiles;
+    constexpr int kBitWords = ceilDiv(kM * kSlice * 4, 32);
+    const u32 batchHead = u32(b * p.heads_q + h);
+#pragma unroll
+    for (int slice = 0; slice < kN / kSlice; ++slice) {
+      const int sliceCol = warpCol + slice * 8 * kSlice;
+      // S^T = K Q^T.
+      float s[kM][kSlice][4];
+      warp::zero(s);
+      warp::gemm<Element, Config::kQKSteps>(s, warp::SmemA<KTile>(kSmem, lane, warpRow, 0),
+                                            warp::SmemB<QTile>(qSmem, lane, sliceCol, 0));
+      // P^T (dropped and rescaled into the P^T tile); s keeps P * score'(s) for dS.
+      u32 keepBits[kBitWords];
+#pragma unroll
+      for (int i = 0; i < kBitWords; ++i) keepBits[i] = 0u;
+#pragma unroll
+      for (int mi = 0; mi < kM; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < kSlice; ++ni)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int tileRow = warpRow + 16 * mi + 8 * r + rowInWarp;
+            const int kv = kv0 + tileRow;
+            const int qLocal = sliceCol + 8 * ni + colInQuad;
+            float pd[2];
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              float& x = s[mi][ni][2 * r + j];
+              const int q = q0 + qLocal + j;
+              const float grad = bwd::scoreWithGrad<Variant>(p, x, b, h, q, kv);
+              bool keep = true;
+              if (checkBounds) keep = q < p.q_len && kv < p.kv_len;
+              if constexpr (Variant::kHasMask) {
+                if (cls == Tri::Unknown && keep) keep = Variant::mask(p, b, h, q, kv);
+              }
+              const float prob =
+                  keep ? exp2Approx(x * log2Scale - bwd::lseLog2(lseS[qLocal + j])) : 0.0f;
+              pd[j] = prob;
+              if constexpr (Variant::kHasDropout) {
+                const int e = ((mi * kSlice + ni) * 2 + r) * 2 + j;
+                const bool kept = keep && bwd::dropoutKeep<Variant::kDropoutRounds>(
+                                                 p, batchHead, dropThreshold, q, kv);
+                if (kept) keepBits[e / 32] |= 1u << (e % 32);
+                pd[j] = kept ? prob * dropScale : 0.0f;
+              }
+              x = prob * grad;
+            }
+            storeShared32(pSmem + PTile::chunkOffset(tileRow, sliceCol / 8 + ni) + 4 * (lane & 3),
+                          Convert<Element>::pack2(pd[0], pd[1]));
+          }
+      // dP^T = V dO^T; dS^T = P score' (dP dropped and rescaled - delta), into the dS^T tile.
+      float dp[kM][kSlice][4];
+      warp::zero(dp);
+      warp::gemm<Element, Config::kVSteps>(dp, warp::SmemA<VTile>(vSmem, lane, warpRow, 0),
+                                           warp::SmemB<DoTile>(doSmem, lane, sliceCol, 0));
+#pragma unroll
+      for (int mi = 0; mi < kM; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < kSlice; ++ni)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int tileRow = warpRow + 16 * mi + 8 * r + rowInWarp;
+            const int qLocal = sliceCol + 8 * ni + colInQuad;
+            float ds[2];
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              float d = dp[mi][ni][2 * r + j];
+              if constexpr (Variant::kHasDropout) {
+                const int e = ((mi * kSlice + ni) * 2 + r) * 2 + j;
+                d = (keepBits[e / 32] >> (e % 32)) & 1u ? d * dropScale : 0.0f;
+              }
+              ds[j] = s[mi][ni][2 * r + j] * (d - deltaS[qLocal + j]);
+            }
+            storeShared32(
+                dsSmem + PTile::chunkOffset(tileRow, sliceCol / 8 + ni) + 4 * (lane & 3),
+                Convert<Element>::pack2(ds[0], ds[1]));
+          }
+    }
   }
 
   // dQ += dS K (unscaled) into dq_accum, kDqChunk n8 tiles at a time through acc, for q tile q0
@@ -182,9 +268,6 @@ ATTNC_DEVICE void backwardKV(const BwdParams& p, unsigned char* smem) {
   using PTile = typename Config::PTile;
   using Tri = expr::Tri;
   constexpr int kM = Config::kMTiles;
-  constexpr int kN = Config::kNTiles;
-  constexpr int kSlice = Config::kSliceTiles;
-  constexpr int kBitWords = ceilDiv(kM * kSlice * 4, 32);
   constexpr int kBlockQ = Config::kBlockQ;
   constexpr int kStages = Config::kStages;
 
@@ -252,8 +335,6 @@ ATTNC_DEVICE void backwardKV(const BwdParams& p, unsigned char* smem) {
                                                        DoTile::kBytes);
     const float* deltaS = lseS + kBlockQ;
     const int h = cur.h, q0 = cur.tile * kBlockQ;
-    const u32 batchHead = u32(b * p.heads_q + h);
-
     // The warp's part of the tile: kv rows kvW0.., q columns qW0..; it may be empty or full alone.
     const int kvW0 = kv0 + warpRow, qW0 = q0 + warpCol;
     const bool warpLive = kvW0 < p.kv_len && qW0 < p.q_len;
@@ -268,83 +349,7 @@ ATTNC_DEVICE void backwardKV(const BwdParams& p, unsigned char* smem) {
     const bool checkBounds = q0 + kBlockQ > p.q_len || kv0 + Config::kBlockKV > p.kv_len;
 
     if (warpLive && cls != Tri::False) {
-      // The warp's q columns in slices of kSliceTiles n8 tiles: S^T and dP^T of one slice are live
-      // at a time (next to dK and dV), at the price of re-reading K's and V's A fragments.
-#pragma unroll
-      for (int slice = 0; slice < kN / kSlice; ++slice) {
-        const int sliceCol = warpCol + slice * 8 * kSlice;
-        // S^T = K Q^T.
-        float s[kM][kSlice][4];
-        warp::zero(s);
-        warp::gemm<Element, Config::kQKSteps>(s, warp::SmemA<KTile>(kSmem, lane, warpRow, 0),
-                                              warp::SmemB<QTile>(qSmem, lane, sliceCol, 0));
-        // P^T (dropped and rescaled into the P^T tile); s keeps P * score'(s) for dS.
-        u32 keepBits[kBitWords];
-#pragma unroll
-        for (int i = 0; i < kBitWords; ++i) keepBits[i] = 0u;
-#pragma unroll
-        for (int mi = 0; mi < kM; ++mi)
-#pragma unroll
-          for (int ni = 0; ni < kSlice; ++ni)
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int tileRow = warpRow + 16 * mi + 8 * r + rowInWarp;
-              const int kv = kv0 + tileRow;
-              const int qLocal = sliceCol + 8 * ni + colInQuad;
-              float pd[2];
-#pragma unroll
-              for (int j = 0; j < 2; ++j) {
-                float& x = s[mi][ni][2 * r + j];
-                const int q = q0 + qLocal + j;
-                const float grad = bwd::scoreWithGrad<Variant>(p, x, b, h, q, kv);
-                bool keep = true;
-                if (checkBounds) keep = q < p.q_len && kv < p.kv_len;
-                if constexpr (Variant::kHasMask) {
-                  if (cls == Tri::Unknown && keep) keep = Variant::mask(p, b, h, q, kv);
-                }
-                const float prob =
-                    keep ? exp2Approx(x * log2Scale - bwd::lseLog2(lseS[qLocal + j])) : 0.0f;
-                pd[j] = prob;
-                if constexpr (Variant::kHasDropout) {
-                  const int e = ((mi * kSlice + ni) * 2 + r) * 2 + j;
-                  const bool kept = keep && bwd::dropoutKeep<Variant::kDropoutRounds>(
-                                                   p, batchHead, dropThreshold, q, kv);
-                  if (kept) keepBits[e / 32] |= 1u << (e % 32);
-                  pd[j] = kept ? prob * dropScale : 0.0f;
-                }
-                x = prob * grad;
-              }
-              storeShared32(pSmem + PTile::chunkOffset(tileRow, sliceCol / 8 + ni) + 4 * (lane & 3),
-                            Convert<Element>::pack2(pd[0], pd[1]));
-            }
-        // dP^T = V dO^T; dS^T = P score' (dP dropped and rescaled - delta), into the dS^T tile.
-        float dp[kM][kSlice][4];
-        warp::zero(dp);
-        warp::gemm<Element, Config::kVSteps>(dp, warp::SmemA<VTile>(vSmem, lane, warpRow, 0),
-                                             warp::SmemB<DoTile>(doSmem, lane, sliceCol, 0));
-#pragma unroll
-        for (int mi = 0; mi < kM; ++mi)
-#pragma unroll
-          for (int ni = 0; ni < kSlice; ++ni)
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int tileRow = warpRow + 16 * mi + 8 * r + rowInWarp;
-              const int qLocal = sliceCol + 8 * ni + colInQuad;
-              float ds[2];
-#pragma unroll
-              for (int j = 0; j < 2; ++j) {
-                float d = dp[mi][ni][2 * r + j];
-                if constexpr (Variant::kHasDropout) {
-                  const int e = ((mi * kSlice + ni) * 2 + r) * 2 + j;
-                  d = (keepBits[e / 32] >> (e % 32)) & 1u ? d * dropScale : 0.0f;
-                }
-                ds[j] = s[mi][ni][2 * r + j] * (d - deltaS[qLocal + j]);
-              }
-              storeShared32(
-                  dsSmem + PTile::chunkOffset(tileRow, sliceCol / 8 + ni) + 4 * (lane & 3),
-                  Convert<Element>::pack2(ds[0], ds[1]));
-            }
-      }
+      steps.stagePart(qSmem, doSmem, lseS, deltaS, h, q0, cls, checkBounds);
     } else {
       steps.zeroPart();
     }

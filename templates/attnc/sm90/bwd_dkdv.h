@@ -148,16 +148,7 @@ ATTNC_DEVICE void consumeKV(const BwdParams& p, const BackwardSmem<Config>& smem
     else
       dvDkGemms(c, iteration, qTile, doTile, stats, keepBits, dropScale, s, dp, pd, pA, dsA, dk,
                      dv);
-    if constexpr (WriteDQ) {
-      // dQ of the previous q tile (issued a tile late so that the consumers need not wait for
-      // each other's dS^T: each runs up to a tile ahead of the other), while dK's GEMM runs. The
-      // first iteration multiplies whatever buffer 1 holds and drops the result (no wgmma is
-      // issued under a condition: ptxas would serialize them all).
-      if (iteration > 0)
-        mbarrierWait(smem.dsFull((iteration - 1) & 1), u32((iteration - 1) >> 1) & 1u);
-      issueDqGemm(c, kColumns, dq, (iteration - 1) & 1, 0);
-      if constexpr (C::kLateDq) issueDqGemm(c, kColumns, dqLate, (iteration - 1) & 1, 1);
-    }
+    if constexpr (WriteDQ) issuePreviousDq(c, smem, kColumns, iteration, dq, dqLate);
     if constexpr (C::kLateDq)
       wgmmaWait<1>();  // dV, dK and dQ's first part (the second may still run)
     else
@@ -171,33 +162,7 @@ ATTNC_DEVICE void consumeKV(const BwdParams& p, const BackwardSmem<Config>& smem
     const int batch = batchNow();  // read while the stage's slot is still held
     mbarrierArrive(smem.empty(stage));  // Q, dO and the stats of this stage are read
     if constexpr (WriteDQ) {
-      // The previous q tile's dQ into dq_accum once its GEMMs are done, and the dS^T buffer it
-      // read released: with the split its parts one after another from registers, else through
-      // the shared tile. (Here rather than in a step of its own: so the machine code stays the
-      // same.)
-      fenceRegisters(flat(dq));
-      if constexpr (C::kLateDq) {
-        if (iteration > 0) reduceDqFromRegisters(c, dq, batch, previousHead, previousQ0, 0);
-        wgmmaWait<0>();
-        fenceRegisters(flat(dqLate));
-        if (iteration > 0) {
-          mbarrierArrive(smem.dsEmpty((iteration - 1) & 1));
-          reduceDqFromRegisters(c, dqLate, batch, previousHead, previousQ0, 1);
-        }
-      } else if constexpr (Config::kSplit) {
-        if (iteration > 0) reduceDqFromRegisters(c, dq, batch, previousHead, previousQ0, 0);
-#pragma unroll
-        for (int part = 1; part < C::kDqParts; ++part) {
-          issueDqGemm(c, kColumns, dq, (iteration - 1) & 1, part);
-          wgmmaWait<0>();
-          fenceRegisters(flat(dq));
-          if (iteration > 0) reduceDqFromRegisters(c, dq, batch, previousHead, previousQ0, part);
-        }
-        if (iteration > 0) mbarrierArrive(smem.dsEmpty((iteration - 1) & 1));
-      } else if (iteration > 0) {
-        mbarrierArrive(smem.dsEmpty((iteration - 1) & 1));
-        reduceDqTiled(c, dq, batch, previousHead, previousQ0);
-      }
+      reducePreviousDq(c, smem, kColumns, iteration, batch, previousHead, previousQ0, dq, dqLate);
       previousHead = h;
       previousQ0 = q0;
     }

@@ -103,6 +103,58 @@ ATTNC_DEVICE void reduceDqFromRegisters(const C& c, const float (&dq)[1][C::kDqP
   }
 }
 
+// In iteration `iteration` of the consumer's loop, while dK's GEMM runs: dQ of the previous q
+// tile (a tile late, so that the consumers need not wait for each other's dS^T: each runs up to a
+// tile ahead of the other), into dq and, with C::kLateDq, its second part into dqLate. The first
+// iteration multiplies whatever buffer 1 holds and drops the result (no wgmma is issued under a
+// condition: ptxas would serialize them all). Both steps take the kernel's layout, smem, for the
+// dS^T buffers' barriers: through c.smem, the layout's copy, the registers were allocated apart
+// from the rest of the loop's barrier addresses.
+template <class C, class Smem>
+ATTNC_DEVICE void issuePreviousDq(const C& c, const Smem& smem, u32 kColumns, int iteration,
+                                  float (&dq)[1][C::kDqPartN / 8][4],
+                                  float (&dqLate)[1][C::kDqPartN / 8][4]) {
+  if (iteration > 0)
+    mbarrierWait(smem.dsFull((iteration - 1) & 1), u32((iteration - 1) >> 1) & 1u);
+  issueDqGemm(c, kColumns, dq, (iteration - 1) & 1, 0);
+  if constexpr (C::kLateDq) issueDqGemm(c, kColumns, dqLate, (iteration - 1) & 1, 1);
+}
+
+// Then, once dV's and dK's GEMMs are done: the previous q tile (previousHead, previousQ0; the
+// block's batch is `batch`) into dq_accum, and the dS^T buffer its GEMMs read released: with the
+// split its parts one after another from registers (with C::kLateDq the second from dqLate, whose
+// GEMM may still run on entry), else through the shared tile. Nothing is added in the first
+// iteration.
+template <class C, class Smem>
+ATTNC_DEVICE void reducePreviousDq(const C& c, const Smem& smem, u32 kColumns, int iteration,
+                                   int batch, int previousHead, int previousQ0,
+                                   float (&dq)[1][C::kDqPartN / 8][4],
+                                   float (&dqLate)[1][C::kDqPartN / 8][4]) {
+  fenceRegisters(flat(dq));
+  if constexpr (C::kLateDq) {
+    if (iteration > 0) reduceDqFromRegisters(c, dq, batch, previousHead, previousQ0, 0);
+    wgmmaWait<0>();
+    fenceRegisters(flat(dqLate));
+    if (iteration > 0) {
+      mbarrierArrive(smem.dsEmpty((iteration - 1) & 1));
+      reduceDqFromRegisters(c, dqLate, batch, previousHead, previousQ0, 1);
+    }
+  } else if constexpr (C::Config::kSplit) {
+    if (iteration > 0) reduceDqFromRegisters(c, dq, batch, previousHead, previousQ0, 0);
+#pragma unroll
+    for (int part = 1; part < C::kDqParts; ++part) {
+      issueDqGemm(c, kColumns, dq, (iteration - 1) & 1, part);
+      wgmmaWait<0>();
+      fenceRegisters(flat(dq));
+      if (iteration > 0) reduceDqFromRegisters(c, dq, batch, previousHead, previousQ0, part);
+    }
+    if (iteration > 0) mbarrierArrive(smem.dsEmpty((iteration - 1) & 1));
+  } else if (iteration > 0) {
+    mbarrierArrive(smem.dsEmpty((iteration - 1) & 1));
+    reduceDqTiled(c, dq, batch, previousHead, previousQ0);
+  }
+}
+
 // The last q tile's dQ after the loop, which ended at iteration `iteration`
 // (none when the block had no q tile, previousHead -1: then K was never loaded and the product is
 // dropped). On return every warp's reductions have read the shared dQ tile (with the split, there
