@@ -11,7 +11,9 @@ BUNDLE=.device/bundle
 
 ninja -C "$BUILD_DIR" -j"$JOBS" attncShared attnc jit-host
 mkdir -p "$BUNDLE"
-lib=$(find "$BUILD_DIR" -name 'libattnc.so*' -type f | head -n1)
+# The build's own library, not a copy that a test installed elsewhere in the tree.
+lib=$BUILD_DIR/lib/libattnc.so
+[[ -f "$lib" ]] || lib=$(find "$BUILD_DIR" -path '*/install/*' -prune -o -name 'libattnc.so*' -type f -print | head -n1)
 [[ -n "$lib" ]] || { echo "device-bundle: no libattnc.so under $BUILD_DIR" >&2; exit 1; }
 cp "$lib" "$BUNDLE/libattnc.so"
 cp "$BUILD_DIR/bin/attnc" "$BUNDLE/attnc"
