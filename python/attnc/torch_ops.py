@@ -317,7 +317,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Any = None, score: Any =
                                              layout, deterministic)
         else:
             out, lse = _forward_impl(q, k, v, tensors, seed, offset, text, description, layout,
-                                     False)
+                                     False, want_lse=return_lse)
     else:
         rng = torch.ops.attnc.philox_state(q, _OFFSET_INCREMENT) if has_dropout else None
         out, lse = torch.ops.attnc.forward(q, k, v, tensors, rng, text, description, layout,
@@ -510,9 +510,10 @@ def _draw_philox(device: int, increment: int = _OFFSET_INCREMENT) -> tuple:
 
 
 def _prepare_forward(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, inputs: list, seed: int,
-                     offset: int, inputs_desc: str, layout: str) -> tuple:
+                     offset: int, inputs_desc: str, layout: str, want_lse: bool = True) -> tuple:
     """(args, out, lse, inputs array): the forward's outputs allocated on q's device and its
-    attnc_forward_args packed; the array must live until the launch returns."""
+    attnc_forward_args packed; the array must live until the launch returns. Without want_lse
+    the kernel writes no LSE (lse is None): an inference call allocates only its output."""
     _check_kernel(kernel, q, k, v, layout)
     _check_pointer("q", q)
     _check_pointer("k", k)
@@ -520,23 +521,25 @@ def _prepare_forward(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, inputs: li
     batch, q_len, kv_len = _sizes(q, k, layout)
     out = torch.empty(q.shape[:3] + (v.shape[3],), dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, kernel.info.heads_q, q_len), dtype=torch.float32,
-                      device=q.device)
+                      device=q.device) if want_lse else None
     array, address, count = _inputs_array(_launch_state(kernel, inputs_desc), inputs)
     args = _args_structs()[0]
     _FORWARD_FORMAT.pack_into(args, 0, *_tensor_fields(q, layout), *_tensor_fields(k, layout),
                               *_tensor_fields(v, layout), *_written_fields(out, layout),
-                              lse.data_ptr(), batch, q_len, kv_len, address, count, seed,
-                              offset)
+                              lse.data_ptr() if want_lse else 0, batch, q_len, kv_len, address,
+                              count, seed, offset)
     return args, out, lse, array
 
 
 def _forward_impl(q: Tensor, k: Tensor, v: Tensor, inputs: list, seed: int, offset: int,
-                  text: str, inputs_desc: str, layout: str, backward: bool) -> tuple:
-    """Launches the forward of plan `text` on torch's current stream: (out, lse)."""
+                  text: str, inputs_desc: str, layout: str, backward: bool,
+                  want_lse: bool = True) -> tuple:
+    """Launches the forward of plan `text` on torch's current stream: (out, lse), lse None
+    without want_lse."""
     device = _device_of(q)
     kernel = _kernel(text, q, k, v, layout, device, backward)
     args, out, lse, array = _prepare_forward(kernel, q, k, v, inputs, seed, offset,
-                                             inputs_desc, layout)
+                                             inputs_desc, layout, want_lse)
     _on_device(device, kernel.launch, args)
     return out, lse
 

@@ -340,14 +340,16 @@ def graph_check(res, family):
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up: kernels compiled and loaded before capture
+    # Warm-up on the stream that captures: kernels compiled and loaded, and the per-stream buffer
+    # of a mask's input summaries sized, outside the capture (docs/python.md, CUDA graphs).
+    with torch.cuda.stream(side):
         for _ in range(2):
             step()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     try:
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, stream=side):
             static = step()
     except Exception as e:  # noqa: BLE001
         res.add("CUDA graph", False, f"{family}: capture failed: {str(e).splitlines()[0][:300]}")

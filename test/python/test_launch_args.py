@@ -101,6 +101,14 @@ def test_c_api_accepts_the_packed_structs(case):
                                                        layout)
     kernel.validate(args)
     assert out.shape == q.shape[:3] + (v.shape[3],)
+    assert args.lse == lse.data_ptr() != 0
+    # An inference call: no LSE allocated, a null pointer the C API accepts.
+    args, _, no_lse, _ = torch_ops._prepare_forward(kernel, q, k, v, [doc], 5, 8, "doc:b,pos",
+                                                    layout, want_lse=False)
+    assert no_lse is None and not args.lse
+    kernel.validate(args)
+    args, out, lse, array = torch_ops._prepare_forward(kernel, q, k, v, [doc], 5, 8, "doc:b,pos",
+                                                       layout)
     grad_out = torch.ones(1, dtype=torch.bfloat16).expand(out.shape)  # as from out.sum()
     for deterministic in (False, True):
         args, dq, dk, dv, alive = torch_ops._prepare_backward(
