@@ -100,6 +100,12 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
   if (!workspace) {
     workspaceLock = std::unique_lock<std::mutex>(impl_->workspaceMutex);
     DeviceBuffer& buffer = impl_->workspaces[context];
+    if (buffer.size() < layout.total && driver->capturing(static_cast<cu::Stream>(stream)))
+      return Status::error("Kernel::backward: the stream is capturing a CUDA graph, and the "
+                           "kernel's workspace must first grow to " +
+                           std::to_string(layout.total) +
+                           " bytes, which a capture cannot hold: pass BackwardArgs::workspace, or "
+                           "launch once with these sizes before capturing");
     bool waitFailed = false;
     Status grown = growBuffer(
         buffer, layout.total,

@@ -53,6 +53,8 @@ struct DriverLoader {
     std::string optional;
     if (resolved && !lib.resolve(api.cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled", &optional))
       api.cuTensorMapEncodeTiled = nullptr;
+    if (resolved && !lib.resolve(api.cuStreamIsCapturing, "cuStreamIsCapturing", &optional))
+      api.cuStreamIsCapturing = nullptr;
     if (!resolved) {
       *error = "unusable CUDA driver: " + *error;
       return false;
@@ -100,6 +102,12 @@ bool DriverApi::check(cu::Result result, const char* what, std::string* error) c
   if (error)
     *error = std::string(what) + ": " + describe(result);
   return false;
+}
+
+bool DriverApi::capturing(cu::Stream stream) const {
+  int status = 0;
+  return cuStreamIsCapturing && cuStreamIsCapturing(stream, &status) == cu::kSuccess &&
+         status != 0;
 }
 
 std::string DriverApi::libraryName() const { return library_ ? library_->name() : ""; }

@@ -110,6 +110,12 @@ struct DriverApi {
   // True on success; otherwise false with "<what>: <describe(result)>" in *error.
   bool check(cu::Result result, const char* what, std::string* error) const;
 
+  // CUDA 10.0 and later; null with an older driver. status: 0 none, 1 active, 2 invalidated.
+  cu::Result (*cuStreamIsCapturing)(cu::Stream stream, int* status);
+  // Whether `stream` is capturing a CUDA graph, when nothing may allocate or synchronize (false
+  // where the driver cannot say).
+  bool capturing(cu::Stream stream) const;
+
   // The libcuda that was loaded.
   std::string libraryName() const;
 

@@ -34,9 +34,17 @@ Status summarize(Kernel::Impl& impl, const DriverApi& driver, cu::Context contex
   if (!entry.summary || plan.totalBytes == 0) return Status::success();
   if (!own) *lock = std::unique_lock<std::mutex>(impl.summaryMutex);
   DeviceBuffer& buffer = own ? *own : impl.summaryBuffers[{context, stream}];
+  const size_t needed = saturatingSum(plan.totalBytes, extraBytes);
+  if (buffer.size() < needed && driver.capturing(stream))
+    return Status::error("kernel '" + m.name + "': the stream is capturing a CUDA graph, and " +
+                         (own ? std::string("prepared inputs allocate their buffer")
+                              : "its buffer of input summaries must first grow to " +
+                                    std::to_string(needed) + " bytes") +
+                         ", which a capture cannot hold: launch once on this stream with these "
+                         "sizes before capturing");
   bool waitFailed = false;
   Status grown = growBuffer(
-      buffer, saturatingSum(plan.totalBytes, extraBytes),
+      buffer, needed,
       [&](std::string* error) {
         return driver.check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize", error);
       },

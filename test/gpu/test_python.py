@@ -375,6 +375,37 @@ def graph_check(res, family):
             + ("" if not problems else "  <- " + "; ".join(problems[:4])))
 
 
+def graph_cold_stream_check(res):
+    """A capture on a stream where the document mask never ran: its per-stream summary buffer
+    would have to be allocated inside the capture. The call must raise AttncError (before any
+    launch, naming the capture) and leave the capture intact, so that it ends cleanly and the
+    stream still runs the op."""
+    fam = FAMILIES["document causal"]
+    B, H, S, D = 1, 2, 384, 64
+    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    inputs = fam.inputs(B, H, S)
+    cold = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    raised = None
+    try:
+        with torch.cuda.graph(graph, stream=cold):
+            try:
+                attnc.attention(q, k, v, mask=fam.mask, inputs=inputs)
+            except attnc.AttncError as e:
+                raised = str(e)
+    except Exception as e:  # noqa: BLE001
+        res.add("CUDA graph", False, f"cold stream: the capture broke: {str(e)[:200]}")
+        return
+    with torch.cuda.stream(cold):
+        out = attnc.attention(q, k, v, mask=fam.mask, inputs=inputs)
+    torch.cuda.synchronize()
+    want = attnc.attention(q, k, v, mask=fam.mask, inputs=inputs)
+    ok = raised is not None and "capturing a CUDA graph" in raised and torch.equal(out, want)
+    res.add("CUDA graph", ok, f"cold stream: AttncError before launch: "
+            f"{(raised or 'none raised')[:120]}; op on that stream afterwards right: "
+            f"{torch.equal(out, want)}")
+
+
 # ---- Dropout, the deterministic backward, streams ----
 
 def dropout_checks(res, p=0.1):
@@ -559,6 +590,7 @@ def main():
     steps += [("autograd", autograd_checks, (res,)), ("torch.compile", compile_check, (res,)),
               ("CUDA graph causal", graph_check, (res, "causal")),
               ("CUDA graph document", graph_check, (res, "document causal")),
+              ("CUDA graph cold stream", graph_cold_stream_check, (res,)),
               ("dropout", dropout_checks, (res,)), ("deterministic", deterministic_check, (res,)),
               ("streams", streams_check, (res,)), ("argument errors", error_checks, (res,))]
     for name, fn, fn_args in steps:
