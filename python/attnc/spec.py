@@ -216,6 +216,9 @@ class Spec:
         if unknown:
             raise ArgumentError(f"replace: unknown field '{unknown[0]}'; expected one of "
                                 f"{', '.join(_FIELDS)}")
+        if self._text is not None and self.head_dim is None:
+            raise ArgumentError("replace: a spec read from YAML needs PyYAML to read its fields "
+                                "(pip install pyyaml, or attnc[yaml])")
         values = {f: getattr(self, f) for f in _FIELDS}
         values.update(fields)
         return Spec(values.pop("head_dim"), **values)

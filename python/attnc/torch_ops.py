@@ -21,6 +21,7 @@ captured: run the call once on the capture stream first. Dropout under capture i
 kernels take the seed and offset by value, so every replay would repeat the captured mask."""
 import ast
 import ctypes
+import re
 import struct
 import threading
 from typing import Any, Optional
@@ -200,6 +201,17 @@ def _merge(arg: str, given: Any, from_spec: Any) -> Any:
     return given
 
 
+# A top-level `dropout:` whose value is not zero (`0`, `0.0`, `{p: 0}` mean none), for a YAML spec
+# whose fields PyYAML did not read.
+_DROPOUT_KEY = re.compile(r"^dropout\s*:\s*(?!(?:\{\s*p\s*:\s*)?0*\.?0*\s*(?:[,}#]|$))\S",
+                          re.MULTILINE)
+
+
+def _spec_dropout(dropout: Any) -> bool:
+    p = dropout.get("p") if isinstance(dropout, dict) else dropout
+    return bool(p)
+
+
 def _make_plan(key: tuple) -> tuple:
     """(variant text, inputs description, has dropout) for a call key (spec key, mask, score,
     scale, dropout_p, inputs' declarations); cached, and run once at trace time under
@@ -212,7 +224,9 @@ def _make_plan(key: tuple) -> tuple:
     dropout_p = _thaw(dropout_p)
     given = Spec.from_key(spec_key) if spec_key is not None else Spec()
     if given._text is not None:
-        has_dropout = given.dropout not in (None, 0, 0.0) or "dropout" in given._text
+        # head_dim is required: set when PyYAML read the fields, else the text's own key says.
+        has_dropout = (_spec_dropout(given.dropout) if given.head_dim is not None
+                       else _DROPOUT_KEY.search(given._text) is not None)
     else:
         has_dropout = bool(dropout_p or given.dropout)
     description = ";".join(f"{name}:{','.join(dims)}" for name, _, dims in decls)
@@ -245,7 +259,8 @@ def _resolve(text: str, dtype: str, head_dim: int, head_dim_v: int, heads_q: int
                     head_dim_v=given.head_dim_v or (head_dim_v if head_dim_v != head_dim
                                                     else None),
                     dtype=given.dtype or (dtype if dtype != "bf16" else None), scale=scale,
-                    mask=_thaw(mask), score=_thaw(score), dropout=dropout_p or given.dropout,
+                    mask=_thaw(mask), score=_thaw(score),
+                    dropout=given.dropout or dropout_p or None,
                     inputs=declared or None, name=given.name)
     found = (spec, spec.key())
     with _lock:

@@ -520,15 +520,19 @@ def error_checks(res):
     q, k, v = t(B, H, S, D), t(B, H, S, D), t(B, H, S, D)
     bias = torch.randn(B, S, device="cuda", requires_grad=True)
     gain = torch.rand(H, device="cuda")
+    # The bad tensors are made here, not in the calls: making them launches kernels of its own.
+    q32, q_cpu = q.float(), q.cpu()
+    k32, q6, v_b = t(B, H, S, 32), t(B, 6, S, D), t(B + 1, H, S, D)
+    doc_f32 = torch.zeros(S, device="cuda")
     cases = [
-        ("q float32", lambda: attnc.attention(q.float(), k, v), attnc.ArgumentError, ["q"]),
-        ("k head dim != q's", lambda: attnc.attention(q, t(B, H, S, 32), v),
+        ("q float32", lambda: attnc.attention(q32, k, v), attnc.ArgumentError, ["q"]),
+        ("k head dim != q's", lambda: attnc.attention(q, k32, v),
          attnc.ArgumentError, ["k"]),
-        ("q heads not a multiple of k's", lambda: attnc.attention(t(B, 6, S, D), k, v),
+        ("q heads not a multiple of k's", lambda: attnc.attention(q6, k, v),
          attnc.ArgumentError, ["heads", "k"]),
-        ("v batch != q's", lambda: attnc.attention(q, k, t(B + 1, H, S, D)),
+        ("v batch != q's", lambda: attnc.attention(q, k, v_b),
          attnc.ArgumentError, ["v"]),
-        ("q on the CPU", lambda: attnc.attention(q.cpu(), k, v), attnc.ArgumentError, ["q"]),
+        ("q on the CPU", lambda: attnc.attention(q_cpu, k, v), attnc.ArgumentError, ["q"]),
         ("q of 3 dims", lambda: attnc.attention(q[0], k, v), attnc.ArgumentError, ["q"]),
         ("layout 'bsdh'", lambda: attnc.attention(q, k, v, layout="bsdh"), attnc.ArgumentError,
          ["layout"]),
@@ -540,7 +544,7 @@ def error_checks(res):
          (attnc.ArgumentError, attnc.SpecError), ["doc"]),
         ("document ids as float32",
          lambda: attnc.attention(q, k, v, mask={"document": "doc"},
-                                 inputs={"doc": torch.zeros(S, device="cuda")}),
+                                 inputs={"doc": doc_f32}),
          (attnc.ArgumentError, attnc.SpecError), ["doc"]),
         ("mask expression with a syntax error",
          lambda: attnc.attention(q, k, v, mask="k <= q +"), attnc.SpecError, ["mask"]),

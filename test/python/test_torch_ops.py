@@ -184,3 +184,39 @@ def test_compile_fullgraph_with_a_yaml_spec():
                         fullgraph=True, backend=_recording_backend(graphs))(q, k, v)
     assert tuple(out.shape) == expected_out("bshd")
     assert len(graphs["dynamo"]) == 1 and "attnc.forward" in _targets(graphs["dynamo"][0])
+
+
+def _yaml_spec_has_dropout(text):
+    from attnc import torch_ops
+    key = (attnc.Spec.from_yaml(text).key(), None, None, None, 0.0, ())
+    torch_ops._plans.pop(key, None)
+    return torch_ops._make_plan(key)[2]
+
+
+NO_DROPOUT = "name: causal_no_dropout\nhead_dim: 64\nheads: 4\nmask: causal\ndropout: 0\n"
+DROPOUT = "name: causal\nhead_dim: 64\nheads: 4\nmask: causal\ndropout: {p: 0.1, rounds: 10}\n"
+
+
+@pytest.mark.parametrize("pyyaml", [True, False])
+def test_a_yaml_spec_has_dropout_only_by_its_dropout_field(pyyaml, monkeypatch):
+    """The word 'dropout' in a name or a zero probability draws no seed (which would advance
+    torch's generator and refuse CUDA graph capture); with or without PyYAML."""
+    if not pyyaml:
+        monkeypatch.setattr(attnc.spec, "_read_fields", lambda text: {})
+    assert _yaml_spec_has_dropout(NO_DROPOUT) is False
+    assert _yaml_spec_has_dropout(DROPOUT) is True
+
+
+def test_dropout_p_keeps_the_spec_dropout_rounds():
+    from attnc import torch_ops
+    spec = attnc.Spec(dropout={"p": 0.1, "rounds": 10})
+    key = (spec.key(), None, None, None, 0.1, ())
+    text = torch_ops._make_plan(key)[0]
+    resolved, _ = torch_ops._resolve(text, "bf16", 64, 64, 4, 4)
+    assert "rounds: 10" in resolved.to_yaml()
+
+
+def test_replace_of_a_yaml_spec_without_pyyaml_is_an_error(monkeypatch):
+    monkeypatch.setattr(attnc.spec, "_read_fields", lambda text: {})
+    with pytest.raises(attnc.ArgumentError, match="PyYAML"):
+        attnc.Spec.from_yaml(DROPOUT).replace(head_dim=128)
