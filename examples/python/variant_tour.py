@@ -405,6 +405,7 @@ def main():
         f"--heads={args.heads}", f"--dim={args.dim}", f"--seq={args.seq}"] + [
         f"--only={o}" for o in args.only or []]
     t0 = time.time()
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     compile_times = attnc_compile_times(row_argv)
     print(f"attnc first-call times (cold, warm cache) in {time.time() - t0:.0f} s: "
           f"{compile_times}", flush=True)
@@ -432,7 +433,9 @@ def main():
         if args.json:  # partial results survive a timeout
             with open(args.json, "w") as f:
                 json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                           "attnc": attnc.__version__, "rows": rows}, f, indent=1)
+                           "attnc": attnc.__version__, "date": started,
+                           "command": " ".join(["examples/python/variant_tour.py"] + sys.argv[1:]),
+                           "rows": rows}, f, indent=1)
         torch.cuda.empty_cache()
     print_table(rows)
     failed = [r["variant"] for r in rows if not r["ok"]]
