@@ -131,7 +131,7 @@ if ((python_venv)) && [[ -z ${ATTNC_PYTHON_VENV:-} ]]; then
   # As for cuobjdump: a failure outside CI is remembered, so that every build does not retry the
   # network; `make clean` (or removing the file) retries.
   venv_failed_marker=$build_dir/python-venv.unavailable
-  python_packages=(torch numpy pytest build wheel 'setuptools>=64')
+  python_packages=(torch numpy pyyaml pytest build wheel 'setuptools>=64')
   # Written last, with the package list: a venv whose list differs is filled again.
   marker=$venv/.attnc-deps
   if [[ ! -x $venv/bin/python || $(cat "$marker" 2>/dev/null) != "${python_packages[*]}" ]] &&
