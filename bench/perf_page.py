@@ -151,17 +151,23 @@ def main():
     args = ap.parse_args()
     with open(args.json) as f:
         text = page(json.load(f), args.backward, args.json)
-    if args.check:
-        with open(args.check) as f:
+    return write_or_check(text, args.json, args.output, args.check, "bench/perf_page.py")
+
+
+def write_or_check(text, json_path, output, check, script):
+    """Writes a rendered page to `output` (stdout without one) or, with `check`, returns 1 with a
+    diff unless the committed page there is `text`."""
+    if check:
+        with open(check) as f:
             committed = f.read()
         if committed == text:
             return 0
         sys.stdout.writelines(difflib.unified_diff(committed.splitlines(True), text.splitlines(True),
-                                                   args.check, "rendered from " + args.json))
-        print(f"{args.check} is not what {args.json} renders: rerun bench/perf_page.py with -o")
+                                                   check, "rendered from " + json_path))
+        print(f"{check} is not what {json_path} renders: rerun {script} with -o")
         return 1
-    if args.output:
-        with open(args.output, "w") as f:
+    if output:
+        with open(output, "w") as f:
             f.write(text)
     else:
         sys.stdout.write(text)

@@ -8,9 +8,12 @@ kernel time through the op beside the C API's. Needs no torch and no GPU.
   python3 bench/variants_page.py docs/perf/variants.json --check docs/perf/variants.md
 """
 import argparse
-import difflib
 import json
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import perf_page  # noqa: E402  (write_or_check)
 
 IMPLS = ("attnc", "flex", "sdpa")
 NAMES = {"attnc": "attnc", "flex": "Flex", "sdpa": "SDPA"}
@@ -99,24 +102,8 @@ def main():
     args = ap.parse_args()
     with open(args.json) as f:
         page = render(json.load(f))
-    if args.check:
-        with open(args.check) as f:
-            current = f.read()
-        if current != page:
-            sys.stdout.writelines(difflib.unified_diff(current.splitlines(True),
-                                                       page.splitlines(True), args.check,
-                                                       "rendered"))
-            print(f"{args.check} is not what {args.json} renders to: run bench/variants_page.py "
-                  f"{args.json} -o {args.check}", file=sys.stderr)
-            return 1
-        return 0
-    if args.output:
-        with open(args.output, "w") as f:
-            f.write(page)
-    else:
-        sys.stdout.write(page)
-    return 0
-
+    return perf_page.write_or_check(page, args.json, args.output, args.check,
+                                    "bench/variants_page.py")
 
 if __name__ == "__main__":
     sys.exit(main())
