@@ -21,8 +21,10 @@ def attention(q, k, v, *, mask=None, score=None, inputs=None, dropout_p=0.0, sca
 
     mask, score: as attnc.Spec's fields (docs/spec.md), e.g. mask="causal",
     score="30 * tanh(score / 30)". inputs: {name: tensor} for the spec's declared inputs; their
-    declaration is inferred from dtype (int32 -> i32, float32 -> f32) and shape ([Skv] -> pos,
-    [B, Skv] -> b, pos, [Hq] -> h) unless `spec` declares them. dropout_p in [0, 1): seed and
+    declaration is inferred from dtype (int32 -> i32, float32 -> f32) and shape unless `spec`
+    declares them: with L = max(Sq, Skv), [L] -> pos, [B, L] -> b, pos, [Hq] -> h, [B, Hq] ->
+    b, h, [B, Hq, L] -> b, h, pos (a length longer than L is allowed; [Hq] and [B, Hq] read as
+    heads when the tensor is float32 or Hq < L, else as positions). dropout_p in [0, 1): seed and
     offset drawn from torch's CUDA generator. scale: default 1/sqrt(D). deterministic: the
     backward without atomics. spec: an attnc.Spec whose given fields are used; the others come
     from the tensors. Argument errors raise ArgumentError before anything is launched.
