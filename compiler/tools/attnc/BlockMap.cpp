@@ -54,7 +54,9 @@ std::string plural(int64_t n, const char* unit) {
 mlir::attn::TileCounts BlockMap::counts() const {
   mlir::attn::TileCounts counts;
   for (BlockClass c : classes)
-    (c == BlockClass::Empty ? counts.empty : c == BlockClass::Full ? counts.full : counts.partial)++;
+    ++(c == BlockClass::Empty  ? counts.empty
+       : c == BlockClass::Full ? counts.full
+                               : counts.partial);
   return counts;
 }
 
@@ -179,7 +181,8 @@ public:
     std::vector<uint8_t> header;
     appendBigEndian(header, uint32_t(width));
     appendBigEndian(header, uint32_t(height));
-    header.insert(header.end(), {8, 2, 0, 0, 0});  // bit depth, RGB, deflate, filter 0, no interlace
+    // Bit depth 8, RGB, deflate, filter method 0, no interlace.
+    header.insert(header.end(), {8, 2, 0, 0, 0});
     chunk(png, "IHDR", header);
     chunk(png, "IDAT", compressed);
     chunk(png, "IEND", {});

@@ -153,8 +153,8 @@ int explainSpec(const Spec& spec, const Target& target, const ExplainOptions& ex
     const TileSummary& s = *summary;
     long long total = s.empty + s.full + s.partial;
     tileFraction = total ? double(s.full + s.partial) / double(total) : 1.0;
-    os << llvm::formatv("  empty {0} (skipped), full {1} (no mask evaluated), partial {2} (mask per "
-                        "element): {3:f1}% of tiles computed\n",
+    os << llvm::formatv("  empty {0} (skipped), full {1} (no mask evaluated), partial {2} (mask "
+                        "per element): {3:f1}% of tiles computed\n",
                         s.empty, s.full, s.partial, 100.0 * tileFraction);
   }
   double kept = kernel->keptFraction.value_or(1.0);
@@ -209,7 +209,8 @@ int explainSpec(const Spec& spec, const Target& target, const ExplainOptions& ex
                ? "grid (pairs per group, q tiles, groups): the longest q tiles first across groups "
                  "of (head, batch) pairs of about 256 blocks; q tiles end-aligned, a partial tile "
                  "first (block_order.h)"
-               : "grid (q tiles, heads_q, batch): each head's q tiles in turn (all the same length)")
+               : "grid (q tiles, heads_q, batch): each head's q tiles in turn (all the same "
+                 "length)")
        << "\n"
        << "  row maxima: "
        << (attnc::sm90::lazyRowMaxima(int(spec.headDimV))
@@ -254,21 +255,22 @@ int explainSpec(const Spec& spec, const Target& target, const ExplainOptions& ex
                         spec.dropoutRounds);
   }
   if (!explain.noCompile) {
-    os << "  spills: " << r.spillStoreBytes << " B stores, " << r.spillLoadBytes << " B loads; stack "
-       << r.stackBytes << " B" << (spills(r) ? "  <-- SPILLS" : "")
-       << "\n";
-    long long blocksByRegs = r.registers > 0 ? target.regsPerSM / (r.registers * kernel->threads) : 0;
+    os << "  spills: " << r.spillStoreBytes << " B stores, " << r.spillLoadBytes
+       << " B loads; stack " << r.stackBytes << " B" << (spills(r) ? "  <-- SPILLS" : "") << "\n";
+    long long blocksByRegs =
+        r.registers > 0 ? target.regsPerSM / (r.registers * kernel->threads) : 0;
     long long blocksBySmem = target.smemPerSM / std::max<long long>(kernel->smemBytes, 1);
-    os << "  occupancy: " << std::min(blocksByRegs, blocksBySmem) << " block(s) per SM (registers allow "
-       << blocksByRegs << ", shared memory " << blocksBySmem << ")\n";
+    os << "  occupancy: " << std::min(blocksByRegs, blocksBySmem)
+       << " block(s) per SM (registers allow " << blocksByRegs << ", shared memory "
+       << blocksBySmem << ")\n";
   }
   if (kernel->backward) {
     os << "\nBackward kernels (dQ, dK, dV)\n";
     for (auto [i, line] : llvm::enumerate(kernel->backwardDerivation))
       os << "  " << i + 1 << ". " << line << "\n";
     for (const auto& [entry, usage] : kernel->backwardResources)
-      os << "  " << entry << ": " << usage.registers << " registers/thread, spills " << usage.spillStoreBytes
-         << " B stores, " << usage.spillLoadBytes << " B loads\n";
+      os << "  " << entry << ": " << usage.registers << " registers/thread, spills "
+         << usage.spillStoreBytes << " B stores, " << usage.spillLoadBytes << " B loads\n";
   }
 
   // FlashAttention's IO analysis: standard attention materialises S and P in HBM
