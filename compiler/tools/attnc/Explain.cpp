@@ -33,14 +33,14 @@ std::string bytes(double b) {
   return llvm::formatv("{0:f2} {1}", b, units[u]);
 }
 
+struct MapResult {
+  std::optional<BlockMap> map;
+  std::string at;  // the sample values it was drawn from, for masks that read inputs
+};
 
 // The block map where explain can draw one: for masks of positions always, for masks that read
 // declared inputs from the sample values given (the classes the launch would derive for batch 0,
 // head 0). Prints why there is none otherwise.
-struct MapResult {
-  std::optional<BlockMap> map;
-  std::string at;  // what the map is of, for masks that read inputs
-};
 
 MapResult blockMap(llvm::raw_ostream& os, const Spec& spec, const CompiledKernel& kernel,
                    const std::vector<SampleInput>& samples, long long seqLen, long long kvSeqLen) {

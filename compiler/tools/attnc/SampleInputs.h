@@ -14,6 +14,7 @@ namespace attnc {
 
 struct SampleInput {
   std::string name;
+  const InputDecl* decl = nullptr;  // in the spec the sample was parsed against
   int slot = 0;              // the input's index among the spec's declared inputs
   std::string source;        // the file, or "inline"
   std::vector<int64_t> shape;  // 1 or 2 extents, the trailing ones of the input's dims
@@ -23,8 +24,6 @@ struct SampleInput {
   InputRef ref() const;
   // The sample's extent along `dim` (1 where the sample leaves it out).
   int64_t extent(InputDim dim) const;
-
-  const InputDecl* decl = nullptr;
 };
 
 // Parses one `--input NAME=FILE.npy` or `--input NAME=V,V,...` against the spec's inputs. Errors
