@@ -16,7 +16,10 @@
 
 namespace mlir {
 class MLIRContext;
+namespace attn {
+class MaskEvaluator;
 }
+}  // namespace mlir
 
 namespace attnc {
 
@@ -63,6 +66,9 @@ struct CompiledKernel {
   std::string classification, kvBounds;
   std::optional<TileSummary> summary;
   std::optional<double> keptFraction;  // of (q, k) elements, at the summary lengths
+  // The mask as attn-classify-blocks evaluates it on the host (Stage::TiledIR on): `attnc explain`
+  // draws its block map with it, at sample values of declared inputs too.
+  std::shared_ptr<const mlir::attn::MaskEvaluator> mask;
   // NVRTC (Stage::Binary).
   std::string ptx;
   std::vector<char> cubin;

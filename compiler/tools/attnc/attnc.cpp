@@ -1,8 +1,8 @@
-// attnc: compiles attention specs to kernels (compile) and explains what it derived (explain).
+// attnc: compiles attention specs to kernels (compile) and explains what it derived (explain,
+// in Explain.cpp): the command line's arguments, and the compile subcommand.
+#include "Explain.h"
 #include "compiler/LauncherHeader.h"
 #include "compiler/Pipeline.h"
-#include "attnc/common/philox.h"
-#include "attnc/sm90/config.h"
 
 #include "CLI/CLI.hpp"
 #include "llvm/ADT/StringExtras.h"
@@ -209,165 +209,21 @@ int runCompile(const Common& common, const std::string& emit, const std::string&
   return 0;
 }
 
-std::string bytes(double b) {
-  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
-  int u = 0;
-  while (b >= 1000 && u < 4) b /= 1000, ++u;
-  return llvm::formatv("{0:f2} {1}", b, units[u]);
-}
-
-int runExplain(const Common& common, long long seqLen, long long kvSeqLen, long long batch) {
+// Loads the spec and target, then explains (Explain.cpp).
+int runExplain(const Common& common, const ExplainOptions& explainOptions) {
   Diagnostics diags;
   std::string error;
   auto loaded = load(common, diags, error);
   if (!loaded) return error.empty() ? fail(diags) : failWith(error);
   auto& [spec, target] = *loaded;
-  if (seqLen < 1 || kvSeqLen < 0 || batch < 1)
-    return failWith("--seqlen and --batch must be at least 1");
-  if (kvSeqLen == 0) kvSeqLen = seqLen;
   std::optional<NvrtcLimits> limits = nvrtcLimits(common, error);
   if (!limits) return failWith(error);
-
-  Compiler compiler;
   CompileOptions options;
   options.nvrtc = *limits;
   options.blockQ = common.blockQ;
   options.blockKV = common.blockKV;
   options.backward = common.backward;
-  options.summaryQLen = seqLen;
-  options.summaryKVLen = kvSeqLen;
-  std::optional<CompiledKernel> kernel = compiler.compile(spec, target, Stage::Binary, options, diags);
-  if (!kernel) return fail(diags);
-
-  auto& os = llvm::outs();
-  os << "attnc explain: " << spec.name << " for " << target.name << " (" << target.description
-     << ")\n\n";
-  os << "Tile derivation\n";
-  for (auto [i, line] : llvm::enumerate(kernel->derivation)) os << "  " << i + 1 << ". " << line << "\n";
-
-  long long qTiles = (seqLen + kernel->blockQ - 1) / kernel->blockQ;
-  long long kvTiles = (kvSeqLen + kernel->blockKV - 1) / kernel->blockKV;
-  os << "\nBlock classification (q_len " << seqLen << ", kv_len " << kvSeqLen << ": " << qTiles
-     << " x " << kvTiles << " tiles of " << kernel->blockQ << " x " << kernel->blockKV << ")\n";
-  os << "  mode: " << kernel->classification << ", kv loop bounds: " << kernel->kvBounds << "\n";
-  double tileFraction = 1.0;
-  if (kernel->summary) {
-    const TileSummary& s = *kernel->summary;
-    long long total = s.empty + s.full + s.partial;
-    tileFraction = total ? double(s.full + s.partial) / double(total) : 1.0;
-    os << llvm::formatv("  empty {0} (skipped), full {1} (no mask evaluated), partial {2} (mask per "
-                        "element): {3:f1}% of tiles computed\n",
-                        s.empty, s.full, s.partial, 100.0 * tileFraction);
-  } else {
-    os << "  the mask reads declared inputs: tiles are classified at launch from their values\n";
-  }
-  double kept = kernel->keptFraction.value_or(1.0);
-  if (kernel->keptFraction)
-    os << llvm::formatv("  elements kept by the mask: {0:f2}%\n", 100.0 * kept);
-
-  os << "\nCompiled kernel (NVRTC " << llvm::formatv("{0:f2}", kernel->nvrtcSeconds) << " s)\n";
-  const ResourceUsage& r = kernel->resources;
-  os << "  entry " << kernel->entry << ": " << kernel->threads << " threads, " << r.registers
-     << " registers/thread, " << kernel->smemBytes << " B dynamic + " << r.staticSharedBytes
-     << " B static shared memory\n";
-  if (kernel->forwardKernel == "sm90") {
-    os << "  warp roles: 1 producer warpgroup (TMA; setmaxnreg down to "
-       << attnc::sm90::producerRegisters() << " registers) and "
-       << kernel->blockQ / 64 << " consumer warpgroups of 64 rows (wgmma; setmaxnreg up to "
-       << attnc::sm90::consumerRegisters(int(kernel->blockQ / 64)) << ")\n";
-    // Warpgroups that skip what is not theirs (sm90/config.h idleWarpgroups, warpgroupLastTile).
-    const int consumers = int(kernel->blockQ / 64);
-    const bool positionMask = spec.mask.kind != MaskSpec::None && kernel->tileClassesEntry.empty();
-    if (attnc::sm90::idleWarpgroups(consumers))
-      os << "  idle warpgroups: one whose 64 rows are all outside the sequence computes nothing"
-         << (attnc::sm90::warpgroupLastTile(consumers, positionMask)
-                 ? "; each stops after its own last live kv tile and idles through the block's rest"
-                 : "")
-         << "\n";
-    os << "  block order: "
-       << (kernel->orderedGrid
-               ? "grid (pairs per group, q tiles, groups): the longest q tiles first across groups "
-                 "of (head, batch) pairs of about 256 blocks; q tiles end-aligned, a partial tile "
-                 "first (block_order.h)"
-               : "grid (q tiles, heads_q, batch): each head's q tiles in turn (all the same length)")
-       << "\n"
-       << "  row maxima: "
-       << (attnc::sm90::lazyRowMaxima(int(spec.headDimV))
-               ? "lazy: O is rescaled only when a row's maximum grows past 2^8 (head_dim_v >= 128)"
-               : "eager: O is rescaled every tile (head_dim_v < 128)")
-       << "\n"
-       << "  Q: "
-       << (attnc::sm90::qInRegisters(int(kernel->blockQ / 64), int(spec.headDim),
-                                     int(spec.headDimV), int(kernel->blockKV))
-               ? "register A fragments (S = Q K^T reads only K from shared memory)"
-               : "shared memory (S = Q K^T reads Q and K from it)")
-       << "\n"
-       << "  softmax: "
-       << (attnc::sm90::softmaxOverlapsPV(spec.dropout > 0)
-               ? "overlaps the previous tile's O += P V (its wait held below the softmax)"
-               : "after the previous tile's O += P V (dropout: the wait comes first)")
-       << "\n";
-    if (spec.mask.kind != MaskSpec::None)
-      os << "  partial tiles: the mask per element without branches"
-         << (kernel->tileClassesEntry.empty()
-                 ? ", after S = Q K^T\n"
-                 : ", decided while S = Q K^T runs (the mask reads declared inputs)\n");
-  }
-  if (spec.dropout > 0) {
-    // What the kernels make of p (templates/attnc/common/philox.h): 8 random bits per element.
-    const float p = float(spec.dropout);
-    const unsigned threshold = attnc::dropoutThreshold(p);
-    const int groupTiles = attnc::dropoutGroupTiles(int(kernel->blockKV / 8));
-    os << llvm::formatv("  dropout: p = {0} resolves to {1} / 256 = {2:f4} (8 random bits per "
-                        "element), kept probabilities scaled by 256 / {3} = {4:f4}; one "
-                        "Philox4x32-{7} call per {5} elements of the forward{6}\n",
-                        formatNumber(spec.dropout), threshold, threshold / 256.0, 256 - threshold,
-                        attnc::dropoutScale(p), 4 * groupTiles,
-                        groupTiles == 4
-                            ? std::string()
-                            : llvm::formatv(" (B_c = {0} is not a multiple of 32{1})",
-                                            kernel->blockKV,
-                                            kernel->forwardKernel == "sm90"
-                                                ? "; the keep tests applied to P once packed"
-                                                : "")
-                                  .str(),
-                        spec.dropoutRounds);
-  }
-  os << "  spills: " << r.spillStoreBytes << " B stores, " << r.spillLoadBytes << " B loads; stack "
-     << r.stackBytes << " B" << (spills(r) ? "  <-- SPILLS" : "")
-     << "\n";
-  long long blocksByRegs = r.registers > 0 ? target.regsPerSM / (r.registers * kernel->threads) : 0;
-  long long blocksBySmem = target.smemPerSM / std::max<long long>(kernel->smemBytes, 1);
-  os << "  occupancy: " << std::min(blocksByRegs, blocksBySmem) << " block(s) per SM (registers allow "
-     << blocksByRegs << ", shared memory " << blocksBySmem << ")\n";
-  if (kernel->backward) {
-    os << "\nBackward kernels (dQ, dK, dV)\n";
-    for (auto [i, line] : llvm::enumerate(kernel->backwardDerivation))
-      os << "  " << i + 1 << ". " << line << "\n";
-    for (const auto& [entry, usage] : kernel->backwardResources)
-      os << "  " << entry << ": " << usage.registers << " registers/thread, spills " << usage.spillStoreBytes
-         << " B stores, " << usage.spillLoadBytes << " B loads\n";
-  }
-
-  // FlashAttention's IO analysis: standard attention materialises S and P in HBM
-  // (Theta(N d + N^2) accesses); the tiled kernel reads each K/V tile once per Q tile it is not
-  // empty for (Theta(N^2 d^2 / M)) and never writes an N x N matrix.
-  double e = 2.0;  // bf16/fp16 bytes
-  double heads = double(spec.headsQ), bh = double(batch) * heads;
-  double d = double(spec.headDim), dv = double(spec.headDimV);
-  double n = double(seqLen), nk = double(kvSeqLen);
-  double standard = bh * e * (n * d + nk * d + 4.0 * n * nk + nk * dv + n * dv);
-  double kvHeadsRatio = double(spec.headsKV) / heads;
-  double flash = bh * (e * (n * d + n * dv) + 4.0 * n) +
-                 double(batch) * double(spec.headsQ) * e * qTiles * (nk * (d + dv)) * tileFraction *
-                     (kvHeadsRatio > 0 ? 1.0 : 1.0);
-  double flops = 4.0 * double(batch) * heads * n * nk * std::max(d, dv) * kept;
-  os << "\nHBM traffic and FLOPs (batch " << batch << ", " << spec.headsQ << " query heads)\n";
-  os << "  standard attention (S and P in HBM): " << bytes(standard) << "\n";
-  os << "  attnc tiled kernel (K/V re-read per Q tile): " << bytes(flash) << "  ("
-     << llvm::formatv("{0:f1}", standard / flash) << "x less)\n";
-  os << "  FLOPs (4 B H N_q N_kv d x kept fraction): " << llvm::formatv("{0:e3}", flops) << "\n";
-  return 0;
+  return explainSpec(spec, target, explainOptions, options);
 }
 
 }  // namespace
@@ -406,28 +262,40 @@ int main(int argc, char** argv) {
                     "'Potential Performance Loss' (sm_90a; ptx, cubin)");
 
   Common explainArgs;
-  long long seqLen = 4096, kvSeqLen = 0, batch = 1;
+  ExplainOptions explainOptions;
   CLI::App* explain = app.add_subcommand(
-      "explain", "Show the tile derivation, block classification, kernel resources and the IO model");
+      "explain", "Show the tile derivation, block classification and map, kernel resources and the "
+                 "IO model");
   explain->add_option("spec", explainArgs.specPath, "The spec file (YAML)")->required();
   explain->add_option("--target", explainArgs.target, "GPU target: sm_80, sm_86, sm_89, sm_90, sm_90a")
       ->capture_default_str();
-  explain->add_option("--seqlen", seqLen, "Query length for the classification and IO model")
+  CLI::Option* seqLenOption =
+      explain->add_option("--seqlen", explainOptions.seqLen,
+                          "Query length for the classification and IO model (default: the "
+                          "positions of --input values, else 4096)");
+  explain->add_option("--kv-seqlen", explainOptions.kvSeqLen, "Key length (default: --seqlen)");
+  explain->add_option("--batch", explainOptions.batch, "Batch size for the IO model")
       ->capture_default_str();
-  explain->add_option("--kv-seqlen", kvSeqLen, "Key length (default: --seqlen)");
-  explain->add_option("--batch", batch, "Batch size for the IO model")->capture_default_str();
   explain->add_option("--block-q", explainArgs.blockQ, "Override B_r (experiments only)");
   explain->add_option("--block-kv", explainArgs.blockKV, "Override B_c (experiments only)");
   explain->add_flag("--backward", explainArgs.backward,
                     "Also derive, compile and describe the backward kernels");
   explain->add_option("--timeout", explainArgs.timeoutSeconds, timeoutHelp)
       ->check(CLI::Range(0.0, 1e9));
-
+  explain->add_flag("--no-compile", explainOptions.noCompile,
+                    "Skip NVRTC: everything but registers, spills and occupancy, in milliseconds");
+  explain->add_option("--png", explainOptions.pngPath,
+                      "Also write the block map as a PNG image to this file");
+  explain->add_option("--input", explainOptions.inputs,
+                      "Sample values of a declared input the mask reads, for the block map: "
+                      "NAME=FILE.npy (int32 or float32, 1-D or 2-D) or NAME=V,V,... (repeatable)")
+      ->allow_extra_args(false);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   if (compile->parsed()) return runCompile(compileArgs, emit, output, reportOptions);
-  return runExplain(explainArgs, seqLen, kvSeqLen, batch);
+  explainOptions.seqLenGiven = seqLenOption->count() > 0;
+  return runExplain(explainArgs, explainOptions);
 }

@@ -185,6 +185,13 @@ bool MaskEvaluator::readsInputs() const {
   return false;
 }
 
+bool MaskEvaluator::readsInput(int slot) const {
+  for (const Step& step : steps)
+    if ((step.kind == Step::LoadI32 || step.kind == Step::LoadF32) && step.intValue == slot)
+      return true;
+  return false;
+}
+
 template <class Int, class Flt, class Bool>
 MaskEvaluator::Slot<Int, Flt, Bool> MaskEvaluator::run(Flt score, Int b, Int h, Int q, Int k,
                                                         int qLen, int kvLen,

@@ -46,6 +46,8 @@ public:
 
   bool empty() const { return steps.empty(); }
   bool readsInputs() const;
+  // Whether the mask reads the declared input in `slot` (its refs entry must then point at data).
+  bool readsInput(int slot) const;
 
   // One operation of the flattened region.
   struct Step {
