@@ -73,8 +73,8 @@ int compileFailureCode(const std::string& message) {
 // checks of its arguments (the prepared inputs, sm_90a's TMA alignment, a capturing stream),
 // device memory running out, else the CUDA driver.
 int launchFailureCode(const std::string& message) {
-  for (const char* argument : {".prepared", "prepareInputs", "reads through TMA",
-                               "capturing a CUDA graph", "Args."})
+  for (const char* argument :
+       {".prepared", "prepareInputs", "reads through TMA", "capturing a CUDA graph", "Args."})
     if (message.find(argument) != std::string::npos) return ATTNC_ERROR_BAD_ARGUMENT;
   if (message.find("OUT_OF_MEMORY") != std::string::npos ||
       message.find("out of memory") != std::string::npos)
@@ -83,8 +83,9 @@ int launchFailureCode(const std::string& message) {
 }
 
 int failInternal(char** error, const char* function, const std::exception* e) {
-  return fail(error, ATTNC_ERROR_INTERNAL,
-              std::string(function) + ": internal error" + (e ? std::string(": ") + e->what() : ""));
+  return fail(
+      error, ATTNC_ERROR_INTERNAL,
+      std::string(function) + ": internal error" + (e ? std::string(": ") + e->what() : ""));
 }
 
 attnc::JitCompiler& jit() {
@@ -159,13 +160,13 @@ int copySharedArgs(const attnc_kernel* kernel, const In* in, Args* args, const c
     std::string list;
     for (const std::string& name : names) list += (list.empty() ? "" : ", ") + name;
     return failArgument(error, std::string(what) + ".num_inputs: expected " +
-                           std::to_string(names.size()) + " (the kernel's declared inputs" +
-                           (list.empty() ? "" : ": " + list) + "), got " +
-                           std::to_string(in->num_inputs));
+                                   std::to_string(names.size()) + " (the kernel's declared inputs" +
+                                   (list.empty() ? "" : ": " + list) + "), got " +
+                                   std::to_string(in->num_inputs));
   }
   if (in->num_inputs > 0 && !in->inputs)
-    return failArgument(error, std::string(what) + ".inputs: expected " + std::to_string(in->num_inputs) +
-                           " inputs, got null");
+    return failArgument(error, std::string(what) + ".inputs: expected " +
+                                   std::to_string(in->num_inputs) + " inputs, got null");
   args->lse = in->lse;
   args->batch = in->batch;
   args->q_len = in->q_len;
@@ -197,13 +198,14 @@ int toBackwardArgs(const attnc_kernel* kernel, const attnc_backward_args* in,
     return status;
   if (in->deterministic != 0 && in->deterministic != 1)
     return failArgument(error, "attnc_backward_args.deterministic: expected 0 or 1, got " +
-                           std::to_string(in->deterministic));
+                                   std::to_string(in->deterministic));
   if (in->reserved != 0)
-    return failArgument(error, "attnc_backward_args.reserved: expected 0, got " +
-                           std::to_string(in->reserved));
+    return failArgument(
+        error, "attnc_backward_args.reserved: expected 0, got " + std::to_string(in->reserved));
   if (in->workspace_bytes < 0)
-    return failArgument(error, "attnc_backward_args.workspace_bytes: expected a non-negative size, got " +
-                           std::to_string(in->workspace_bytes));
+    return failArgument(error,
+                        "attnc_backward_args.workspace_bytes: expected a non-negative size, got " +
+                            std::to_string(in->workspace_bytes));
   args->q = tensor(in->q);
   args->k = tensor(in->k);
   args->v = tensor(in->v);
@@ -225,8 +227,7 @@ int toBackwardArgs(const attnc_kernel* kernel, const attnc_backward_args* in,
 template <class Args, class CArgs, class Convert, class Validate, class Call>
 int callKernel(const char* function, const attnc_kernel* kernel, const CArgs* in, Convert convert,
                char** error, Validate validate, Call call) {
-  if (!kernel)
-    return failArgument(error, std::string(function) + ": kernel is null");
+  if (!kernel) return failArgument(error, std::string(function) + ": kernel is null");
   try {
     Args converted;
     if (int code = convert(kernel, in, &converted, error); code != ATTNC_OK) return code;
@@ -257,17 +258,17 @@ constexpr auto noValidation = [](const auto&) { return attnc::Status::success();
 // it, so that one made for another kernel or other lengths is a bad argument).
 template <class Args, class CArgs, class Convert>
 auto withPrepared(Convert convert, const attnc_prepared* prepared) {
-  return [convert, prepared](const attnc_kernel* kernel, const CArgs* in, Args* args,
-                             char** error) {
+  return
+      [convert, prepared](const attnc_kernel* kernel, const CArgs* in, Args* args, char** error) {
     args->prepared = &prepared->prepared;
     return convert(kernel, in, args, error);
-  };
+      };
 }
 
 bool knownFlags(uint32_t flags, char** error, const char* function) {
   if (flags & ~uint32_t(ATTNC_COMPILE_BACKWARD)) {
     failArgument(error, std::string(function) + ": unknown flags " + std::to_string(flags) +
-                    " (expected a combination of ATTNC_COMPILE_BACKWARD)");
+                            " (expected a combination of ATTNC_COMPILE_BACKWARD)");
     return false;
   }
   return true;
@@ -286,19 +287,22 @@ int compileWithOptions(const attnc_compile_options* options, const char* functio
   // The fields present in the oldest struct this library reads.
   constexpr uint32_t kMinimumSize = offsetof(attnc_compile_options, log_user_data) + sizeof(void*);
   if (options->struct_size < kMinimumSize)
-    return failArgument(error, name + ": options->struct_size: expected at least " +
-                           std::to_string(kMinimumSize) + " (sizeof(attnc_compile_options)), got " +
-                           std::to_string(options->struct_size));
+    return failArgument(
+        error, name + ": options->struct_size: expected at least " + std::to_string(kMinimumSize) +
+                   " (sizeof(attnc_compile_options)), got " + std::to_string(options->struct_size));
   if (!knownFlags(options->flags, error, function)) return ATTNC_ERROR_BAD_ARGUMENT;
   if (!(options->timeout_seconds >= 0) || options->timeout_seconds > 1e9)
-    return failArgument(error, name + ": options->timeout_seconds: expected 0 (no limit) or a positive "
-                              "number of seconds, got " + std::to_string(options->timeout_seconds));
+    return failArgument(error,
+                        name +
+                            ": options->timeout_seconds: expected 0 (no limit) or a positive "
+                            "number of seconds, got " +
+                            std::to_string(options->timeout_seconds));
   if (options->use_cache != 0 && options->use_cache != 1 && options->use_cache != -1)
     return failArgument(error, name + ": options->use_cache: expected 0, 1 or -1, got " +
-                           std::to_string(options->use_cache));
+                                   std::to_string(options->use_cache));
   if (options->reserved != 0)
-    return failArgument(error, name + ": options->reserved: expected 0, got " +
-                           std::to_string(options->reserved));
+    return failArgument(
+        error, name + ": options->reserved: expected 0, got " + std::to_string(options->reserved));
   const bool backward = options->flags & ATTNC_COMPILE_BACKWARD;
   const bool defaults = !options->cache_dir && options->use_cache != -1 &&
                         options->timeout_seconds == 0 && !options->log;
@@ -396,21 +400,22 @@ int attnc_kernel_prepare_inputs(const attnc_kernel* kernel, const attnc_forward_
                                 void* stream, attnc_prepared** out, char** error) {
   if (!out) return failArgument(error, "attnc_kernel_prepare_inputs: out is null");
   *out = nullptr;
-  return callKernel<attnc::ForwardArgs>(
-      "attnc_kernel_prepare_inputs", kernel, args, toForwardArgs, error, validateForward(kernel),
-      [&](const attnc::ForwardArgs& a) {
-        auto made = std::make_unique<attnc_prepared>();
-        attnc::Status status = kernel->kernel.prepareInputs(a, stream, &made->prepared);
-        if (status) *out = made.release();
-        return status;
-      });
+  return callKernel<attnc::ForwardArgs>("attnc_kernel_prepare_inputs", kernel, args, toForwardArgs,
+                                        error, validateForward(kernel),
+                                        [&](const attnc::ForwardArgs& a) {
+    auto made = std::make_unique<attnc_prepared>();
+    attnc::Status status = kernel->kernel.prepareInputs(a, stream, &made->prepared);
+    if (status) *out = made.release();
+    return status;
+  });
 }
 
 int attnc_kernel_forward_prepared(const attnc_kernel* kernel, const attnc_forward_args* args,
                                   const attnc_prepared* prepared, void* stream, char** error) {
   if (!prepared)
-    return failArgument(error, "attnc_kernel_forward_prepared: prepared: expected one made by "
-                               "attnc_kernel_prepare_inputs, got null");
+    return failArgument(error,
+                        "attnc_kernel_forward_prepared: prepared: expected one made by "
+                        "attnc_kernel_prepare_inputs, got null");
   return callKernel<attnc::ForwardArgs>(
       "attnc_kernel_forward_prepared", kernel, args,
       withPrepared<attnc::ForwardArgs, attnc_forward_args>(toForwardArgs, prepared), error,
@@ -421,8 +426,9 @@ int attnc_kernel_forward_prepared(const attnc_kernel* kernel, const attnc_forwar
 int attnc_kernel_backward_prepared(const attnc_kernel* kernel, const attnc_backward_args* args,
                                    const attnc_prepared* prepared, void* stream, char** error) {
   if (!prepared)
-    return failArgument(error, "attnc_kernel_backward_prepared: prepared: expected one made by "
-                               "attnc_kernel_prepare_inputs, got null");
+    return failArgument(error,
+                        "attnc_kernel_backward_prepared: prepared: expected one made by "
+                        "attnc_kernel_prepare_inputs, got null");
   return callKernel<attnc::BackwardArgs>(
       "attnc_kernel_backward_prepared", kernel, args,
       withPrepared<attnc::BackwardArgs, attnc_backward_args>(toBackwardArgs, prepared), error,
@@ -454,7 +460,8 @@ int attnc_kernel_compile_deferred(const attnc_kernel* kernel, int32_t* has_defer
     attnc::Status status = kernel->kernel.compileDeferred();
     return status ? ATTNC_OK : fail(error, compileFailureCode(status.message), status.message);
   } catch (const std::bad_alloc&) {
-    return fail(error, ATTNC_ERROR_OUT_OF_MEMORY, "attnc_kernel_compile_deferred: out of host memory");
+    return fail(error, ATTNC_ERROR_OUT_OF_MEMORY,
+                "attnc_kernel_compile_deferred: out of host memory");
   } catch (const std::exception& e) {
     return failInternal(error, "attnc_kernel_compile_deferred", &e);
   } catch (...) {

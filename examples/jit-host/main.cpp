@@ -63,7 +63,8 @@ const char* kUsage =
     "usage: jit-host SPEC.yaml [--batch B] [--seqlen N] [--kv-seqlen M] [--prepared]\n"
     "\n"
     "JIT-compiles SPEC.yaml for the current GPU, runs its forward on random inputs and, for the\n"
-    "variants it has a CPU reference for, checks O against float64. Prints the error and the time.\n"
+    "variants it has a CPU reference for, checks O against float64. Prints the error and the "
+    "time.\n"
     "\n"
     "  --batch B        batch size (default 2)\n"
     "  --seqlen N       query length (default 257)\n"
@@ -93,7 +94,8 @@ int main(int argc, char** argv) {
     if (flag == "--batch") batch = value;
     else if (flag == "--seqlen") qLen = value;
     else if (flag == "--kv-seqlen") kvLen = value;
-    else return fail("unknown option " + flag + "; " + usage);
+    else
+      return fail("unknown option " + flag + "; " + usage);
   }
   if (kvLen == 0) kvLen = qLen;
 

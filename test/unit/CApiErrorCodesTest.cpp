@@ -41,8 +41,8 @@ bool hasGpu() {
 }
 
 TEST(CApiErrorCodes, AreDistinctAndNonzero) {
-  const int codes[] = {ATTNC_ERROR,          ATTNC_ERROR_BAD_SPEC,      ATTNC_ERROR_BAD_ARGUMENT,
-                       ATTNC_ERROR_NO_GPU,   ATTNC_ERROR_NVRTC,         ATTNC_ERROR_OUT_OF_MEMORY,
+  const int codes[] = {ATTNC_ERROR,         ATTNC_ERROR_BAD_SPEC, ATTNC_ERROR_BAD_ARGUMENT,
+                       ATTNC_ERROR_NO_GPU,  ATTNC_ERROR_NVRTC,    ATTNC_ERROR_OUT_OF_MEMORY,
                        ATTNC_ERROR_INTERNAL};
   for (size_t i = 0; i < std::size(codes); ++i) {
     EXPECT_NE(codes[i], ATTNC_OK);
@@ -74,8 +74,7 @@ TEST(CApiErrorCodes, ArgumentErrorsAreBadArgument) {
   char* message = nullptr;
   EXPECT_EQ(attnc_compile_text(nullptr, "sm_80", &kernel, &message), ATTNC_ERROR_BAD_ARGUMENT);
   EXPECT_EQ(takeError(message), "attnc_compile_text: yaml is null");
-  EXPECT_EQ(attnc_compile_text_ex(kSpec, "sm_80", 8u, &kernel, &message),
-            ATTNC_ERROR_BAD_ARGUMENT);
+  EXPECT_EQ(attnc_compile_text_ex(kSpec, "sm_80", 8u, &kernel, &message), ATTNC_ERROR_BAD_ARGUMENT);
   takeError(message);
   EXPECT_EQ(attnc_kernel_forward(nullptr, nullptr, nullptr, &message), ATTNC_ERROR_BAD_ARGUMENT);
   EXPECT_EQ(takeError(message), "attnc_kernel_forward: kernel is null");

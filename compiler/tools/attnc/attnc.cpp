@@ -102,7 +102,8 @@ public:
     if (after_ < 0) return;
     watcher_ = std::thread([this] {
       std::unique_lock<std::mutex> lock(mutex_);
-      if (!done_.wait_for(lock, std::chrono::duration<double>(after_), [this] { return finished_; }))
+      if (!done_.wait_for(lock, std::chrono::duration<double>(after_),
+                          [this] { return finished_; }))
         llvm::errs() << "attnc: compiling " << what_ << "...\n";
     });
   }
@@ -113,7 +114,8 @@ public:
     stop();
     const double seconds = secondsSince(start_);
     if (after_ >= 0 && seconds > after_)
-      llvm::errs() << llvm::formatv("attnc: compiled {0} in {1:f2} s: {2}\n", what_, seconds, steps);
+      llvm::errs() << llvm::formatv("attnc: compiled {0} in {1:f2} s: {2}\n", what_, seconds,
+                                    steps);
   }
 
 private:
@@ -196,29 +198,32 @@ std::optional<int> reportKernel(const ReportOptions& options, const CompiledKern
                                 const Target& target, bool binary) {
   if (!binary) {
     if (options.report)
-      llvm::errs() << llvm::formatv("{0} {1}: {2} kernel, tile {3} x {4}, {5} threads, {6} B "
-                                    "shared; registers and spills need NVRTC (--emit ptx, cubin "
-                                    "or header)\n",
-                                    kernel.name, target.name, kernel.forwardKernel, kernel.blockQ,
-                                    kernel.blockKV, kernel.threads, kernel.smemBytes);
+      llvm::errs() << llvm::formatv(
+          "{0} {1}: {2} kernel, tile {3} x {4}, {5} threads, {6} B "
+          "shared; registers and spills need NVRTC (--emit ptx, cubin "
+          "or header)\n",
+          kernel.name, target.name, kernel.forwardKernel, kernel.blockQ, kernel.blockKV,
+          kernel.threads, kernel.smemBytes);
     return std::nullopt;
   }
   const ResourceUsage& r = kernel.resources;
   if (options.report)
-    llvm::errs() << llvm::formatv("{0} {1}: {2} threads, {3} registers, {4} B shared, spill stores "
-                                  "{5} B, spill loads {6} B, stack {7} B, NVRTC {8:f2} s\n",
-                                  kernel.entry, target.name, kernel.threads, r.registers,
-                                  kernel.smemBytes, r.spillStoreBytes, r.spillLoadBytes,
-                                  r.stackBytes, kernel.nvrtcSeconds);
+    llvm::errs() << llvm::formatv(
+        "{0} {1}: {2} threads, {3} registers, {4} B shared, spill stores "
+        "{5} B, spill loads {6} B, stack {7} B, NVRTC {8:f2} s\n",
+        kernel.entry, target.name, kernel.threads, r.registers, kernel.smemBytes, r.spillStoreBytes,
+        r.spillLoadBytes, r.stackBytes, kernel.nvrtcSeconds);
   if (options.requireNoSpills && (spills(r) || r.registers < 0))
     return failWith(r.registers < 0 ? "NVRTC gave no resource report for " + kernel.entry
                                     : kernel.entry + " spills to local memory");
   if (std::optional<int> status = checkWgmma(options, kernel.entry, r)) return *status;
   for (const auto& [entry, usage] : kernel.backwardResources) {
     if (options.report)
-      llvm::errs() << llvm::formatv("{0} {1}: {2} registers, spill stores {3} B, spill loads {4} B, "
-                                    "stack {5} B\n", entry, target.name, usage.registers,
-                                    usage.spillStoreBytes, usage.spillLoadBytes, usage.stackBytes);
+      llvm::errs() << llvm::formatv(
+          "{0} {1}: {2} registers, spill stores {3} B, spill loads {4} B, "
+          "stack {5} B\n",
+          entry, target.name, usage.registers, usage.spillStoreBytes, usage.spillLoadBytes,
+          usage.stackBytes);
     if (options.requireNoSpills && spills(usage))
       return failWith(entry + " spills to local memory");
     if (std::optional<int> status = checkWgmma(options, entry, usage)) return *status;
@@ -234,9 +239,11 @@ int writeHeader(const Common& common, const Spec& spec, const std::vector<Target
   std::string error;
   std::vector<LauncherForm> forms;
   for (size_t i = 0; i < targets.size(); ++i) {
-    std::string stem = outputDir + "/" + spec.name + (targets.size() > 1 ? "." + targets[i].name : "");
+    std::string stem =
+        outputDir + "/" + spec.name + (targets.size() > 1 ? "." + targets[i].name : "");
     const CompiledKernel& kernel = kernels[i];
-    if (!writeOutput(stem + ".cubin", llvm::StringRef(kernel.cubin.data(), kernel.cubin.size()), error) ||
+    if (!writeOutput(stem + ".cubin", llvm::StringRef(kernel.cubin.data(), kernel.cubin.size()),
+                     error) ||
         !writeOutput(stem + ".ptx", kernel.ptx, error))
       return failWith(error);
     forms.push_back({kernelMetadata(spec, kernel, targets[i]), &kernel.cubin, &kernel.ptx});
@@ -255,16 +262,12 @@ struct OutputOptions {
 };
 
 // attnc compile: every --emit form for one target or several (one output per target).
-int runCompile(const Common& common, const OutputOptions& out,
-               const ReportOptions& reportOptions) {
+int runCompile(const Common& common, const OutputOptions& out, const ReportOptions& reportOptions) {
   const std::string& emit = out.emit;
   const std::string& output = out.output;
-  static const std::map<std::string, Stage> stages = {{"mlir", Stage::SpecIR},
-                                                      {"tiled", Stage::TiledIR},
-                                                      {"cuda", Stage::CUDA},
-                                                      {"ptx", Stage::Binary},
-                                                      {"cubin", Stage::Binary},
-                                                      {"header", Stage::Binary}};
+  static const std::map<std::string, Stage> stages = {
+      {"mlir", Stage::SpecIR}, {"tiled", Stage::TiledIR}, {"cuda", Stage::CUDA},
+      {"ptx", Stage::Binary},  {"cubin", Stage::Binary},  {"header", Stage::Binary}};
   const bool header = emit == "header";
   const bool toStdout = output.empty() || output == "-";
   std::string error;
@@ -276,7 +279,8 @@ int runCompile(const Common& common, const OutputOptions& out,
     if (emit == "cubin" && toStdout)
       return failWith("--emit cubin writes a binary file: give -o FILE");
     if (!header && targets->size() > 1 && toStdout)
-      return failWith("--target " + common.target + " writes one file per target: give -o FILE "
+      return failWith("--target " + common.target +
+                      " writes one file per target: give -o FILE "
                       "(written as FILE.<target>.ext)");
   }
 
@@ -305,21 +309,23 @@ int runCompile(const Common& common, const OutputOptions& out,
   const Stage stage = stages.at(emit);
   const bool binary = stage == Stage::Binary;
   // A report before NVRTC is the tile the pipeline chose: --emit mlir goes on as far as that.
-  const Stage compileStage = reportOptions.report && stage == Stage::SpecIR ? Stage::TiledIR : stage;
+  const Stage compileStage =
+      reportOptions.report && stage == Stage::SpecIR ? Stage::TiledIR : stage;
   std::vector<CompiledKernel> kernels;
   for (const Target& target : *targets) {
-    Progress progress(out.progressAfter, spec->name + " for " + target.name + " (--emit " + emit + ")");
+    Progress progress(out.progressAfter,
+                      spec->name + " for " + target.name + " (--emit " + emit + ")");
     const auto start = std::chrono::steady_clock::now();
     std::optional<CompiledKernel> kernel =
         compiler.compile(*spec, target, compileStage, options, diags);
     if (!kernel) return fail(diags);
     // (NVRTC runs in a child process whose clock can read a little past ours: never below 0.)
     const double pipelineSeconds = std::max(0.0, secondsSince(start) - kernel->nvrtcSeconds);
-    progress.finish(llvm::formatv("parse {0:f3} s, passes and codegen {1:f3} s{2}", parseSeconds,
-                                  pipelineSeconds,
-                                  binary ? llvm::formatv(", NVRTC {0:f2} s", kernel->nvrtcSeconds).str()
-                                         : std::string())
-                        .str());
+    progress.finish(
+        llvm::formatv(
+            "parse {0:f3} s, passes and codegen {1:f3} s{2}", parseSeconds, pipelineSeconds,
+            binary ? llvm::formatv(", NVRTC {0:f2} s", kernel->nvrtcSeconds).str() : std::string())
+            .str());
     if (std::optional<int> status = reportKernel(reportOptions, *kernel, target, binary))
       return *status;
     kernels.push_back(std::move(*kernel));
@@ -331,8 +337,9 @@ int runCompile(const Common& common, const OutputOptions& out,
     llvm::StringRef data = emit == "mlir"    ? llvm::StringRef(kernel.specIR)
                            : emit == "tiled" ? llvm::StringRef(kernel.tiledIR)
                            : emit == "cuda"  ? llvm::StringRef(kernel.cuda)
-                           : emit == "ptx"   ? llvm::StringRef(kernel.ptx)
-                                             : llvm::StringRef(kernel.cubin.data(), kernel.cubin.size());
+                           : emit == "ptx"
+                               ? llvm::StringRef(kernel.ptx)
+                               : llvm::StringRef(kernel.cubin.data(), kernel.cubin.size());
     if (!writeOutput(outputFor(output, (*targets)[i], targets->size()), data, error))
       return failWith(error);
   }
@@ -511,24 +518,30 @@ int main(int argc, char** argv) {
   Common compileArgs;
   OutputOptions outputOptions;
   bool quiet = false;
-  CLI::App* compile = app.add_subcommand("compile", "Compile a spec to MLIR, the tiled form, CUDA C++, PTX, a CUBIN or a launcher header");
+  CLI::App* compile = app.add_subcommand(
+      "compile",
+      "Compile a spec to MLIR, the tiled form, CUDA C++, PTX, a CUBIN or a launcher header");
   compile->add_option("spec", compileArgs.specPath, "The spec file (YAML); - reads it from stdin")
       ->required();
-  compile->add_option("--target", compileArgs.target,
-                      "GPU target: sm_80, sm_86, sm_89, sm_90, sm_90a, or a comma-separated list "
-                      "(one output per target: FILE.<target>.ext)")
+  compile
+      ->add_option("--target", compileArgs.target,
+                   "GPU target: sm_80, sm_86, sm_89, sm_90, sm_90a, or a comma-separated list "
+                   "(one output per target: FILE.<target>.ext)")
       ->capture_default_str();
   compile->add_option("--emit", outputOptions.emit, "What to write")
       ->check(CLI::IsMember({"mlir", "tiled", "cuda", "ptx", "cubin", "header"}))
       ->capture_default_str();
-  compile->add_option("-o,--output", outputOptions.output,
-                      "Output file (text forms default to stdout); the directory for --emit header");
-  compile->add_flag("--print-name", outputOptions.printName,
-                    "Print the spec's name (what --emit header names its files) and compile nothing");
+  compile->add_option(
+      "-o,--output", outputOptions.output,
+      "Output file (text forms default to stdout); the directory for --emit header");
+  compile->add_flag(
+      "--print-name", outputOptions.printName,
+      "Print the spec's name (what --emit header names its files) and compile nothing");
   compile->add_flag("-q,--quiet", quiet, "No progress lines on stderr");
-  compile->add_option("--progress-after", outputOptions.progressAfter,
-                      "Progress lines on stderr for a compile that takes longer than this many "
-                      "seconds: what is compiled, for which target, and each step's time")
+  compile
+      ->add_option("--progress-after", outputOptions.progressAfter,
+                   "Progress lines on stderr for a compile that takes longer than this many "
+                   "seconds: what is compiled, for which target, and each step's time")
       ->check(CLI::Range(0.0, 1e9))
       ->capture_default_str();
   compile->add_option("--block-q", compileArgs.blockQ, "Override B_r (experiments only)");
