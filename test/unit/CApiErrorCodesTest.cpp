@@ -1,7 +1,10 @@
 // The C API's error codes (attnc_c.h, ATTNC_ERROR_*): each kind of failure returns its own code
 // beside the message, and every code is nonzero, so callers that test `!= ATTNC_OK` still see it.
-// Runs without a GPU; where a GPU is present, the no-GPU cases are skipped.
+// Runs without a GPU; where a GPU is present, the no-GPU cases are skipped. Out of memory and
+// attnc's own bugs cannot be caused here: their codes are checked on the messages the runtime
+// gives for them (runtime/CApiErrors.h, compiled into this test).
 #include "attnc/attnc_c.h"
+#include "runtime/CApiErrors.h"
 
 #include <gtest/gtest.h>
 
@@ -149,6 +152,35 @@ TEST(CApiErrorCodes, UnusableEnvironmentIsPlainError) {
   ::unsetenv("ATTNC_COMPILE_TIMEOUT");
   EXPECT_EQ(code, ATTNC_ERROR);
   EXPECT_NE(said.find("ATTNC_COMPILE_TIMEOUT"), std::string::npos) << said;
+}
+
+// The messages DeviceBuffer and the launches give when the driver is out of device memory
+// (DriverApi::describe names CUDA_ERROR_OUT_OF_MEMORY), beside a driver failure of another kind.
+TEST(CApiErrorCodes, OutOfDeviceMemoryIsOutOfMemory) {
+  using attnc::capi::launchFailureCode;
+  EXPECT_EQ(launchFailureCode("DeviceBuffer::allocate(1073741824): cuMemAlloc: "
+                              "CUDA_ERROR_OUT_OF_MEMORY: out of memory"),
+            ATTNC_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(launchFailureCode("Kernel::backward: growing the workspace: DeviceBuffer::allocate(64)"
+                              ": cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY: out of memory"),
+            ATTNC_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(launchFailureCode("kernel 'x': cuLaunchKernel: CUDA_ERROR_LAUNCH_FAILED: unspecified "
+                              "launch failure"),
+            ATTNC_ERROR_NO_GPU);
+  EXPECT_EQ(launchFailureCode("ForwardArgs.prepared: made by another kernel"),
+            ATTNC_ERROR_BAD_ARGUMENT);
+}
+
+TEST(CApiErrorCodes, CompileFailuresByStep) {
+  using attnc::capi::compileFailureCode;
+  EXPECT_EQ(compileFailureCode("'x': the compiler produced no backward kernels (a bug in attnc)"),
+            ATTNC_ERROR_INTERNAL);
+  EXPECT_EQ(compileFailureCode("spec.yaml:3:11: error: head_dim: must be ...\nhead_dim: 100\n"),
+            ATTNC_ERROR_BAD_SPEC);
+  EXPECT_EQ(compileFailureCode("spec 'x': error: the sm_80 kernels need head_dim <= 256"),
+            ATTNC_ERROR_BAD_SPEC);
+  EXPECT_EQ(compileFailureCode("NVRTC failed on x.cu(12): error: expected a ';'"),
+            ATTNC_ERROR_NVRTC);
 }
 
 }  // namespace
