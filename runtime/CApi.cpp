@@ -1,8 +1,10 @@
 // The C API (include/attnc/attnc_c.h) over the C++ one, for libattnc.so. Nothing may escape as an
-// exception: each entry point catches everything and reports it as an error string.
+// exception: each entry point catches everything and reports it as an ATTNC_ERROR_* code and a
+// message.
 #include "attnc/attnc.h"
 #include "attnc/attnc_c.h"
 
+#include "runtime/CApiErrors.h"
 #include "runtime/Driver.h"
 
 #include <cstddef>
@@ -23,12 +25,26 @@ struct attnc_prepared {
 
 namespace {
 
-int fail(char** error, const std::string& message) {
+using attnc::capi::compileFailureCode;
+using attnc::capi::launchFailureCode;
+
+// Reports a failure: the message into *error, and `code` (an ATTNC_ERROR_*) as the result.
+int fail(char** error, int code, const std::string& message) {
   if (error) {
     *error = static_cast<char*>(std::malloc(message.size() + 1));
     if (*error) std::memcpy(*error, message.c_str(), message.size() + 1);
   }
-  return ATTNC_ERROR;
+  return code;
+}
+
+int failArgument(char** error, const std::string& message) {
+  return fail(error, ATTNC_ERROR_BAD_ARGUMENT, message);
+}
+
+int failInternal(char** error, const char* function, const std::exception* e) {
+  return fail(
+      error, ATTNC_ERROR_INTERNAL,
+      std::string(function) + ": internal error" + (e ? std::string(": ") + e->what() : ""));
 }
 
 attnc::JitCompiler& jit() {
@@ -36,17 +52,18 @@ attnc::JitCompiler& jit() {
   return compiler;
 }
 
-// The target named, or the current device's (its context's device, else device 0).
-bool resolveTarget(const char* name, attnc::Target* target, std::string* error) {
+// The target named, or the current device's (its context's device, else device 0): ATTNC_OK, or
+// the code of why not (an unknown name; no driver or device).
+int resolveTarget(const char* name, attnc::Target* target, std::string* error) {
   if (name) {
     std::optional<attnc::Target> known = attnc::Target::byName(name, error);
     if (known) *target = *known;
-    return known.has_value();
+    return known ? ATTNC_OK : ATTNC_ERROR_BAD_ARGUMENT;
   }
   const attnc::DriverApi* driver = attnc::DriverApi::get(error);
   if (!driver) {
     *error = "no target given and no CUDA device to take it from: " + *error;
-    return false;
+    return ATTNC_ERROR_NO_GPU;
   }
   int ordinal = 0;
   attnc::cu::Context context = nullptr;
@@ -56,28 +73,31 @@ bool resolveTarget(const char* name, attnc::Target* target, std::string* error) 
     ordinal = device;  // CUdevice handles are ordinals
   attnc::Status status;
   *target = attnc::Target::fromDevice(ordinal, &status);
-  if (!status) *error = status.message;
-  return status.ok;
+  if (!status) *error = "no target given and none from the CUDA device: " + status.message;
+  return status ? ATTNC_OK : ATTNC_ERROR_NO_GPU;
 }
 
 template <class Compile>
 int compileWith(const char* target, attnc_kernel** out, char** error, Compile compile) {
-  if (!out) return fail(error, "attnc_compile: out is null");
+  if (!out) return failArgument(error, "attnc_compile: out is null");
   *out = nullptr;
   try {
     std::string why;
     attnc::Target resolved;
-    if (!resolveTarget(target, &resolved, &why)) return fail(error, why);
+    if (int code = resolveTarget(target, &resolved, &why); code != ATTNC_OK)
+      return fail(error, code, why);
     attnc::Status status;
     attnc::Kernel kernel = compile(resolved, &status);
-    if (!status) return fail(error, status.message);
+    if (!status) return fail(error, compileFailureCode(status.message), status.message);
     auto* handle = new attnc_kernel{kernel, kernel.inputNames()};
     *out = handle;
     return ATTNC_OK;
+  } catch (const std::bad_alloc&) {
+    return fail(error, ATTNC_ERROR_OUT_OF_MEMORY, "attnc_compile: out of host memory");
   } catch (const std::exception& e) {
-    return fail(error, std::string("attnc: internal error: ") + e.what());
+    return failInternal(error, "attnc_compile", &e);
   } catch (...) {
-    return fail(error, "attnc: internal error");
+    return failInternal(error, "attnc_compile", nullptr);
   }
 }
 
@@ -93,19 +113,19 @@ attnc::OutputArg output(const attnc_tensor& t) {
 template <class In, class Args>
 int copySharedArgs(const attnc_kernel* kernel, const In* in, Args* args, const char* what,
                    char** error) {
-  if (!in) return fail(error, std::string(what) + ": null");
+  if (!in) return failArgument(error, std::string(what) + ": null");
   const std::vector<std::string>& names = kernel->inputNames;
   if (in->num_inputs < 0 || uint64_t(in->num_inputs) != names.size()) {
     std::string list;
     for (const std::string& name : names) list += (list.empty() ? "" : ", ") + name;
-    return fail(error, std::string(what) + ".num_inputs: expected " +
-                           std::to_string(names.size()) + " (the kernel's declared inputs" +
-                           (list.empty() ? "" : ": " + list) + "), got " +
-                           std::to_string(in->num_inputs));
+    return failArgument(error, std::string(what) + ".num_inputs: expected " +
+                                   std::to_string(names.size()) + " (the kernel's declared inputs" +
+                                   (list.empty() ? "" : ": " + list) + "), got " +
+                                   std::to_string(in->num_inputs));
   }
   if (in->num_inputs > 0 && !in->inputs)
-    return fail(error, std::string(what) + ".inputs: expected " + std::to_string(in->num_inputs) +
-                           " inputs, got null");
+    return failArgument(error, std::string(what) + ".inputs: expected " +
+                                   std::to_string(in->num_inputs) + " inputs, got null");
   args->lse = in->lse;
   args->batch = in->batch;
   args->q_len = in->q_len;
@@ -136,14 +156,15 @@ int toBackwardArgs(const attnc_kernel* kernel, const attnc_backward_args* in,
       status != ATTNC_OK)
     return status;
   if (in->deterministic != 0 && in->deterministic != 1)
-    return fail(error, "attnc_backward_args.deterministic: expected 0 or 1, got " +
-                           std::to_string(in->deterministic));
+    return failArgument(error, "attnc_backward_args.deterministic: expected 0 or 1, got " +
+                                   std::to_string(in->deterministic));
   if (in->reserved != 0)
-    return fail(error, "attnc_backward_args.reserved: expected 0, got " +
-                           std::to_string(in->reserved));
+    return failArgument(
+        error, "attnc_backward_args.reserved: expected 0, got " + std::to_string(in->reserved));
   if (in->workspace_bytes < 0)
-    return fail(error, "attnc_backward_args.workspace_bytes: expected a non-negative size, got " +
-                           std::to_string(in->workspace_bytes));
+    return failArgument(error,
+                        "attnc_backward_args.workspace_bytes: expected a non-negative size, got " +
+                            std::to_string(in->workspace_bytes));
   args->q = tensor(in->q);
   args->k = tensor(in->k);
   args->v = tensor(in->v);
@@ -160,26 +181,53 @@ int toBackwardArgs(const attnc_kernel* kernel, const attnc_backward_args* in,
 
 // The shape of every launch-or-validate entry point: a null kernel, the C struct converted (its
 // errors name the field), the call, and any exception, each become an error code and message.
-template <class Args, class CArgs, class Convert, class Call>
+// `validate` runs first, so that what it refuses is ATTNC_ERROR_BAD_ARGUMENT; a failure of `call`
+// after it is launchFailureCode's.
+template <class Args, class CArgs, class Convert, class Validate, class Call>
 int callKernel(const char* function, const attnc_kernel* kernel, const CArgs* in, Convert convert,
-               char** error, Call call) {
-  if (!kernel) return fail(error, std::string(function) + ": kernel is null");
+               char** error, Validate validate, Call call) {
+  if (!kernel) return failArgument(error, std::string(function) + ": kernel is null");
   try {
     Args converted;
-    if (convert(kernel, in, &converted, error) != ATTNC_OK) return ATTNC_ERROR;
+    if (int code = convert(kernel, in, &converted, error); code != ATTNC_OK) return code;
+    if (attnc::Status valid = validate(converted); !valid)
+      return failArgument(error, valid.message);
     attnc::Status status = call(converted);
-    return status ? ATTNC_OK : fail(error, status.message);
+    return status ? ATTNC_OK : fail(error, launchFailureCode(status.message), status.message);
+  } catch (const std::bad_alloc&) {
+    return fail(error, ATTNC_ERROR_OUT_OF_MEMORY, std::string(function) + ": out of host memory");
   } catch (const std::exception& e) {
-    return fail(error, std::string("attnc: internal error: ") + e.what());
+    return failInternal(error, function, &e);
   } catch (...) {
-    return fail(error, std::string(function) + ": internal error");
+    return failInternal(error, function, nullptr);
   }
+}
+
+// The validation step of each launch (no GPU needed).
+auto validateForward(const attnc_kernel* kernel) {
+  return [kernel](const attnc::ForwardArgs& a) { return kernel->kernel.validate(a); };
+}
+auto validateBackward(const attnc_kernel* kernel) {
+  return [kernel](const attnc::BackwardArgs& a) { return kernel->kernel.validateBackward(a); };
+}
+// Nothing to check before `call` (the validate entry points themselves).
+constexpr auto noValidation = [](const auto&) { return attnc::Status::success(); };
+
+// toForwardArgs / toBackwardArgs with `prepared` set, for the *_prepared launches (validated with
+// it, so that one made for another kernel or other lengths is a bad argument).
+template <class Args, class CArgs, class Convert>
+auto withPrepared(Convert convert, const attnc_prepared* prepared) {
+  return
+      [convert, prepared](const attnc_kernel* kernel, const CArgs* in, Args* args, char** error) {
+    args->prepared = &prepared->prepared;
+    return convert(kernel, in, args, error);
+      };
 }
 
 bool knownFlags(uint32_t flags, char** error, const char* function) {
   if (flags & ~uint32_t(ATTNC_COMPILE_BACKWARD)) {
-    fail(error, std::string(function) + ": unknown flags " + std::to_string(flags) +
-                    " (expected a combination of ATTNC_COMPILE_BACKWARD)");
+    failArgument(error, std::string(function) + ": unknown flags " + std::to_string(flags) +
+                            " (expected a combination of ATTNC_COMPILE_BACKWARD)");
     return false;
   }
   return true;
@@ -198,19 +246,22 @@ int compileWithOptions(const attnc_compile_options* options, const char* functio
   // The fields present in the oldest struct this library reads.
   constexpr uint32_t kMinimumSize = offsetof(attnc_compile_options, log_user_data) + sizeof(void*);
   if (options->struct_size < kMinimumSize)
-    return fail(error, name + ": options->struct_size: expected at least " +
-                           std::to_string(kMinimumSize) + " (sizeof(attnc_compile_options)), got " +
-                           std::to_string(options->struct_size));
-  if (!knownFlags(options->flags, error, function)) return ATTNC_ERROR;
+    return failArgument(
+        error, name + ": options->struct_size: expected at least " + std::to_string(kMinimumSize) +
+                   " (sizeof(attnc_compile_options)), got " + std::to_string(options->struct_size));
+  if (!knownFlags(options->flags, error, function)) return ATTNC_ERROR_BAD_ARGUMENT;
   if (!(options->timeout_seconds >= 0) || options->timeout_seconds > 1e9)
-    return fail(error, name + ": options->timeout_seconds: expected 0 (no limit) or a positive "
-                              "number of seconds, got " + std::to_string(options->timeout_seconds));
+    return failArgument(error,
+                        name +
+                            ": options->timeout_seconds: expected 0 (no limit) or a positive "
+                            "number of seconds, got " +
+                            std::to_string(options->timeout_seconds));
   if (options->use_cache != 0 && options->use_cache != 1 && options->use_cache != -1)
-    return fail(error, name + ": options->use_cache: expected 0, 1 or -1, got " +
-                           std::to_string(options->use_cache));
+    return failArgument(error, name + ": options->use_cache: expected 0, 1 or -1, got " +
+                                   std::to_string(options->use_cache));
   if (options->reserved != 0)
-    return fail(error, name + ": options->reserved: expected 0, got " +
-                           std::to_string(options->reserved));
+    return failArgument(
+        error, name + ": options->reserved: expected 0, got " + std::to_string(options->reserved));
   const bool backward = options->flags & ATTNC_COMPILE_BACKWARD;
   const bool defaults = !options->cache_dir && options->use_cache != -1 &&
                         options->timeout_seconds == 0 && !options->log;
@@ -243,8 +294,8 @@ const char* attnc_version(void) { return attnc::version(); }
 
 int attnc_compile_file_ex(const char* spec_path, const char* target, uint32_t flags,
                           attnc_kernel** out, char** error) {
-  if (!spec_path) return fail(error, "attnc_compile_file: spec_path is null");
-  if (!knownFlags(flags, error, "attnc_compile_file_ex")) return ATTNC_ERROR;
+  if (!spec_path) return failArgument(error, "attnc_compile_file: spec_path is null");
+  if (!knownFlags(flags, error, "attnc_compile_file_ex")) return ATTNC_ERROR_BAD_ARGUMENT;
   bool backward = flags & ATTNC_COMPILE_BACKWARD;
   return compileWith(target, out, error, [&](const attnc::Target& t, attnc::Status* s) {
     return jit().compileFile(spec_path, t, s, backward);
@@ -253,8 +304,8 @@ int attnc_compile_file_ex(const char* spec_path, const char* target, uint32_t fl
 
 int attnc_compile_text_ex(const char* yaml, const char* target, uint32_t flags, attnc_kernel** out,
                           char** error) {
-  if (!yaml) return fail(error, "attnc_compile_text: yaml is null");
-  if (!knownFlags(flags, error, "attnc_compile_text_ex")) return ATTNC_ERROR;
+  if (!yaml) return failArgument(error, "attnc_compile_text: yaml is null");
+  if (!knownFlags(flags, error, "attnc_compile_text_ex")) return ATTNC_ERROR_BAD_ARGUMENT;
   bool backward = flags & ATTNC_COMPILE_BACKWARD;
   return compileWith(target, out, error, [&](const attnc::Target& t, attnc::Status* s) {
     return jit().compileText(yaml, t, s, backward);
@@ -264,7 +315,7 @@ int attnc_compile_text_ex(const char* yaml, const char* target, uint32_t flags, 
 int attnc_compile_file_opts(const char* spec_path, const char* target,
                             const attnc_compile_options* options, attnc_kernel** out,
                             char** error) {
-  if (!spec_path) return fail(error, "attnc_compile_file_opts: spec_path is null");
+  if (!spec_path) return failArgument(error, "attnc_compile_file_opts: spec_path is null");
   return compileWithOptions(options, "attnc_compile_file_opts", target, out, error,
                             [&](attnc::JitCompiler& compiler, bool backward,
                                 const attnc::Target& t, attnc::Status* s) {
@@ -275,7 +326,7 @@ int attnc_compile_file_opts(const char* spec_path, const char* target,
 int attnc_compile_text_opts(const char* yaml, const char* target,
                             const attnc_compile_options* options, attnc_kernel** out,
                             char** error) {
-  if (!yaml) return fail(error, "attnc_compile_text_opts: yaml is null");
+  if (!yaml) return failArgument(error, "attnc_compile_text_opts: yaml is null");
   return compileWithOptions(options, "attnc_compile_text_opts", target, out, error,
                             [&](attnc::JitCompiler& compiler, bool backward,
                                 const attnc::Target& t, attnc::Status* s) {
@@ -292,55 +343,56 @@ int attnc_compile_text(const char* yaml, const char* target, attnc_kernel** out,
 }
 
 int attnc_kernel_validate(const attnc_kernel* kernel, const attnc_forward_args* args, char** error) {
-  return callKernel<attnc::ForwardArgs>("attnc_kernel_validate", kernel, args, toForwardArgs, error,
-                                        [&](const attnc::ForwardArgs& a) { return kernel->kernel.validate(a); });
+  return callKernel<attnc::ForwardArgs>(
+      "attnc_kernel_validate", kernel, args, toForwardArgs, error, noValidation,
+      [&](const attnc::ForwardArgs& a) { return kernel->kernel.validate(a); });
 }
 
 int attnc_kernel_forward(const attnc_kernel* kernel, const attnc_forward_args* args, void* stream,
                          char** error) {
   return callKernel<attnc::ForwardArgs>(
-      "attnc_kernel_forward", kernel, args, toForwardArgs, error,
+      "attnc_kernel_forward", kernel, args, toForwardArgs, error, validateForward(kernel),
       [&](const attnc::ForwardArgs& a) { return kernel->kernel.forward(a, stream); });
 }
 
 int attnc_kernel_prepare_inputs(const attnc_kernel* kernel, const attnc_forward_args* args,
                                 void* stream, attnc_prepared** out, char** error) {
-  if (!out) return fail(error, "attnc_kernel_prepare_inputs: out is null");
+  if (!out) return failArgument(error, "attnc_kernel_prepare_inputs: out is null");
   *out = nullptr;
-  return callKernel<attnc::ForwardArgs>(
-      "attnc_kernel_prepare_inputs", kernel, args, toForwardArgs, error,
-      [&](const attnc::ForwardArgs& a) {
-        auto made = std::make_unique<attnc_prepared>();
-        attnc::Status status = kernel->kernel.prepareInputs(a, stream, &made->prepared);
-        if (status) *out = made.release();
-        return status;
-      });
+  return callKernel<attnc::ForwardArgs>("attnc_kernel_prepare_inputs", kernel, args, toForwardArgs,
+                                        error, validateForward(kernel),
+                                        [&](const attnc::ForwardArgs& a) {
+    auto made = std::make_unique<attnc_prepared>();
+    attnc::Status status = kernel->kernel.prepareInputs(a, stream, &made->prepared);
+    if (status) *out = made.release();
+    return status;
+  });
 }
 
 int attnc_kernel_forward_prepared(const attnc_kernel* kernel, const attnc_forward_args* args,
                                   const attnc_prepared* prepared, void* stream, char** error) {
   if (!prepared)
-    return fail(error, "attnc_kernel_forward_prepared: prepared: expected one made by "
-                       "attnc_kernel_prepare_inputs, got null");
+    return failArgument(error,
+                        "attnc_kernel_forward_prepared: prepared: expected one made by "
+                        "attnc_kernel_prepare_inputs, got null");
   return callKernel<attnc::ForwardArgs>(
-      "attnc_kernel_forward_prepared", kernel, args, toForwardArgs, error,
-      [&](attnc::ForwardArgs a) {
-        a.prepared = &prepared->prepared;
-        return kernel->kernel.forward(a, stream);
-      });
+      "attnc_kernel_forward_prepared", kernel, args,
+      withPrepared<attnc::ForwardArgs, attnc_forward_args>(toForwardArgs, prepared), error,
+      validateForward(kernel),
+      [&](const attnc::ForwardArgs& a) { return kernel->kernel.forward(a, stream); });
 }
 
 int attnc_kernel_backward_prepared(const attnc_kernel* kernel, const attnc_backward_args* args,
                                    const attnc_prepared* prepared, void* stream, char** error) {
   if (!prepared)
-    return fail(error, "attnc_kernel_backward_prepared: prepared: expected one made by "
-                       "attnc_kernel_prepare_inputs, got null");
+    return failArgument(error,
+                        "attnc_kernel_backward_prepared: prepared: expected one made by "
+                        "attnc_kernel_prepare_inputs, got null");
   return callKernel<attnc::BackwardArgs>(
-      "attnc_kernel_backward_prepared", kernel, args, toBackwardArgs, error,
-      [&](attnc::BackwardArgs a) {
-        a.prepared = &prepared->prepared;
-        return kernel->kernel.backward(a, stream);
-      });
+      "attnc_kernel_backward_prepared", kernel, args,
+      withPrepared<attnc::BackwardArgs, attnc_backward_args>(toBackwardArgs, prepared), error,
+      validateBackward(kernel),
+      [&](const attnc::BackwardArgs& a) { return kernel->kernel.backward(a, stream); });
 }
 
 void attnc_prepared_free(attnc_prepared* prepared) { delete prepared; }
@@ -348,26 +400,31 @@ void attnc_prepared_free(attnc_prepared* prepared) { delete prepared; }
 int attnc_kernel_backward_validate(const attnc_kernel* kernel, const attnc_backward_args* args,
                                    char** error) {
   return callKernel<attnc::BackwardArgs>(
-      "attnc_kernel_backward_validate", kernel, args, toBackwardArgs, error,
+      "attnc_kernel_backward_validate", kernel, args, toBackwardArgs, error, noValidation,
       [&](const attnc::BackwardArgs& a) { return kernel->kernel.validateBackward(a); });
 }
 
 int attnc_kernel_backward(const attnc_kernel* kernel, const attnc_backward_args* args, void* stream,
                           char** error) {
   return callKernel<attnc::BackwardArgs>(
-      "attnc_kernel_backward", kernel, args, toBackwardArgs, error,
+      "attnc_kernel_backward", kernel, args, toBackwardArgs, error, validateBackward(kernel),
       [&](const attnc::BackwardArgs& a) { return kernel->kernel.backward(a, stream); });
 }
 
 int attnc_kernel_compile_deferred(const attnc_kernel* kernel, int32_t* has_deferred,
                                   char** error) {
-  if (!kernel) return fail(error, "attnc_kernel_compile_deferred: kernel is null");
+  if (!kernel) return failArgument(error, "attnc_kernel_compile_deferred: kernel is null");
   try {
     if (has_deferred) *has_deferred = kernel->kernel.hasDeferred() ? 1 : 0;
     attnc::Status status = kernel->kernel.compileDeferred();
-    return status ? ATTNC_OK : fail(error, status.message);
+    return status ? ATTNC_OK : fail(error, compileFailureCode(status.message), status.message);
+  } catch (const std::bad_alloc&) {
+    return fail(error, ATTNC_ERROR_OUT_OF_MEMORY,
+                "attnc_kernel_compile_deferred: out of host memory");
   } catch (const std::exception& e) {
-    return fail(error, std::string("attnc: internal error: ") + e.what());
+    return failInternal(error, "attnc_kernel_compile_deferred", &e);
+  } catch (...) {
+    return failInternal(error, "attnc_kernel_compile_deferred", nullptr);
   }
 }
 
@@ -379,7 +436,7 @@ int64_t attnc_kernel_backward_workspace_bytes(const attnc_kernel* kernel, int64_
 }
 
 int attnc_kernel_info(const attnc_kernel* kernel, attnc_info* info) {
-  if (!kernel || !info) return ATTNC_ERROR;
+  if (!kernel || !info) return ATTNC_ERROR_BAD_ARGUMENT;
   const attnc::KernelMetadata& m = kernel->kernel.metadata();
   *info = attnc_info{m.name.c_str(), m.entry.c_str(), m.target.c_str(), m.dtype.c_str(),
                      m.threads, m.headDim, m.headDimV, m.headsQ, m.headsKV,

@@ -1,5 +1,6 @@
-// Runs two kernels compiled at build time (causal_hd64.h and document.h come from
-// attnc_add_kernels): the app links attnc::runtime only, no LLVM and no NVRTC.
+// Runs two kernels compiled at build time (causal_hd64.h, document.h and build_time_quoted.h come
+// from attnc_add_kernels): the app links attnc::runtime only, no LLVM and no NVRTC.
+#include "build_time_quoted.h"
 #include "causal_hd64.h"
 #include "document.h"
 
@@ -28,6 +29,9 @@ float fromBf16(uint16_t h) {
 }  // namespace
 
 int main() {
+  // What BACKWARD and a quoted `name:` give (compiled and linked; run by the forward below only).
+  (void)&causal_hd64_backward;
+  (void)&build_time_quoted_forward;
   const int64_t batch = 1, len = 200, d = 64;
   attnc::Status status;
   const attnc::Kernel& causal = causal_hd64_kernel(&status);

@@ -58,8 +58,27 @@ int fail(const std::string& message) {
 
 }  // namespace
 
+// What --help prints (stdout, exit 0); the first line also ends the message of a bad call.
+const char* kUsage =
+    "usage: jit-host SPEC.yaml [--batch B] [--seqlen N] [--kv-seqlen M] [--prepared]\n"
+    "\n"
+    "JIT-compiles SPEC.yaml for the current GPU, runs its forward on random inputs and, for the\n"
+    "variants it has a CPU reference for, checks O against float64. Prints the error and the "
+    "time.\n"
+    "\n"
+    "  --batch B        batch size (default 2)\n"
+    "  --seqlen N       query length (default 257)\n"
+    "  --kv-seqlen M    key length (default: --seqlen)\n"
+    "  --prepared       also time the forward with its declared inputs prepared once\n"
+    "  -h, --help       print this and exit\n";
+
 int main(int argc, char** argv) {
-  const char* usage = "usage: jit-host SPEC.yaml [--batch B] [--seqlen N] [--kv-seqlen M] [--prepared]";
+  const std::string usage = std::string(kUsage).substr(0, std::string(kUsage).find('\n'));
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
   if (argc < 2) return fail(usage);
   std::string specPath = argv[1];
   int64_t batch = 2, qLen = 257, kvLen = 0;
@@ -75,7 +94,8 @@ int main(int argc, char** argv) {
     if (flag == "--batch") batch = value;
     else if (flag == "--seqlen") qLen = value;
     else if (flag == "--kv-seqlen") kvLen = value;
-    else return fail("unknown option " + flag);
+    else
+      return fail("unknown option " + flag + "; " + usage);
   }
   if (kvLen == 0) kvLen = qLen;
 

@@ -1,6 +1,7 @@
 /* The C API of attnc, for FFI (Python ctypes, Rust, ...): compile a spec to a kernel (JIT, with
- * the on-disk cache) and launch it on a CUDA stream. Every call returns ATTNC_OK or an error code;
- * on error *error (when error is not null) receives a malloc-ed message for attnc_free_string.
+ * the on-disk cache) and launch it on a CUDA stream. Every call returns ATTNC_OK or an error code
+ * (ATTNC_ERROR_*, each nonzero: test `!= ATTNC_OK` for failure, the code for its kind); on error
+ * *error (when error is not null) receives a malloc-ed message for attnc_free_string.
  * All structs are plain C with natural alignment; every integer is fixed-width. */
 #pragma once
 
@@ -10,8 +11,27 @@
 extern "C" {
 #endif
 
+/* What a call returns. The message says what went wrong; the code, which kind of failure. */
 #define ATTNC_OK 0
-#define ATTNC_ERROR 1 /* the message says what: a bad spec, bad arguments, no GPU, ... */
+/* A failure that fits none of the kinds below (e.g. a kernel cache or environment variable that
+ * cannot be used). */
+#define ATTNC_ERROR 1
+/* The spec was refused: YAML, unknown fields or values, type errors, or a variant the target's
+ * kernels cannot run. The message has file:line:col (or `spec '<name>'`) and a caret. */
+#define ATTNC_ERROR_BAD_SPEC 2
+/* An argument of the call: a null pointer, an unknown target name or flag, an options field, a
+ * launch argument (shape, stride, alignment, overlap, declared inputs, prepared inputs). The
+ * message names the argument with what was expected and what was given. */
+#define ATTNC_ERROR_BAD_ARGUMENT 3
+/* No CUDA driver or device (target NULL without a GPU, a launch without one), or a CUDA driver
+ * call that failed (module load, launch, context). */
+#define ATTNC_ERROR_NO_GPU 4
+/* NVRTC: not found (see $ATTNC_NVRTC_PATH), failed or timed out compiling the kernel. */
+#define ATTNC_ERROR_NVRTC 5
+/* Device memory ran out (a workspace, the declared inputs' summaries, a module). */
+#define ATTNC_ERROR_OUT_OF_MEMORY 6
+/* A bug in attnc (an exception or an internal inconsistency): please report it. */
+#define ATTNC_ERROR_INTERNAL 7
 
 typedef struct attnc_kernel attnc_kernel; /* opaque */
 typedef struct attnc_prepared attnc_prepared; /* opaque: attnc::PreparedInputs */
@@ -163,6 +183,7 @@ int attnc_kernel_compile_deferred(const attnc_kernel* kernel, int32_t* has_defer
 int64_t attnc_kernel_backward_workspace_bytes(const attnc_kernel* kernel, int64_t batch,
                                               int64_t q_len, int32_t deterministic);
 
+/* ATTNC_ERROR_BAD_ARGUMENT for a null kernel or info. */
 int attnc_kernel_info(const attnc_kernel* kernel, attnc_info* info);
 /* The name of declared input `index` (spec order), or NULL when out of range. */
 const char* attnc_kernel_input_name(const attnc_kernel* kernel, int32_t index);

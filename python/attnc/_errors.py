@@ -1,4 +1,5 @@
-"""The package's exceptions, and the mapping of a C API message to the class it belongs to."""
+"""The package's exceptions, and the mapping of a C API failure (its code, else its message) to
+the class it belongs to."""
 import re
 
 
@@ -33,3 +34,15 @@ def error_from_message(message: str) -> AttncError:
     if _ARGUMENT_MESSAGE.match(message):
         return ArgumentError(message)
     return CompileError(message)
+
+
+# The C API's codes (attnc_c.h ATTNC_ERROR_*) with a class of their own; ATTNC_ERROR (1), which a
+# library older than the codes returns for everything, is mapped by the message.
+_CLASS_OF_CODE = {2: SpecError, 3: ArgumentError, 4: CompileError, 5: CompileError,
+                  6: CompileError, 7: CompileError}
+
+
+def error_from_code(code: int, message: str) -> AttncError:
+    """The exception a C API failure stands for: by its code where it has one, else by message."""
+    cls = _CLASS_OF_CODE.get(code)
+    return cls(message) if cls else error_from_message(message)

@@ -6,7 +6,7 @@ import warnings
 from typing import Any, Optional
 
 from . import _capi
-from ._errors import ArgumentError, error_from_message
+from ._errors import ArgumentError, error_from_code, error_from_message
 from .spec import Spec
 
 
@@ -86,7 +86,7 @@ class Kernel:
 
     def _check(self, rc: int, error: ctypes.c_void_p) -> None:
         if rc != _capi.ATTNC_OK:
-            raise error_from_message(_capi.take_error(self._lib, error))
+            raise error_from_code(rc, _capi.take_error(self._lib, error))
 
     def validate(self, args: "_capi.ForwardArgs") -> None:
         """Runs the C API's forward argument checks (no GPU); raises ArgumentError."""
@@ -159,5 +159,5 @@ def compile(spec: Spec, target: Optional[str] = None, *, backward: bool = False,
                                          ctypes.byref(options), ctypes.byref(handle),
                                          ctypes.byref(error))
     if rc != _capi.ATTNC_OK:
-        raise error_from_message(_capi.take_error(lib, error))
+        raise error_from_code(rc, _capi.take_error(lib, error))
     return Kernel(spec, handle, lib)

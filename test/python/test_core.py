@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import attnc
-from attnc._errors import error_from_message
+from attnc._errors import error_from_code, error_from_message
 
 _PYTHON_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
 
@@ -34,6 +34,18 @@ def test_error_classes():
 ])
 def test_messages_map_to_their_class_and_keep_their_text(message, cls):
     error = error_from_message(message)
+    assert type(error).__name__ == cls
+    assert str(error) == message
+
+
+@pytest.mark.parametrize("code, message, cls", [
+    (2, "spec.yaml: error: cannot read spec file: No such file or directory", "SpecError"),
+    (3, "attnc_compile_text: yaml is null", "ArgumentError"),
+    (5, "spec 'x': error: looks like a spec message", "CompileError"),
+    (1, "ForwardArgs.q.stride_s: expected a multiple of 8 elements, got 100", "ArgumentError"),
+])
+def test_codes_map_to_their_class_before_messages(code, message, cls):
+    error = error_from_code(code, message)
     assert type(error).__name__ == cls
     assert str(error) == message
 

@@ -269,23 +269,26 @@ TEST(CApi, CompileOptionsAreCheckedAndUsed) {
   attnc_kernel* kernel = nullptr;
   attnc_compile_options options{};
   options.struct_size = 8;
-  EXPECT_EQ(attnc_compile_text_opts(spec, "sm_80", &options, &kernel, nullptr), ATTNC_ERROR);
+  EXPECT_EQ(attnc_compile_text_opts(spec, "sm_80", &options, &kernel, nullptr),
+            ATTNC_ERROR_BAD_ARGUMENT);
   char* message = nullptr;
   attnc_compile_text_opts(spec, "sm_80", &options, &kernel, &message);
   EXPECT_NE(takeError(message).find("options->struct_size: expected at least"), std::string::npos);
 
   options.struct_size = sizeof options;
   options.reserved = 1;
-  ASSERT_EQ(attnc_compile_text_opts(spec, "sm_80", &options, &kernel, &message), ATTNC_ERROR);
+  ASSERT_EQ(attnc_compile_text_opts(spec, "sm_80", &options, &kernel, &message),
+            ATTNC_ERROR_BAD_ARGUMENT);
   EXPECT_NE(takeError(message).find("options->reserved: expected 0, got 1"), std::string::npos);
   options.reserved = 0;
   options.timeout_seconds = -1;
-  ASSERT_EQ(attnc_compile_text_opts(spec, "sm_80", &options, &kernel, &message), ATTNC_ERROR);
+  ASSERT_EQ(attnc_compile_text_opts(spec, "sm_80", &options, &kernel, &message),
+            ATTNC_ERROR_BAD_ARGUMENT);
   EXPECT_NE(takeError(message).find("options->timeout_seconds"), std::string::npos);
 
   options.timeout_seconds = 0.001;
   options.use_cache = -1;
-  ASSERT_EQ(attnc_compile_text_opts(spec, "sm_80", &options, &kernel, &message), ATTNC_ERROR);
+  ASSERT_EQ(attnc_compile_text_opts(spec, "sm_80", &options, &kernel, &message), ATTNC_ERROR_NVRTC);
   EXPECT_NE(takeError(message).find("took longer than 0.001 s"), std::string::npos);
 
   char file[] = "/tmp/attnc-capi-opts-XXXXXX";
