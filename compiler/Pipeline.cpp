@@ -3,6 +3,7 @@
 
 #include "compiler/CodeGen/CUDA/EmitCUDA.h"
 #include "compiler/Spec/BuildIR.h"
+#include "compiler/Spec/CompiledWarnings.h"
 #include "dialects/Attn/IR/AttnOps.h"
 #include "dialects/Attn/Transforms/MaskEvaluator.h"
 #include "dialects/Attn/Transforms/Passes.h"
@@ -156,10 +157,21 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
                                          options.summaryKVLen > 0 ? options.summaryKVLen
                                                                   : options.summaryQLen);
   }
-  if (stage == Stage::TiledIR) return kernel;
-
   attn::TiledBackwardOp backward;
   module->walk([&](attn::TiledBackwardOp op) { backward = op; });
+  StringRef backwardKernel;
+  if (backward && backward.getTilesAttr())
+    if (auto kvKernel = backward.getTilesAttr().getAs<StringAttr>("kv_kernel"))
+      backwardKernel = kvKernel.getValue();
+  {
+    std::string error;
+    auto mask = attn::MaskEvaluator::create(tiled.getMask(), tiled.getInputs(), error);
+    if (succeeded(mask)) warnAboutMask(spec, *mask, kernel.blockQ, kernel.blockKV, kernel.warnings);
+    warnAboutKernel(spec, target.name, kernel.forwardKernel, backwardKernel, kernel.derivation,
+                    kernel.warnings);
+  }
+  if (stage == Stage::TiledIR) return kernel;
+
   if (backward && backward.getTilesAttr())
     if (auto lines = backward.getTilesAttr().getAs<ArrayAttr>("derivation"))
       for (Attribute line : lines) kernel.backwardDerivation.push_back(cast<StringAttr>(line).str());

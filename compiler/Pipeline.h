@@ -63,6 +63,10 @@ struct CompiledKernel {
   std::string classification, kvBounds;
   std::optional<TileSummary> summary;
   std::optional<double> keptFraction;  // of (q, k) elements, at the summary lengths
+  // Warnings only the tiled form shows (compiler/Spec/CompiledWarnings.h: a mask that keeps
+  // nothing or everything, or leaves every tile partial; a spec off sm_90a's wgmma kernel); the
+  // reader's own come with the spec (parseSpecFile). From Stage::TiledIR on.
+  Diagnostics warnings;
   // NVRTC (Stage::Binary).
   std::string ptx;
   std::vector<char> cubin;
