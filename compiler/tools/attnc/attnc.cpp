@@ -29,6 +29,25 @@ int failWith(const std::string& message) {
   return 1;
 }
 
+// --Werror: the spec's warnings (docs/spec.md, Warnings) fail the command.
+bool warningsAreErrors = false;
+
+// Prints the warnings among `diags` to stderr and removes them, so a later failure does not print
+// them again. True when --Werror makes them fatal (they are then printed as errors).
+bool reportWarnings(Diagnostics& diags) {
+  Diagnostics warnings;
+  for (auto it = diags.begin(); it != diags.end();)
+    if (it->isError()) {
+      ++it;
+    } else {
+      warnings.push_back(std::move(*it));
+      it = diags.erase(it);
+    }
+  if (warningsAreErrors) promoteWarnings(warnings);
+  llvm::errs() << renderAll(warnings);
+  return warningsAreErrors && !warnings.empty();
+}
+
 // Writes `data` to `path` (or stdout for "-"/empty) through a temporary file and a rename, so a
 // failed or interrupted write never leaves a partial output behind.
 bool writeOutput(const std::string& path, llvm::StringRef data, std::string& error) {
@@ -81,7 +100,7 @@ std::optional<std::pair<Spec, Target>> load(const Common& common, Diagnostics& d
   std::optional<Target> target = Target::byName(common.target, &error);
   if (!target) return std::nullopt;
   std::optional<Spec> spec = parseSpecFile(common.specPath, diags);
-  if (!spec) return std::nullopt;
+  if (!spec || reportWarnings(diags)) return std::nullopt;
   return std::make_pair(std::move(*spec), std::move(*target));
 }
 
@@ -100,6 +119,7 @@ int runEmitHeader(const Common& common, const std::string& outputDir) {
   Diagnostics diags;
   std::optional<Spec> spec = parseSpecFile(common.specPath, diags);
   if (!spec) return fail(diags);
+  if (reportWarnings(diags)) return 1;
   if (std::error_code ec = llvm::sys::fs::create_directories(outputDir))
     return failWith("cannot create '" + outputDir + "': " + ec.message());
 
@@ -115,6 +135,7 @@ int runEmitHeader(const Common& common, const std::string& outputDir) {
   for (const Target& target : targets) {
     std::optional<CompiledKernel> kernel = compiler.compile(*spec, target, Stage::Binary, options, diags);
     if (!kernel) return fail(diags);
+    if (reportWarnings(kernel->warnings)) return 1;
     kernels.push_back(std::move(*kernel));
   }
   std::vector<LauncherForm> forms;
@@ -176,6 +197,7 @@ int runCompile(const Common& common, const std::string& emit, const std::string&
   std::optional<CompiledKernel> kernel =
       compiler.compile(spec, target, stages.at(emit), options, diags);
   if (!kernel) return fail(diags);
+  if (reportWarnings(kernel->warnings)) return 1;
 
   llvm::StringRef data = emit == "mlir"    ? llvm::StringRef(kernel->specIR)
                          : emit == "tiled" ? llvm::StringRef(kernel->tiledIR)
@@ -238,6 +260,7 @@ int runExplain(const Common& common, long long seqLen, long long kvSeqLen, long 
   options.summaryKVLen = kvSeqLen;
   std::optional<CompiledKernel> kernel = compiler.compile(spec, target, Stage::Binary, options, diags);
   if (!kernel) return fail(diags);
+  if (reportWarnings(kernel->warnings)) return 1;
 
   auto& os = llvm::outs();
   os << "attnc explain: " << spec.name << " for " << target.name << " (" << target.description
@@ -422,6 +445,11 @@ int main(int argc, char** argv) {
                     "Also derive, compile and describe the backward kernels");
   explain->add_option("--timeout", explainArgs.timeoutSeconds, timeoutHelp)
       ->check(CLI::Range(0.0, 1e9));
+
+  // Both subcommands compile the spec, so both report its warnings.
+  for (CLI::App* command : {compile, explain})
+    command->add_flag("--Werror", warningsAreErrors,
+                      "Make the spec's warnings errors: print them as such and fail");
 
   try {
     app.parse(argc, argv);
