@@ -160,21 +160,22 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
   attn::TiledBackwardOp backward;
   module->walk([&](attn::TiledBackwardOp op) { backward = op; });
   StringRef backwardKernel;
-  if (backward && backward.getTilesAttr())
+  if (backward && backward.getTilesAttr()) {
     if (auto kvKernel = backward.getTilesAttr().getAs<StringAttr>("kv_kernel"))
       backwardKernel = kvKernel.getValue();
+    if (auto lines = backward.getTilesAttr().getAs<ArrayAttr>("derivation"))
+      for (Attribute line : lines) kernel.backwardDerivation.push_back(cast<StringAttr>(line).str());
+  }
   {
     std::string error;
     auto mask = attn::MaskEvaluator::create(tiled.getMask(), tiled.getInputs(), error);
     if (succeeded(mask)) warnAboutMask(spec, *mask, kernel.blockQ, kernel.blockKV, kernel.warnings);
-    warnAboutKernel(spec, target.name, kernel.forwardKernel, backwardKernel, kernel.derivation,
-                    kernel.warnings);
+    // Tile overrides choose the kernel themselves (experiments only): nothing to warn about.
+    if (options.blockQ == 0 && options.blockKV == 0)
+      warnAboutKernel(spec, target.name, kernel.forwardKernel, backwardKernel, kernel.derivation,
+                      kernel.backwardDerivation, kernel.warnings);
   }
   if (stage == Stage::TiledIR) return kernel;
-
-  if (backward && backward.getTilesAttr())
-    if (auto lines = backward.getTilesAttr().getAs<ArrayAttr>("derivation"))
-      for (Attribute line : lines) kernel.backwardDerivation.push_back(cast<StringAttr>(line).str());
   FailureOr<KernelSource> source = emitCUDA(tiled, backward);
   if (failed(source)) return std::nullopt;
   kernel.cuda = source->code;

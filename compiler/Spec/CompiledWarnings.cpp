@@ -120,7 +120,7 @@ void warnAboutMask(const Spec& spec, const mlir::attn::MaskEvaluator& mask, int6
 
 void warnAboutKernel(const Spec& spec, llvm::StringRef targetName, llvm::StringRef forwardKernel,
                      llvm::StringRef backwardKernel, llvm::ArrayRef<std::string> derivation,
-                     Diagnostics& warnings) {
+                     llvm::ArrayRef<std::string> backwardDerivation, Diagnostics& warnings) {
   if (targetName != "sm_90a") return;
   // What the sm_90a rules charge registers for beyond the accumulators (TileRule.h,
   // epilogueRegisters and TileProblem::scoreOps).
@@ -132,6 +132,7 @@ void warnAboutKernel(const Spec& spec, llvm::StringRef targetName, llvm::StringR
   if (spec.dropout > 0) features.push_back("dropout (16 registers of Philox state)");
   if (unsigned reads = countInputReads(spec.mask.expr.get()) + countInputReads(spec.score.expr.get()))
     features.push_back(std::to_string(reads) + " read(s) of declared inputs (4 registers each)");
+  if (spec.mask.kind == MaskSpec::Expr) features.push_back("a custom mask");
   if (spec.score.kind != ScoreSpec::None) features.push_back("a score hook");
   std::string featureText;
   for (size_t i = 0; i < features.size(); ++i) featureText += (i ? ", " : "") + features[i];
@@ -148,12 +149,21 @@ void warnAboutKernel(const Spec& spec, llvm::StringRef targetName, llvm::StringR
         "the forward runs on the sm_80-family kernel on sm_90a, not the wgmma kernel: " + why +
             " with " + featureText + cost));
   }
-  if (backwardKernel == "sm80")
+  if (backwardKernel == "sm80") {
+    // attn-derive-backward's line: "sm_90a dK/dV kernel: registers ... > 240 per consumer
+    // thread and ...: the sm80 dK/dV kernel below serves".
+    std::string why = "its registers do not fit";
+    for (llvm::StringRef line : backwardDerivation)
+      if (line.consume_front("sm_90a dK/dV kernel: registers")) {
+        size_t end = line.find(" per consumer thread");
+        why = "registers" + line.take_front(end).str() + " per consumer thread";
+        break;
+      }
     warnings.push_back(warningAt(
         spec.loc, spec,
-        "the backward's dK/dV kernel is the sm_80-family one on sm_90a, not the wgmma kernel: its "
-        "registers do not fit with " +
-            featureText + cost));
+        "the backward's dK/dV kernel is the sm_80-family one on sm_90a, not the wgmma kernel: " +
+            why + " with " + featureText + cost));
+  }
 }
 
 }  // namespace attnc

@@ -22,9 +22,10 @@ void warnAboutMask(const Spec& spec, const mlir::attn::MaskEvaluator& mask, int6
 
 // A spec that the sm_90a tile rules put on the slower sm_80-family kernels (`forwardKernel` and,
 // when derived, `backwardKernel` are "sm80"), naming the spec's features that cost the registers.
-// `derivation` is the forward's tile derivation (its first line says why).
+// The derivations are the tile rules' lines (`attnc explain`); the warning quotes the one that
+// says why.
 void warnAboutKernel(const Spec& spec, llvm::StringRef targetName, llvm::StringRef forwardKernel,
                      llvm::StringRef backwardKernel, llvm::ArrayRef<std::string> derivation,
-                     Diagnostics& warnings);
+                     llvm::ArrayRef<std::string> backwardDerivation, Diagnostics& warnings);
 
 }  // namespace attnc
