@@ -13,6 +13,7 @@
 #include <cmath>
 #include <optional>
 #include <map>
+#include <set>
 
 using namespace attnc;
 
@@ -33,14 +34,16 @@ int failWith(const std::string& message) {
 bool warningsAreErrors = false;
 
 // Prints the warnings among `diags` to stderr and removes them, so a later failure does not print
-// them again. True when --Werror makes them fatal (they are then printed as errors).
+// them again; one said already (the same mask's, for another --target) is not repeated. True when
+// --Werror makes them fatal (they are then printed as errors).
 bool reportWarnings(Diagnostics& diags) {
+  static std::set<std::string> said;
   Diagnostics warnings;
   for (auto it = diags.begin(); it != diags.end();)
     if (it->isError()) {
       ++it;
     } else {
-      warnings.push_back(std::move(*it));
+      if (said.insert(it->render()).second) warnings.push_back(std::move(*it));
       it = diags.erase(it);
     }
   if (warningsAreErrors) promoteWarnings(warnings);
