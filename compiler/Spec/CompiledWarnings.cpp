@@ -130,7 +130,8 @@ void warnAboutKernel(const Spec& spec, llvm::StringRef targetName, llvm::StringR
                           ? " / head_dim_v " + std::to_string(spec.headDimV)
                           : std::string()));
   if (spec.dropout > 0) features.push_back("dropout (16 registers of Philox state)");
-  if (unsigned reads = countInputReads(spec.mask.expr.get()) + countInputReads(spec.score.expr.get()))
+  if (unsigned reads =
+          countInputReads(spec.mask.expr.get()) + countInputReads(spec.score.expr.get()))
     features.push_back(std::to_string(reads) + " read(s) of declared inputs (4 registers each)");
   if (spec.mask.kind == MaskSpec::Expr) features.push_back("a custom mask");
   if (spec.score.kind != ScoreSpec::None) features.push_back("a score hook");

@@ -349,7 +349,11 @@ TEST(SpecBuilder, EveryKind) {
   EXPECT_TRUE(base().causal(true).build(diags));
   EXPECT_TRUE(base().window(128).softcap(30).build(diags));
   EXPECT_TRUE(base().prefix(16).alibi().build(diags));
-  EXPECT_TRUE(base().mask("q + kv_len - q_len >= k").alibi("s").input("s", ScalarType::F32, {InputDim::H}).build(diags));
+  EXPECT_TRUE(base()
+                  .mask("q + kv_len - q_len >= k")
+                  .alibi("s")
+                  .input("s", ScalarType::F32, {InputDim::H})
+                  .build(diags));
   EXPECT_TRUE(base().scale(0.5).headDimV(32).build(diags));
   EXPECT_TRUE(diags.empty()) << renderAll(diags);
 }

@@ -27,7 +27,8 @@ TEST(SpecWarnings, BuilderSpecBuildsAndWarnsWithCaret) {
 
 TEST(SpecWarnings, WerrorMakesWarningsErrors) {
   Diagnostics diags;
-  ASSERT_TRUE(parseSpecText("name: t\nhead_dim: 64\nheads: 4\nmask: \"k <= q\"\n", "t.yaml", diags));
+  ASSERT_TRUE(
+      parseSpecText("name: t\nhead_dim: 64\nheads: 4\nmask: \"k <= q\"\n", "t.yaml", diags));
   ASSERT_EQ(countWarnings(diags), 1u);
   promoteWarnings(diags);
   EXPECT_TRUE(hasErrors(diags));
