@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <system_error>
 #include <thread>
 
@@ -47,6 +48,31 @@ public:
 private:
   std::function<void(const std::string&)> log_;
   std::atomic<bool> said_{false};
+};
+
+// A spec's warnings (docs/spec.md, Warnings) go where the JIT's other warnings go; each is said
+// once per compiler, so a spec compiled again (a cache hit) does not repeat it.
+class SpecWarnings {
+public:
+  explicit SpecWarnings(std::function<void(const std::string&)> log) : log_(std::move(log)) {}
+  void operator()(const Diagnostics& diags) {
+    for (const Diagnostic& diag : diags) {
+      if (diag.isError()) continue;
+      std::string message = diag.render();
+      if (!message.empty() && message.back() == '\n') message.pop_back();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!said_.insert(message).second) continue;
+      }
+      if (log_) log_(message);
+      else std::fprintf(stderr, "%s\n", message.c_str());
+    }
+  }
+
+private:
+  std::function<void(const std::string&)> log_;
+  std::mutex mutex_;
+  std::set<std::string> said_;
 };
 
 // NVRTC options beyond Nvrtc::compile's defaults, from the environment: ATTNC_TIMELINE=1 builds the
@@ -265,12 +291,14 @@ struct JitCompiler::Impl {
   std::mutex pipelineMutex;
   Compiler pipeline;
   std::shared_ptr<CacheWarning> cacheWarning;
+  std::unique_ptr<SpecWarnings> specWarnings;
 };
 
 JitCompiler::JitCompiler() : JitCompiler(JitOptions{}) {}
 JitCompiler::JitCompiler(JitOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
   impl_->cacheWarning = std::make_shared<CacheWarning>(impl_->options.log);
+  impl_->specWarnings = std::make_unique<SpecWarnings>(impl_->options.log);
 }
 JitCompiler::~JitCompiler() = default;
 JitCompiler::JitCompiler(JitCompiler&&) noexcept = default;
@@ -306,6 +334,7 @@ Kernel JitCompiler::compile(const Spec& spec, const Target& target, Status* stat
     source = impl_->pipeline.compile(spec, target, Stage::CUDA, options, diags);
   }
   if (!source) return fail(renderAll(diags));
+  (*impl_->specWarnings)(source->warnings);
   if (withBackward && !source->backward)
     return fail("'" + spec.name + "': the compiler produced no backward kernels (a bug in attnc)");
   std::string error;
@@ -435,6 +464,7 @@ Kernel JitCompiler::compileFile(const std::string& specPath, const Target& targe
     if (status) *status = Status::error(renderAll(diags));
     return Kernel();
   }
+  (*impl_->specWarnings)(diags);
   return compile(*spec, target, status, withBackward);
 }
 
@@ -446,6 +476,7 @@ Kernel JitCompiler::compileText(const std::string& yaml, const Target& target, S
     if (status) *status = Status::error(renderAll(diags));
     return Kernel();
   }
+  (*impl_->specWarnings)(diags);
   return compile(*spec, target, status, withBackward);
 }
 

@@ -3,6 +3,7 @@
 
 #include "compiler/CodeGen/CUDA/EmitCUDA.h"
 #include "compiler/Spec/BuildIR.h"
+#include "compiler/Spec/CompiledWarnings.h"
 #include "dialects/Attn/IR/AttnOps.h"
 #include "dialects/Attn/Transforms/MaskEvaluator.h"
 #include "dialects/Attn/Transforms/Passes.h"
@@ -192,13 +193,22 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
         *kernel.mask, options.summaryQLen,
         options.summaryKVLen > 0 ? options.summaryKVLen : options.summaryQLen, kernel.blockQ,
         kernel.blockKV);
-  if (stage == Stage::TiledIR) return kernel;
-
   attn::TiledBackwardOp backward;
   module->walk([&](attn::TiledBackwardOp op) { backward = op; });
-  if (backward && backward.getTilesAttr())
+  StringRef backwardKernel;
+  if (backward && backward.getTilesAttr()) {
+    if (auto kvKernel = backward.getTilesAttr().getAs<StringAttr>("kv_kernel"))
+      backwardKernel = kvKernel.getValue();
     if (auto lines = backward.getTilesAttr().getAs<ArrayAttr>("derivation"))
       for (Attribute line : lines) kernel.backwardDerivation.push_back(cast<StringAttr>(line).str());
+  }
+  if (kernel.mask)
+    warnAboutMask(spec, *kernel.mask, kernel.blockQ, kernel.blockKV, kernel.warnings);
+  // Tile overrides choose the kernel themselves (experiments only): nothing to warn about.
+  if (options.blockQ == 0 && options.blockKV == 0)
+    warnAboutKernel(spec, target.name, kernel.forwardKernel, backwardKernel, kernel.derivation,
+                    kernel.backwardDerivation, kernel.warnings);
+  if (stage == Stage::TiledIR) return kernel;
   FailureOr<KernelSource> source = emitCUDA(tiled, backward);
   if (failed(source)) return std::nullopt;
   kernel.cuda = source->code;

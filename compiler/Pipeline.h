@@ -69,6 +69,10 @@ struct CompiledKernel {
   // The mask as attn-classify-blocks evaluates it on the host (Stage::TiledIR on): `attnc explain`
   // draws its block map with it, at sample values of declared inputs too.
   std::shared_ptr<const mlir::attn::MaskEvaluator> mask;
+  // Warnings only the tiled form shows (compiler/Spec/CompiledWarnings.h: a mask that keeps
+  // nothing or everything, or leaves every tile partial; a spec off sm_90a's wgmma kernel); the
+  // reader's own come with the spec (parseSpecFile). From Stage::TiledIR on.
+  Diagnostics warnings;
   // NVRTC (Stage::Binary).
   std::string ptx;
   std::vector<char> cubin;

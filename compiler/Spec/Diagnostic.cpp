@@ -1,4 +1,4 @@
-// Rendering and ordering of spec diagnostics.
+// Rendering, ordering and counting of spec diagnostics.
 #include "attnc/diagnostic.h"
 
 #include <algorithm>
@@ -23,7 +23,7 @@ std::string Diagnostic::render() const {
   } else {
     out = "spec '" + specName + "'";
   }
-  out += ": error: " + message + "\n";
+  out += (severity == Severity::Warning ? ": warning: " : ": error: ") + message + "\n";
   if (sourceLine.empty() || loc.col == 0) return out;
   // A long line (a generated expression, a minified spec) is shown as a window around the caret,
   // so that an error about a 100 KB line is not itself 100 KB.
@@ -43,6 +43,23 @@ std::string renderAll(const Diagnostics& diags) {
   std::string out;
   for (const Diagnostic& diag : diags) out += diag.render();
   return out;
+}
+
+bool hasErrors(const Diagnostics& diags) {
+  return std::any_of(diags.begin(), diags.end(), [](const Diagnostic& d) { return d.isError(); });
+}
+
+size_t countWarnings(const Diagnostics& diags) {
+  return size_t(std::count_if(diags.begin(), diags.end(),
+                              [](const Diagnostic& d) { return !d.isError(); }));
+}
+
+void promoteWarnings(Diagnostics& diags) {
+  for (Diagnostic& diag : diags) {
+    if (diag.isError()) continue;
+    diag.severity = Severity::Error;
+    diag.message += " [-Werror]";
+  }
 }
 
 void sortByPosition(Diagnostics& diags) {

@@ -11,7 +11,9 @@
 
 #include <cfloat>
 #include <climits>
+#include <algorithm>
 #include <cmath>
+#include <optional>
 
 namespace attnc {
 
@@ -174,7 +176,11 @@ public:
     bool inputsOk = checkInputs();
     checkMask(inputsOk);
     checkScore(inputsOk);
-    return diags.size() == before;
+    bool ok = std::none_of(diags.begin() + before, diags.end(),
+                           [](const Diagnostic& diag) { return diag.isError(); });
+    // Warnings about a spec with errors would be noise beside them.
+    if (ok) warnAboutExpressions();
+    return ok;
   }
 
 private:
@@ -226,6 +232,108 @@ private:
     diags.push_back(at(field, std::move(message)));
   }
 
+  // A warning at an expression's node: its own line and column where the reader knows them, the
+  // expression text with a caret for a builder-made spec.
+  void warnAt(const std::string& field, const expr::Node& node, const std::string& text,
+              std::string message) {
+    Diagnostic diag = at(field, std::move(message));
+    diag.severity = Severity::Warning;
+    if (!sites) {
+      diag.sourceLine = text;
+      diag.loc.col = node.loc.col;
+    } else if (node.loc.line != 0) {
+      // The field's line is the only line the checker has the text of.
+      if (node.loc.line != diag.loc.line) diag.sourceLine.clear();
+      diag.loc = node.loc;
+    }
+    diags.push_back(std::move(diag));
+  }
+
+  // ---- Warnings: the spec compiles, but likely does not say what was meant ----
+
+  // The value of an expression made of literals and arithmetic only (`0`, `1 - 1`, `0.0 * 2`).
+  static std::optional<double> constantValue(const expr::Node& node) {
+    using expr::Kind;
+    using expr::Op;
+    switch (node.kind) {
+    case Kind::IntLit: return double(node.intValue);
+    case Kind::FloatLit: return node.floatValue;
+    case Kind::ToFloat: return constantValue(*node.children[0]);
+    case Kind::Unary:
+      if (node.op != Op::Neg) return std::nullopt;
+      if (auto value = constantValue(*node.children[0])) return -*value;
+      return std::nullopt;
+    case Kind::Binary: {
+      if (node.op != Op::Add && node.op != Op::Sub && node.op != Op::Mul) return std::nullopt;
+      auto lhs = constantValue(*node.children[0]), rhs = constantValue(*node.children[1]);
+      if (!lhs || !rhs) return std::nullopt;
+      return node.op == Op::Add ? *lhs + *rhs : node.op == Op::Sub ? *lhs - *rhs : *lhs * *rhs;
+    }
+    default: return std::nullopt;
+    }
+  }
+
+  // Division or remainder by a constant zero: the expression kernels make every operation total
+  // (templates/attnc/common/expr_scalar.h), so it compiles, but never to what was meant.
+  void warnDivisionByZero(const std::string& field, const std::string& text,
+                          const expr::Node& node) {
+    for (const ExprPtr& child : node.children) warnDivisionByZero(field, text, *child);
+    if (node.kind != expr::Kind::Binary ||
+        (node.op != expr::Op::Div && node.op != expr::Op::Rem))
+      return;
+    std::optional<double> divisor = constantValue(*node.children[1]);
+    if (!divisor || *divisor != 0.0) return;
+    const bool isInt = node.type == ScalarType::I32;
+    warnAt(field, node, text,
+           field + ": " + (node.op == expr::Op::Div ? "division" : "remainder") +
+               " by the constant 0 (" +
+               (isInt ? "an integer division or remainder by zero gives 0 in attnc"
+                      : "a float division by zero gives inf or nan") +
+               ")");
+  }
+
+  // The first `q` outside an input's index, and whether q_len or kv_len appears anywhere.
+  static void findAlignment(const expr::Node& node, bool inIndex, const expr::Node*& rawQ,
+                            bool& saysLengths) {
+    if (node.kind == expr::Kind::Var) {
+      if (node.name == "q" && !inIndex && !rawQ) rawQ = &node;
+      if (node.name == "q_len" || node.name == "kv_len") saysLengths = true;
+    }
+    for (const ExprPtr& child : node.children)
+      findAlignment(*child, inIndex || node.kind == expr::Kind::InputIndex, rawQ, saysLengths);
+  }
+
+  // A custom mask that compares the raw query row with keys aligns the first query with the first
+  // key (top-left), where every builtin aligns the last query with the last key (bottom-right):
+  // the two differ whenever q_len != kv_len, as in decoding with a KV cache.
+  void warnQueryAlignment() {
+    const MaskSpec& mask = spec.mask;
+    if (mask.kind != MaskSpec::Expr || !mask.expr) return;
+    const expr::Node* rawQ = nullptr;
+    bool saysLengths = false;
+    findAlignment(*mask.expr, false, rawQ, saysLengths);
+    if (!rawQ || saysLengths) return;
+    std::string message =
+        "mask: raw 'q' aligns the first query row with the first key (top-left); the builtin "
+        "masks align the last query row with the last key (q + kv_len - q_len), so this mask "
+        "differs from them when q_len != kv_len";
+    if (expr::print(*mask.expr) == "(k <= q)")
+      message += "; `mask: causal` is bottom-right: write \"k <= q + kv_len - q_len\" for it, or "
+                 "`mask: {causal: top_left}` for this one";
+    else
+      message += "; write q + kv_len - q_len for the bottom-right row, or mention q_len or "
+                 "kv_len to show the alignment is meant";
+    warnAt("mask", *rawQ, mask.exprText, message);
+  }
+
+  void warnAboutExpressions() {
+    if (spec.mask.kind == MaskSpec::Expr && spec.mask.expr)
+      warnDivisionByZero("mask", spec.mask.exprText, *spec.mask.expr);
+    if (spec.score.kind == ScoreSpec::Expr && spec.score.expr)
+      warnDivisionByZero("score", spec.score.exprText, *spec.score.expr);
+    warnQueryAlignment();
+  }
+
   void checkName() {
     if (skip("name")) return;
     if (spec.name.size() > limits::kMaxNameLength)
@@ -239,8 +347,15 @@ private:
 
   void checkHeadDim(const std::string& field, int64_t value) {
     if (skip(field)) return;
-    if (value < 8 || value > 256 || value % 8 != 0)
-      report(field, field + ": must be a multiple of 8 in [8, 256], got " + std::to_string(value));
+    if (value >= 8 && value <= 256 && value % 8 == 0) return;
+    std::string message =
+        field + ": must be a multiple of 8 in [8, 256], got " + std::to_string(value);
+    if (value > 8 && value < 256)
+      message += "; did you mean " + std::to_string(value / 8 * 8) + " or " +
+                 std::to_string(value / 8 * 8 + 8) + "?";
+    else if (value > 0 && value < 8)
+      message += "; did you mean 8?";
+    report(field, message);
   }
 
   void checkHeads() {

@@ -15,7 +15,9 @@ llvm::StringRef toString(ScalarType);  // "i1" | "i32" | "f32"
 llvm::StringRef toString(InputDim);    // "b" | "h" | "pos"
 
 // Reads a YAML spec. On any error returns nullopt and appends at least one diagnostic (all that
-// could be found, in file order). A file that cannot be read is a diagnostic too.
+// could be found, in file order). A file that cannot be read is a diagnostic too. Warnings (the
+// spec compiles, but likely not to what was meant: docs/spec.md, Warnings) are appended too, with
+// the spec returned.
 std::optional<Spec> parseSpecFile(llvm::StringRef path, Diagnostics& diags);
 std::optional<Spec> parseSpecText(llvm::StringRef text, llvm::StringRef fileName,
                                   Diagnostics& diags);

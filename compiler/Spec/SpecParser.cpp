@@ -5,12 +5,14 @@
 #include "compiler/Spec/Spec.h"
 #include "compiler/Spec/SpecReader.h"
 
+#include "llvm/ADT/SmallVector.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/YAMLParser.h"
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -24,6 +26,42 @@ using detail::SourceText;
 using detail::SpecReader;
 
 namespace {
+
+// Spaces before a line's first character.
+size_t indentOf(llvm::StringRef line) {
+  return std::min(line.find_first_not_of(' '), line.size());
+}
+
+// LLVM's scanner reports a field indented off its mapping's column as "Unexpected token. Expected
+// Key or Block End" at the field's colon; said in terms of indentation instead.
+std::optional<std::string> explainIndentation(const SourceText& source, const Place& place) {
+  if (place.loc.line < 2) return std::nullopt;
+  llvm::StringRef line(place.sourceLine);
+  const size_t indent = indentOf(line);
+  if (indent == line.size()) return std::nullopt;
+  // The nearest line above with content: the field this one should line up with, or its parent.
+  llvm::SmallVector<llvm::StringRef> lines;
+  source.text.split(lines, '\n');
+  for (size_t above = place.loc.line - 1; above-- > 0;) {
+    if (above >= lines.size()) return std::nullopt;
+    llvm::StringRef previous = lines[above].rtrim("\r");
+    const size_t previousIndent = indentOf(previous);
+    if (previousIndent == previous.size() || previous[previousIndent] == '#') continue;
+    if (previousIndent == indent) return std::nullopt;  // lined up: not an indentation problem
+    const std::string key = line.substr(indent).split(':').first.rtrim().str();
+    const auto spaces = [](size_t n) {
+      return std::to_string(n) + (n == 1 ? " space" : " spaces");
+    };
+    std::string message = "invalid YAML: bad indentation: '" + key + "' is indented " +
+                          spaces(indent) + " but the line above " + spaces(previousIndent);
+    if (indent > previousIndent)
+      message += "; only a key with no value on its line (`key:`) opens a more indented mapping";
+    else
+      message += "; a field lines up with the fields of its mapping";
+    return message;
+  }
+  return std::nullopt;
+}
 
 // LLVM's YAML scanner reports syntax errors through the SourceMgr; this collects them as ours
 // instead of letting them reach stderr.
@@ -43,6 +81,13 @@ struct YamlErrorSink {
       place.sourceLine = smDiag.getLineContents().str();
     }
     std::string message = "invalid YAML: " + smDiag.getMessage().str();
+    std::optional<std::string> indentation;
+    if (smDiag.getMessage().contains("Expected Key or Block End"))
+      indentation = explainIndentation(*sink->source, place);
+    if (indentation) {
+      message = *indentation;
+      place.loc.col = unsigned(llvm::StringRef(place.sourceLine).find_first_not_of(' ') + 1);
+    }
     // `mask: !(k > q)` is the likeliest way to hit this: YAML reads the '!' as a tag.
     llvm::StringRef line(place.sourceLine);
     size_t bang = line.find(": !");
@@ -179,11 +224,9 @@ std::optional<Spec> parseSpecText(llvm::StringRef text, llvm::StringRef fileName
   SpecReader reader(source, found);
   std::optional<Spec> spec = reader.read(stream);
   found.insert(found.end(), sink.diags.begin(), sink.diags.end());
-  if (!found.empty()) {
-    sortByPosition(found);
-    diags.insert(diags.end(), found.begin(), found.end());
-    return std::nullopt;
-  }
+  sortByPosition(found);
+  diags.insert(diags.end(), found.begin(), found.end());
+  if (hasErrors(found)) return std::nullopt;
   return spec;
 }
 

@@ -39,7 +39,7 @@ std::optional<Spec> SpecReader::read(yaml::Stream& stream) {
   if (!sawHeadDimV) spec.headDimV = spec.headDim;
   if (!sawHeadsKV) spec.headsKV = spec.headsQ;
   checkSpec(spec, &sites, diags);
-  if (!diags.empty()) return std::nullopt;
+  if (hasErrors(diags)) return std::nullopt;
   return spec;
 }
 

@@ -44,7 +44,8 @@ class SpecReader {
 public:
   SpecReader(const SourceText& source, Diagnostics& diags) : source(source), diags(diags) {}
 
-  // Reads the document's fields and checks them (checkSpec); nullopt after any diagnostic.
+  // Reads the document's fields and checks them (checkSpec); nullopt after any error (warnings
+  // alone still give the spec).
   std::optional<Spec> read(yaml::Stream& stream);
 
 private:

@@ -3,7 +3,9 @@
 // string).
 #include "compiler/Spec/SpecReader.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 
 #include <map>
@@ -44,6 +46,19 @@ void SpecReader::readMask(yaml::Node* key, yaml::Node* value) {
       error(value, "mask: '" + text + "' needs a value, e.g. mask: " + example);
       sites.reported.insert("mask");
       return;
+    }
+    // A lone word is no mask expression (inputs are i32 or f32, never a boolean): a misspelt
+    // builtin such as `causl`.
+    static constexpr llvm::StringRef kMaskKeywords[] = {"none", "causal", "window", "prefix",
+                                                        "document"};
+    if (text != "true" && text != "false" && !text.empty() &&
+        llvm::all_of(text, [](char c) { return llvm::isAlnum(c) || c == '_'; })) {
+      std::string nearest = nearestName(text, kMaskKeywords);
+      if (!nearest.empty()) {
+        error(value, "mask: unknown mask '" + text + "'; did you mean '" + nearest + "'?");
+        sites.reported.insert("mask");
+        return;
+      }
     }
     mask.kind = MaskSpec::Expr;
     mask.exprText = text;
@@ -103,9 +118,19 @@ void SpecReader::readMask(yaml::Node* key, yaml::Node* value) {
     noteSite("mask", entry.value, entry.key);
     mask.kind = MaskSpec::Causal;
     if (auto text = scalar("mask", entry.value, entry.key, "top_left or bottom_right")) {
-      if (*text == "top_left" || *text == "bottom_right")
+      if (*text == "top_left" || *text == "bottom_right") {
         mask.topLeft = *text == "top_left";
-      else {
+      } else if (*text == "true" || *text == "false") {
+        // `causal: true` is the flag form other libraries use; here the value says which rows
+        // align, and the two differ when q_len != kv_len.
+        error(entry.value,
+              "mask: causal takes an alignment, not " + *text +
+                  ": bottom_right (the last query row sees every key, as `mask: causal`, "
+                  "FlashAttention 2 and a KV cache want) or top_left (query row i sees keys 0..i, "
+                  "as torch's is_causal); the two differ when q_len != kv_len" +
+                  (*text == "false" ? "; for no mask write mask: none" : ""));
+        ok = false;
+      } else {
         typeError("mask", entry.value, entry.key, "top_left or bottom_right", "'" + *text + "'");
         ok = false;
       }

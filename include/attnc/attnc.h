@@ -361,8 +361,9 @@ struct JitOptions {
   // Wall-clock limit of one compile's NVRTC work, in seconds; past it compile() returns an error.
   // 0: $ATTNC_COMPILE_TIMEOUT when set, else no limit.
   double compileTimeoutSeconds = 0;
-  // Where the JIT's warnings go (e.g. a cache directory it cannot use), each said once per
-  // compiler; empty: standard error.
+  // Where the JIT's warnings go (e.g. a cache directory it cannot use, or a spec's warnings as
+  // docs/spec.md lists them, "file:line:col: warning: ..."), each said once per compiler; empty:
+  // standard error.
   std::function<void(const std::string& message)> log;
 };
 

@@ -118,8 +118,8 @@ int attnc_compile_file_ex(const char* spec_path, const char* target, uint32_t fl
 int attnc_compile_text_ex(const char* yaml, const char* target, uint32_t flags, attnc_kernel** out,
                           char** error);
 
-/* Receives the JIT's warnings (e.g. a cache directory it cannot use); `message` lives for the
- * call. */
+/* Receives the JIT's warnings (e.g. a cache directory it cannot use, or a spec's warnings as
+ * docs/spec.md lists them: "file:line:col: warning: ..."); `message` lives for the call. */
 typedef void (*attnc_log_fn)(void* user_data, const char* message);
 
 /* Options of attnc_compile_*_opts. Zero-initialize, then set

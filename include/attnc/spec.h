@@ -105,7 +105,8 @@ struct Spec {
 
 // Builds a spec in C++ with the same fields, defaults and checks as the YAML form. Diagnostics
 // name the spec and the field:
-//   spec 'x': error: head_dim: must be a multiple of 8 in [8, 256], got 100
+//   spec 'x': error: head_dim: must be a multiple of 8 in [8, 256], got 100; did you mean 96 or
+//   104?
 // Defaults: head_dim_v = head_dim, heads kv = q, dtype bf16, scale auto, no mask, no score.
 class SpecBuilder {
 public:
@@ -129,6 +130,7 @@ public:
   SpecBuilder& dropout(double p, int64_t rounds = kDefaultDropoutRounds);
   SpecBuilder& input(std::string name, ScalarType type, std::vector<InputDim> dims);
 
+  // The checked spec, or nullopt after an error; warnings (docs/spec.md) are appended either way.
   std::optional<Spec> build(Diagnostics& diags) const;
 
 private:

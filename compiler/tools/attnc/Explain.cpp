@@ -4,6 +4,7 @@
 
 #include "BlockMap.h"
 #include "SampleInputs.h"
+#include "Warnings.h"
 
 #include "attnc/common/philox.h"
 #include "attnc/sm90/config.h"
@@ -126,6 +127,7 @@ int explainSpec(const Spec& spec, const Target& target, const ExplainOptions& ex
     llvm::errs() << renderAll(diags);
     return 1;
   }
+  if (reportWarnings(kernel->warnings)) return 1;
 
   auto& os = llvm::outs();
   os << "attnc explain: " << spec.name << " for " << target.name << " (" << target.description

@@ -1,6 +1,7 @@
 // attnc: compiles attention specs to kernels (compile) and explains what it derived (explain,
 // in Explain.cpp): the command line's arguments, and the compile subcommand.
 #include "Explain.h"
+#include "Warnings.h"
 #include "compiler/LauncherHeader.h"
 #include "compiler/Pipeline.h"
 
@@ -170,7 +171,7 @@ std::optional<std::pair<Spec, Target>> load(const Common& common, Diagnostics& d
   std::optional<Target> target = Target::byName(common.target, &error);
   if (!target) return std::nullopt;
   std::optional<Spec> spec = readSpec(common.specPath, diags);
-  if (!spec) return std::nullopt;
+  if (!spec || reportWarnings(diags)) return std::nullopt;
   return std::make_pair(std::move(*spec), std::move(*target));
 }
 
@@ -288,6 +289,7 @@ int runCompile(const Common& common, const OutputOptions& out, const ReportOptio
   Diagnostics diags;
   std::optional<Spec> spec = readSpec(common.specPath, diags);
   if (!spec) return fail(diags);
+  if (reportWarnings(diags)) return 1;
   const double parseSeconds = secondsSince(parseStart);
   if (out.printName) {
     llvm::outs() << spec->name << "\n";
@@ -319,6 +321,7 @@ int runCompile(const Common& common, const OutputOptions& out, const ReportOptio
     std::optional<CompiledKernel> kernel =
         compiler.compile(*spec, target, compileStage, options, diags);
     if (!kernel) return fail(diags);
+    if (reportWarnings(kernel->warnings)) return 1;
     // (NVRTC runs in a child process whose clock can read a little past ours: never below 0.)
     const double pipelineSeconds = std::max(0.0, secondsSince(start) - kernel->nvrtcSeconds);
     progress.finish(
@@ -448,6 +451,11 @@ int main(int argc, char** argv) {
                       "Sample values of a declared input the mask reads, for the block map: "
                       "NAME=FILE.npy (int32 or float32, 1-D or 2-D) or NAME=V,V,... (repeatable)")
       ->allow_extra_args(false);
+  // Both subcommands compile the spec, so both report its warnings.
+  for (CLI::App* command : {compile, explain})
+    command->add_flag("--Werror", warningsAreErrors,
+                      "Make the spec's warnings errors: print them as such and fail");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
