@@ -1,0 +1,87 @@
+// The combine of split-KV partials: each split s of a row's keys left a normalized output O_s and
+// its log-sum-exp lse_s; the row's softmax over all keys is their weighted sum. Per row:
+//   m = max_s lse_s,  w_s = exp(lse_s - m),  O = sum_s w_s O_s / sum_s w_s,
+//   LSE = m + log sum_s w_s,
+// and a row whose splits kept no key (every lse_s = -inf) gets O = 0, LSE = -inf, as the forward's
+// OnlineSoftmax::finish gives it. Written for one row at a time, so the decode's combine kernel
+// calls it per (b, h, q) row (its lanes striding over dv) and a host test calls it as it is.
+#pragma once
+
+#include "attnc/common/types.h"
+
+namespace attnc {
+
+// e^x and ln x: the hardware's approximations on the device (as the forward's softmax), the host
+// compiler's builtins on the host.
+ATTNC_HD float combineExp(float x) {
+#ifdef __CUDA_ARCH__
+  return exp2Approx(x * kLog2e);
+#else
+  return __builtin_expf(x);
+#endif
+}
+ATTNC_HD float combineLog(float x) {
+#ifdef __CUDA_ARCH__
+  return log2Approx(x) * kLn2;
+#else
+  return __builtin_logf(x);
+#endif
+}
+
+// The weights of one row's splits: w_s / sum w = exp(lse_s - m) * invSum.
+struct SplitWeights {
+  float rowMax;  // m; -inf when no split kept a key
+  float invSum;  // 1 / sum_s w_s; 0 when no split kept a key
+  float lse;     // m + log sum_s w_s; -inf when no split kept a key
+
+  // The weight of a split with log-sum-exp `lse_s`; 0 for a split that kept no key, whose O_s
+  // (zeros, or whatever an unused slot holds) is then never read.
+  ATTNC_HD float of(float lseSplit) const {
+    return lseSplit == -kInfinity ? 0.0f : combineExp(lseSplit - rowMax) * invSum;
+  }
+};
+
+// The weights of the `splits` splits whose log-sum-exps are lse[0], lse[stride], ...
+ATTNC_HD SplitWeights splitWeights(const float* lse, i64 stride, int splits) {
+  float rowMax = -kInfinity;
+  for (int s = 0; s < splits; ++s) {
+    const float v = lse[s * stride];
+    rowMax = v > rowMax ? v : rowMax;
+  }
+  if (rowMax == -kInfinity)
+    return {-kInfinity, 0.0f, -kInfinity};
+  float sum = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    const float v = lse[s * stride];
+    if (v != -kInfinity)
+      sum += combineExp(v - rowMax);
+  }
+  return {rowMax, 1.0f / sum, rowMax + combineLog(sum)};
+}
+
+// Column d of the combined output: sum_s w_s O_s[d] / sum_s w_s over the partials
+// o[s * oStride + d]; 0 when no split kept a key. The weights are recomputed per column (an ex2
+// per split and column) rather than held: a row has up to 128 splits (split_kv.h).
+ATTNC_HD float combineColumn(const SplitWeights& weights, const float* lse, i64 lseStride,
+                             const float* o, i64 oStride, int splits, int d) {
+  float acc = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    const float w = weights.of(lse[s * lseStride]);
+    if (w != 0.0f)
+      acc += w * o[s * oStride + d];
+  }
+  return acc;
+}
+
+// One row: writes the combined O's columns dFirst, dFirst + dStep, ... below dv through
+// store(d, value) and returns the row's LSE. A warp per row passes (lane, 32); a host loop (0, 1).
+template <class StoreO>
+ATTNC_HD float combineRow(const float* lse, i64 lseStride, const float* o, i64 oStride, int splits,
+                          int dv, int dFirst, int dStep, StoreO& store) {
+  const SplitWeights weights = splitWeights(lse, lseStride, splits);
+  for (int d = dFirst; d < dv; d += dStep)
+    store(d, combineColumn(weights, lse, lseStride, o, oStride, splits, d));
+  return weights.lse;
+}
+
+}  // namespace attnc
