@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Compile checks of the device templates (no GPU needed; philox.h's host checks are unit tests,
-# test/unit/DropoutTest.cpp): every sample TU under test/templates/sm80 (forward samples and the bwd_* backward samples) with nvcc and with NVRTC for sm_80 and sm_90a. Fails on
-# any compile error or warning, any register spill or stack frame, and any local-memory access
-# (LDL/STL) in the SASS. Prints the ptxas resource line of each kernel.
+# test/unit/DropoutTest.cpp): every sample TU under test/templates/sm80 (forward samples and the
+# bwd_* backward samples) and test/templates/common with nvcc and with NVRTC for sm_80 and sm_90a.
+# Fails on any compile error or warning, any register spill or stack frame, and any local-memory
+# access (LDL/STL) in the SASS. Prints the ptxas resource line of each kernel.
 #   CUDA_HOME  (default /usr/local/cuda)
 #   CUOBJDUMP  (default: cuobjdump on PATH or in $CUDA_HOME/bin; the SASS scan is skipped, loudly,
 #               when there is none: the pip wheel nvidia-cuda-cuobjdump + nvidia-cuda-nvdisasm works)
@@ -50,7 +51,7 @@ check_report() {
   printf '%-48s %s\n' "$label" "$regs"
 }
 
-for src in "$here"/sm80/*.cu; do
+for src in "$here"/sm80/*.cu "$here"/common/*.cu; do
   name="$(basename "$src" .cu)"
   for arch in sm_80 sm_90a; do
     log="$work/$name.$arch.nvcc.log"
