@@ -30,8 +30,10 @@ TEST(SplitKv, BlocksPerSMTakesTheTightestLimit) {
   EXPECT_EQ(blocksPerSM(128, 128, 48 * 1024, kHopper), 4);
   // 100 KB a block: shared memory allows 2 (233472 / (102400 + 1024)).
   EXPECT_EQ(blocksPerSM(128, 64, 100 * 1024, kHopper), 2);
-  // Registers round up to 8 a thread: 121 counts as 128.
-  EXPECT_EQ(blocksPerSM(128, 121, 0, kHopper), 4);
+  // Registers round up to 8 a thread: 100 counts as 104, 19 warps, not 20.
+  EXPECT_EQ(blocksPerSM(128, 100, 0, kHopper), 4);
+  // 76 KB: three blocks fill 228 KB exactly, but each has 1 KB reserved on top.
+  EXPECT_EQ(blocksPerSM(128, 32, 76 * 1024, kHopper), 2);
   // Tiny blocks stop at the resident-block limit, large ones at the thread limit.
   EXPECT_EQ(blocksPerSM(32, 16, 0, kHopper), 32);
   EXPECT_EQ(blocksPerSM(1024, 32, 0, kHopper), 2);
