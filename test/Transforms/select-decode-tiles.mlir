@@ -95,6 +95,18 @@ attn.attention @bias_reads attributes {dropout = 0.0, element_type = bf16, head_
 attn.attention @no_reads attributes {dropout = 0.0, element_type = bf16, head_dim = 64,
     head_dim_v = 176, heads_kv = 2, heads_q = 16, inputs = {}, scale = 0.125} mask {} score {}
 
+// A wide d with a narrow d_v: 64-key rows of 192 elements (d 136 padded to whole 128-byte
+// segments) overflow sm_86's half SM even at 2 stages ((16 + 128) x 384 B = 55296 > 50176): 32
+// keys. sm_90a keeps 64.
+// SM86-LABEL: attn.attention @wide_d
+// SM86: decode_tiles = {block_kv = 32 : i64
+// SM86-SAME: "B_c = 32: the ring of 2 stages of 64 keys does not fit"
+// SM86-SAME: smem_bytes = 30720 : i64, stages = 2 : i64
+// SM90-LABEL: attn.attention @wide_d
+// SM90: decode_tiles = {block_kv = 64 : i64
+attn.attention @wide_d attributes {dropout = 0.0, element_type = bf16, head_dim = 136,
+    head_dim_v = 64, heads_kv = 8, heads_q = 32, inputs = {}, scale = 0.0857} mask {} score {}
+
 // Dropout keeps the forward kernel: no decode tiles.
 // SM90-LABEL: attn.attention @dropout
 // SM90-NOT: decode_tiles

@@ -1,6 +1,6 @@
 // deriveDecodeTiles over every head dim pair: each choice fits the shared memory two blocks per SM
-// leave and the rule's register model, on sm_80 and sm_90a, for every GQA group and q_len the
-// decode path takes; and the Little's-law stages follow the SM count.
+// leave and the rule's register model, on sm_80, sm_86 and sm_90a, for every GQA group and q_len
+// the decode path takes; and the Little's-law stages follow the SM count.
 #include "attnc/target.h"
 #include "dialects/Attn/Transforms/TileRule.h"
 
@@ -36,7 +36,7 @@ int64_t liveRegisters(const DecodeTileChoice& c, int64_t d, int64_t dv) {
 }
 
 TEST(DecodeTileRule, EveryHeadDimPairFitsSharedMemoryAndRegisters) {
-  for (const char* name : {"sm_80", "sm_90a"}) {
+  for (const char* name : {"sm_80", "sm_86", "sm_90a"}) {
     const NamedTarget target = namedTarget(name);
     const int64_t smemLimit =
         target.tile.smemPerSM / 2 - (target.tile.smemPerSM - target.tile.smemPerBlock);
@@ -56,7 +56,13 @@ TEST(DecodeTileRule, EveryHeadDimPairFitsSharedMemoryAndRegisters) {
               EXPECT_LE(liveRegisters(*choice, d, dv),
                         (target.tile.regsPerThread + 1) * 3 / 4 - epilogue);
               EXPECT_EQ(choice->warps, 4);
-              EXPECT_EQ(choice->blockKV, llvm::alignTo(dv, 16) <= 128 ? 64 : 32);
+              // 64 keys up to d_v 128; 32 past it, or where a 64-key ring does not fit (wide d,
+              // narrow d_v on sm_86's 100 KB).
+              const int64_t wideKV = llvm::alignTo(dv, 16) <= 128 ? 64 : 32;
+              if (std::string(name) != "sm_86") EXPECT_EQ(choice->blockKV, wideKV);
+              EXPECT_TRUE(choice->blockKV == wideKV || choice->blockKV == 32);
+              if (choice->blockKV != wideKV)
+                EXPECT_GT((16 + 2 * 64) * llvm::alignTo(std::max(d, dv), 64) * 2, smemLimit);
               EXPECT_GE(choice->stages, 2);
               EXPECT_TRUE(choice->rows == 16 || choice->rows == 32);
               // 32 rows only where the packed rows need a second fragment.

@@ -71,7 +71,7 @@ FailureOr<DecodeTileChoice> mlir::attn::deriveDecodeTiles(const DecodeProblem& p
                        kMaxPackedRows));
 
   // 2. Keys per tile and warps: each of the 4 warps takes BlockKV / 4 keys against all rows.
-  const int64_t blockKV = dv <= kMaxWideDv ? kWideBlockKV : kNarrowBlockKV;
+  int64_t blockKV = dv <= kMaxWideDv ? kWideBlockKV : kNarrowBlockKV;
   note(llvm::formatv("B_c = {0} (d_v {1} {2} {3}): {4} warps of {5} keys each against all rows",
                      blockKV, dv, dv <= kMaxWideDv ? "<=" : ">", kMaxWideDv, kWarps,
                      blockKV / kWarps));
@@ -113,7 +113,8 @@ FailureOr<DecodeTileChoice> mlir::attn::deriveDecodeTiles(const DecodeProblem& p
                      "{6} stages",
                      numSMs, perSM, perBlock, kBlocksPerSM, stages - 1, tileBytes, stages));
 
-  // 5. Shared memory: within 1/kBlocksPerSM of the SM, less the driver's reserve per block.
+  // 5. Shared memory: within 1/kBlocksPerSM of the SM, less the driver's reserve per block;
+  // stages go first, then keys (a wide d with a narrow d_v on a 100 KB SM), then rows.
   const int64_t limit =
       target.smemPerSM / kBlocksPerSM - (target.smemPerSM - target.smemPerBlock);
   auto smem = [&] {
@@ -121,6 +122,11 @@ FailureOr<DecodeTileChoice> mlir::attn::deriveDecodeTiles(const DecodeProblem& p
     return std::max(ringBytes(rows, blockKV, stages, width, e), mergeBytes(rows, dv));
   };
   while (smem() > limit && stages > kMinStages) --stages;
+  if (smem() > limit && blockKV > kNarrowBlockKV) {
+    blockKV = kNarrowBlockKV;
+    note(llvm::formatv("B_c = {0}: the ring of {1} stages of 64 keys does not fit", blockKV,
+                       stages));
+  }
   while (smem() > limit && mTiles > 1) --mTiles;
   const int64_t rows = kFragmentRows * mTiles;
   note(llvm::formatv("shared memory: max((Q {0} + {1} K/V buffers x {2}) rows x {3} wide x {4} B, "
