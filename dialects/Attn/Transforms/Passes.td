@@ -103,9 +103,11 @@ def AttnSelectDecodeTiles : Pass<"attn-select-decode-tiles", "::mlir::ModuleOp">
     The decode kernel packs the G = heads_q / heads_kv query heads of one kv head (times q_len
     positions) into one block's rows, so K and V are read once for all of them. Its rule: 16 rows
     (one m16 fragment), or 32 where G x q_len needs them and every warp's fp32 O of all rows, its
-    S slice and the epilogue's registers fit three quarters of the register file; B_c = 64 keys
-    (32 where d_v > 128), split among 4 warps; K/V stages so that two blocks per SM keep the bytes
-    Little's law asks for in flight (4.8 TB/s x 1 us / SMs), within half the SM's shared memory.
+    S slice and the epilogue's registers fit three quarters of the register file (Q's fragments
+    leave registers first: `q_in_registers`); B_c = 64 keys (32 where d_v > 128), split among 4
+    warps; K/V stages so that two blocks per SM keep the bytes Little's law asks for in flight
+    (4.8 TB/s x 1 us / SMs), within half the SM's shared memory (stages, then B_c, then rows
+    shrink to fit).
     Every step is kept in `decode_tiles.derivation`. Specs with dropout keep the forward kernel
     and get no `decode_tiles`.
 
@@ -117,8 +119,8 @@ def AttnSelectDecodeTiles : Pass<"attn-select-decode-tiles", "::mlir::ModuleOp">
     After (sm_90a, 132 SMs):
     ```mlir
     attn.attention @gqa attributes {decode_tiles = {block_kv = 64, derivation = [
-        "packed rows: G 4 x q_len 1 = 4; ...", ...], rows = 16, smem_bytes = 53248, stages = 3,
-        warps = 4}, head_dim = 128, ...} mask {} score {}
+        "packed rows: G 4 x q_len 1 = 4; ...", ...], q_in_registers = true, rows = 16,
+        smem_bytes = 53248, stages = 3, warps = 4}, head_dim = 128, ...} mask {} score {}
     ```
   }];
   let options = [
