@@ -124,8 +124,8 @@ FailureOr<DecodeTileChoice> mlir::attn::deriveDecodeTiles(const DecodeProblem& p
   while (smem() > limit && stages > kMinStages) --stages;
   if (smem() > limit && blockKV > kNarrowBlockKV) {
     blockKV = kNarrowBlockKV;
-    note(llvm::formatv("B_c = {0}: the ring of {1} stages of 64 keys does not fit", blockKV,
-                       stages));
+    note(llvm::formatv("B_c = {0}: the ring of {1} stages of {2} keys does not fit", blockKV,
+                       stages, kWideBlockKV));
   }
   while (smem() > limit && mTiles > 1) --mTiles;
   const int64_t rows = kFragmentRows * mTiles;
