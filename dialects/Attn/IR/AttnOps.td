@@ -39,7 +39,8 @@ def Attn_AttentionOp : Attn_Op<"attention", [IsolatedFromAbove, Symbol]> {
     into plain regions. `inputs` declares the tensors the regions may read with `attn.load`:
     `{doc = {dtype = i32, dims = ["pos"], slot = 0 : i64}}`.
 
-    Passes add `tiles` (attn-select-tiles) and `block_classification` (attn-classify-blocks).
+    Passes add `tiles` (attn-select-tiles), `decode_tiles` (attn-select-decode-tiles) and
+    `block_classification` (attn-classify-blocks).
 
     ```mlir
     attn.attention @causal attributes {dropout = 0.0, element_type = bf16, head_dim = 128,
@@ -57,6 +58,7 @@ def Attn_AttentionOp : Attn_Op<"attention", [IsolatedFromAbove, Symbol]> {
     OptionalAttr<DictionaryAttr>:$mask_builtin,
     OptionalAttr<DictionaryAttr>:$score_builtin,
     OptionalAttr<DictionaryAttr>:$tiles,
+    OptionalAttr<DictionaryAttr>:$decode_tiles,
     OptionalAttr<StrAttr>:$block_classification
   ));
   let regions = (region AnyRegion:$mask, AnyRegion:$score);

@@ -97,6 +97,51 @@ def AttnSelectTiles : Pass<"attn-select-tiles", "::mlir::ModuleOp"> {
   ];
 }
 
+def AttnSelectDecodeTiles : Pass<"attn-select-decode-tiles", "::mlir::ModuleOp"> {
+  let summary = "Derives the decode kernel's tiles: GQA-packed rows and a bandwidth-sized ring.";
+  let description = [{
+    The decode kernel packs the G = heads_q / heads_kv query heads of one kv head (times q_len
+    positions) into one block's rows, so K and V are read once for all of them. Its rule: 16 rows
+    (one m16 fragment), or 32 where G x q_len needs them and every warp's fp32 O of all rows, its
+    S slice and the epilogue's registers fit three quarters of the register file (Q's fragments
+    leave registers first: `q_in_registers`); B_c = 64 keys (32 where d_v > 128), split among 4
+    warps; K/V stages so that two blocks per SM keep the bytes Little's law asks for in flight
+    (4.8 TB/s x 1 us / SMs), within half the SM's shared memory (stages, then B_c, then rows
+    shrink to fit).
+    Every step is kept in `decode_tiles.derivation`. Specs with dropout keep the forward kernel
+    and get no `decode_tiles`.
+
+    Before:
+    ```mlir
+    attn.attention @gqa attributes {head_dim = 128, heads_kv = 8, heads_q = 32, ...} mask {}
+        score {}
+    ```
+    After (sm_90a, 132 SMs):
+    ```mlir
+    attn.attention @gqa attributes {decode_tiles = {block_kv = 64, derivation = [
+        "packed rows: G 4 x q_len 1 = 4; ...", ...], q_in_registers = true, rows = 16,
+        smem_bytes = 53248, stages = 3, warps = 4}, head_dim = 128, ...} mask {} score {}
+    ```
+  }];
+  let options = [
+    Option<"arch", "arch", "std::string", "\"sm_80\"", "Target architecture (for the record).">,
+    Option<"smemPerBlock", "smem-per-block", "int64_t", "166912",
+           "Shared memory one block may use, in bytes (opt-in maximum).">,
+    Option<"smemPerSM", "smem-per-sm", "int64_t", "167936",
+           "Shared memory of one SM, in bytes.">,
+    Option<"regsPerThread", "regs-per-thread", "int64_t", "255",
+           "Most 32-bit registers one thread may use.">,
+    Option<"numSMs", "num-sms", "int64_t", "108",
+           "SMs of the target: the bytes in flight per SM are the GPU's over them.">,
+    Option<"group", "group", "int64_t", "0",
+           "Query heads per kv head the rows pack (0: heads_q / heads_kv of the op).">,
+    Option<"qLen", "q-len", "int64_t", "1",
+           "Query positions per sequence the rows are sized for (speculative decoding: more).">,
+    Option<"spillReserve", "spill-reserve", "int64_t", "0",
+           "Registers per thread reserved beyond the rule's (attnc's spill fallback).">
+  ];
+}
+
 def AttnClassifyBlocks : Pass<"attn-classify-blocks", "::mlir::ModuleOp"> {
   let summary = "Classifies (q-tile, kv-tile) pairs as empty, full or partial by interval analysis.";
   let description = [{

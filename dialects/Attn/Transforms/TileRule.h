@@ -90,4 +90,29 @@ struct BackwardTileChoice {
 FailureOr<BackwardTileChoice> deriveBackwardTiles(const TileProblem& problem,
                                                   const TileTarget& target);
 
+// The decode kernel's tiles (templates/attnc/sm80/decode.h, sm80 family, every target): a block
+// takes `rows` packed rows (G query heads of one kv head x q_len positions, row r = (q = r / G,
+// h = hKv * G + r % G)) against BlockKV-key tiles, its warps splitting each tile's keys.
+struct DecodeProblem {
+  int64_t headDim, headDimV;
+  int64_t elementBytes;
+  int64_t group;     // G = heads_q / heads_kv
+  int64_t qLen = 1;  // query positions per sequence the rows are sized for
+  // As TileProblem::epilogueRegisters (input reads, the spill fallback's reserve).
+  int64_t epilogueRegisters = 0;
+};
+
+struct DecodeTileChoice {
+  int64_t rows, mTiles;  // rows = 16 * mTiles packed rows per block
+  int64_t rowTiles;      // blocks per (batch, kv head) at qLen: ceil(G * qLen / rows)
+  bool qInRegisters;     // Q's fragments stay in registers (else read from shared memory)
+  int64_t blockKV, warps, stages, smemBytes;
+  std::vector<std::string> derivation;  // one line per step, as TileChoice's
+};
+
+// Fails only where no decode tile fits the registers or shared memory; numSMs sizes the bytes in
+// flight (Little's law).
+FailureOr<DecodeTileChoice> deriveDecodeTiles(const DecodeProblem& problem,
+                                              const TileTarget& target, int64_t numSMs);
+
 }  // namespace mlir::attn
