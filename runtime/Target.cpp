@@ -9,11 +9,14 @@ namespace attnc {
 
 const std::vector<Target>& Target::known() {
   static const std::vector<Target> targets = {
-      {"sm_80", 8, 0, 166912, 167936, 255, 65536, 108, 2048, "A100 (Ampere)"},
-      {"sm_86", 8, 6, 101376, 102400, 255, 65536, 84, 1536, "RTX 30xx / A10 / A40 (Ampere)"},
-      {"sm_89", 8, 9, 101376, 102400, 255, 65536, 128, 1536, "L4 / L40 / RTX 40xx (Ada)"},
-      {"sm_90", 9, 0, 232448, 233472, 255, 65536, 132, 2048, "H100 / H200 (Hopper)"},
-      {"sm_90a", 9, 0, 232448, 233472, 255, 65536, 132, 2048,
+      // SM counts of the reference part: A100 108, A40/A6000 84, RTX 4090 128, H100/H200 SXM
+      // 132 (a live device's own count replaces them: fromDevice). Block limits: 32 on 8.0 and
+      // 9.0, 16 on 8.6, 24 on 8.9.
+      {"sm_80", 8, 0, 166912, 167936, 255, 65536, 108, 2048, 32, "A100 (Ampere)"},
+      {"sm_86", 8, 6, 101376, 102400, 255, 65536, 84, 1536, 16, "RTX 30xx / A10 / A40 (Ampere)"},
+      {"sm_89", 8, 9, 101376, 102400, 255, 65536, 128, 1536, 24, "L4 / L40 / RTX 40xx (Ada)"},
+      {"sm_90", 9, 0, 232448, 233472, 255, 65536, 132, 2048, 32, "H100 / H200 (Hopper)"},
+      {"sm_90a", 9, 0, 232448, 233472, 255, 65536, 132, 2048, 32,
        "H100 / H200 (Hopper, arch-specific features)"},
   };
   return targets;

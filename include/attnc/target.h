@@ -19,6 +19,7 @@ struct Target {
   int regsPerSM = 65536;
   int numSMs = 0;              // of the reference part named in `description`, or of the device
   int maxThreadsPerSM = 0;
+  int maxBlocksPerSM = 0;      // resident blocks of one SM (the occupancy table's block limit)
   std::string description;     // e.g. "H100/H200 (Hopper)", or the device's name
 
   // Looks a target up by name; nullopt (and a message listing the known ones) otherwise.

@@ -2,6 +2,7 @@
 // decode's split count at the plan's pinned shapes and over sweeps (never more splits than kv
 // tiles, one split when the grid fills the machine, busy slots that grow with the SM count).
 #include "attnc/common/split_kv.h"
+#include "attnc/target.h"
 
 #include <gtest/gtest.h>
 
@@ -39,6 +40,26 @@ TEST(SplitKv, BlocksPerSMTakesTheTightestLimit) {
   EXPECT_EQ(blocksPerSM(1024, 32, 0, kHopper), 2);
   EXPECT_EQ(blocksPerSM(4096, 32, 0, kHopper), 0);
   EXPECT_EQ(blocksPerSM(128, 32, 300 * 1024, kHopper), 0);
+}
+
+// attnc::Target carries what SmLimits needs (explain builds them from it): every known target has
+// an SM count and a block limit, and sm_90a's are the ones kHopper pins.
+TEST(SplitKv, TargetsCarryTheirBlockLimits) {
+  for (const Target& target : Target::known()) {
+    EXPECT_GT(target.numSMs, 0) << target.name;
+    EXPECT_GT(target.maxBlocksPerSM, 0) << target.name;
+  }
+  const Target hopper = *Target::byName("sm_90a", nullptr);
+  EXPECT_EQ(hopper.numSMs, 132);
+  const SmLimits limits = {hopper.regsPerSM, hopper.smemPerSM, hopper.maxThreadsPerSM,
+                           hopper.maxBlocksPerSM};
+  EXPECT_EQ(limits.regsPerSM, kHopper.regsPerSM);
+  EXPECT_EQ(limits.smemPerSM, kHopper.smemPerSM);
+  EXPECT_EQ(limits.maxThreadsPerSM, kHopper.maxThreadsPerSM);
+  EXPECT_EQ(limits.maxBlocksPerSM, kHopper.maxBlocksPerSM);
+  EXPECT_EQ(Target::byName("sm_80", nullptr)->maxBlocksPerSM, 32);
+  EXPECT_EQ(Target::byName("sm_86", nullptr)->maxBlocksPerSM, 16);
+  EXPECT_EQ(Target::byName("sm_89", nullptr)->maxBlocksPerSM, 24);
 }
 
 // The plan's cases (docs/design/decode.md derives them).
