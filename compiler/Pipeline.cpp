@@ -104,6 +104,52 @@ double keptFraction(const attn::MaskEvaluator& mask, long long qLen, long long k
   return double(kept) / double(kKeptFractionSamples);
 }
 
+// The decode tiles (CompileOptions::decodeQLen) on a copy of `module`, after the rewrites the
+// forward's tile rule also sees. A spec no decode tile fits is no error for the forward: its
+// message goes to kernel.decodeError. False only for an internal error (a bad pipeline).
+bool deriveDecodeTilesOnCopy(ModuleOp module, const Target& target, const CompileOptions& options,
+                       CompiledKernel& kernel) {
+  OwningOpRef<ModuleOp> copy = module.clone();
+  std::string pipeline = llvm::formatv(
+      "attn-expand-builtins, attn-simplify-score, attn-select-decode-tiles{{arch={0} "
+      "smem-per-block={1} smem-per-sm={2} regs-per-thread={3} num-sms={4} q-len={5}}",
+      target.name, target.smemPerBlock, target.smemPerSM, target.regsPerThread,
+      options.decodeNumSMs > 0 ? options.decodeNumSMs : (long long)target.numSMs,
+      options.decodeQLen);
+  PassManager pm(copy->getContext(), ModuleOp::getOperationName());
+  if (failed(parsePassPipeline(pipeline, pm))) return false;
+  std::string error;
+  {
+    ScopedDiagnosticHandler capture(copy->getContext(), [&](mlir::Diagnostic& diag) {
+      if (diag.getSeverity() == DiagnosticSeverity::Error && error.empty()) error = diag.str();
+      return success();
+    });
+    if (failed(pm.run(*copy))) {
+      kernel.decodeError = error.empty() ? "attn-select-decode-tiles failed" : error;
+      return true;
+    }
+  }
+  copy->walk([&](attn::AttentionOp op) {
+    DictionaryAttr tiles = op.getDecodeTilesAttr();
+    if (!tiles) return;
+    auto get = [&](StringRef key) {
+      auto value = tiles.getAs<IntegerAttr>(key);
+      return value ? value.getInt() : 0;
+    };
+    DecodeTiles decode;
+    decode.rows = get("rows");
+    decode.blockKV = get("block_kv");
+    decode.warps = get("warps");
+    decode.stages = get("stages");
+    decode.smemBytes = get("smem_bytes");
+    if (auto q = tiles.getAs<BoolAttr>("q_in_registers")) decode.qInRegisters = q.getValue();
+    if (auto lines = tiles.getAs<ArrayAttr>("derivation"))
+      for (Attribute line : lines) decode.derivation.push_back(cast<StringAttr>(line).str());
+    kernel.decode = std::move(decode);
+  });
+  return true;
+}
+
 }  // namespace
 
 Compiler::Compiler() : context(std::make_unique<MLIRContext>()) {
@@ -152,6 +198,13 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
   kernel.target = target;
   kernel.specIR = print(*module);
   if (stage == Stage::SpecIR) return kernel;
+  if (options.decodeQLen > 0 && !deriveDecodeTilesOnCopy(*module, target, options, kernel)) {
+    attnc::Diagnostic d;
+    d.specName = spec.name;
+    d.message = "internal error: bad decode tile pipeline";
+    diags.push_back(d);
+    return std::nullopt;
+  }
 
   // The pass manager is anchored on the module already: parse what runs inside it.
   std::string pipeline = passPipeline(target, options);

@@ -102,6 +102,9 @@ struct DecodeProblem {
   int64_t epilogueRegisters = 0;
 };
 
+// Past this many packed rows (G x q_len) a block is mma-bound: the forward kernel serves it.
+constexpr int64_t kDecodeMaxPackedRows = 64;
+
 struct DecodeTileChoice {
   int64_t rows, mTiles;  // rows = 16 * mTiles packed rows per block
   int64_t rowTiles;      // blocks per (batch, kv head) at qLen: ceil(G * qLen / rows)

@@ -13,7 +13,6 @@ namespace {
 
 constexpr int64_t kFragmentRows = 16;    // mma.sync m16n8k16: a warp's rows are m16 fragments
 constexpr int64_t kMaxMTiles = 2;        // 32 rows: O of 2 x dv/2 fp32 a lane fills the budget
-constexpr int64_t kMaxPackedRows = 64;   // past 64 rows a block is mma-bound: the forward serves
 constexpr int64_t kWarps = 4;            // one warp per SM sub-partition, each its own keys
 constexpr int64_t kWideBlockKV = 64;     // 16 keys a warp: S and P V in whole k16 steps
 constexpr int64_t kNarrowBlockKV = 32;   // dv > 128: a K/V tile stays 16 KB (32 x 256 x 2 B)
@@ -66,9 +65,9 @@ FailureOr<DecodeTileChoice> mlir::attn::deriveDecodeTiles(const DecodeProblem& p
   note(llvm::formatv("packed rows: G {0} x q_len {1} = {2}; {3} m16 fragment(s) cover {4}",
                      problem.group, problem.qLen, packed, mTiles,
                      std::min(packed, kFragmentRows * mTiles)));
-  if (packed > kMaxPackedRows)
+  if (packed > kDecodeMaxPackedRows)
     note(llvm::formatv("above {0} packed rows a launch is mma-bound: the forward kernel serves it",
-                       kMaxPackedRows));
+                       kDecodeMaxPackedRows));
 
   // 2. Keys per tile and warps: each of the 4 warps takes BlockKV / 4 keys against all rows.
   int64_t blockKV = dv <= kMaxWideDv ? kWideBlockKV : kNarrowBlockKV;
