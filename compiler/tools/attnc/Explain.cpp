@@ -7,7 +7,9 @@
 #include "Warnings.h"
 
 #include "attnc/common/philox.h"
+#include "attnc/common/split_kv.h"
 #include "attnc/sm90/config.h"
+#include "dialects/Attn/Transforms/TileRule.h"
 
 #include "llvm/Support/Error.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -15,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <optional>
 
@@ -82,6 +85,93 @@ MapResult blockMap(llvm::raw_ostream& os, const Spec& spec, const CompiledKernel
   return result;
 }
 
+// Whether a launch at q_len takes the decode path: no dropout (the decode kernel holds no Philox
+// state) and at most kDecodeMaxPackedRows packed rows (G x q_len).
+bool decodeApplies(const Spec& spec, long long qLen) {
+  const long long group = spec.headsQ / std::max<int64_t>(spec.headsKV, 1);
+  return spec.dropout == 0 && group * qLen <= mlir::attn::kDecodeMaxPackedRows;
+}
+
+// The decode plan: the decode rule's tiles (CompiledKernel::decode), the grid they make at these
+// lengths, and the split count split_kv.h gives for it, as the runtime will derive them.
+void printDecodePlan(llvm::raw_ostream& os, const Spec& spec, const Target& target,
+                     const CompiledKernel& kernel, long long batch, long long qLen,
+                     long long kvLen, long long numSMs) {
+  const long long group = spec.headsQ / std::max<int64_t>(spec.headsKV, 1);
+  os << llvm::formatv("\nDecode (q_len <= {0}: G {1} x q_len within {2} packed rows, no "
+                      "dropout)\n",
+                      mlir::attn::kDecodeMaxPackedRows / group, group,
+                      mlir::attn::kDecodeMaxPackedRows);
+  os << "  the decode kernel is not built yet: launches at these lengths run the forward kernel "
+        "above; this is the plan it will take\n";
+  if (!kernel.decode) {
+    os << "  no decode tiles: " << kernel.decodeError << "\n";
+    return;
+  }
+  const DecodeTiles& tiles = *kernel.decode;
+  for (auto [i, line] : llvm::enumerate(tiles.derivation))
+    os << "  " << i + 1 << ". " << line << "\n";
+
+  const long long packed = group * qLen;
+  const long long rowTiles = (packed + tiles.rows - 1) / tiles.rows;
+  const long long units = batch * spec.headsKV * rowTiles;
+  os << llvm::formatv("  packed rows: G {0} x q_len {1} = {2} in row tiles of {3}: {4} row "
+                      "tile(s) per kv head\n",
+                      group, qLen, packed, tiles.rows, rowTiles);
+  os << llvm::formatv("  units: batch {0} x heads_kv {1} x row tiles {2} = {3} blocks without "
+                      "splitting\n",
+                      batch, spec.headsKV, rowTiles, units);
+
+  // Registers: the rule keeps the live set within 3/4 of what a thread may use and models no
+  // smaller total, so the slots count blocks at the full regsPerThread until ptxas reports the
+  // kernel's own.
+  const SmLimits limits{target.regsPerSM, target.smemPerSM, target.maxThreadsPerSM,
+                        target.maxBlocksPerSM};
+  const int threads = int(32 * tiles.warps);
+  const int perSM = blocksPerSM(threads, target.regsPerThread, tiles.smemBytes, limits);
+  const long long sms = numSMs > 0 ? numSMs : target.numSMs;
+  const long long slots = sms * perSM;
+  os << llvm::formatv("  slots: {0} SMs ({1}) x {2} blocks/SM = {3}: {4} threads (32 x {5} "
+                      "warps), {6} B shared + {7} B reserved, {8} registers/thread (a model: the "
+                      "most a thread may use, the live set within 3/4 of it; ptxas gives the "
+                      "kernel's own figure once it exists), at most {9} blocks/SM\n",
+                      sms, numSMs > 0 ? std::string("--sms") : target.description, perSM,
+                      slots, threads, tiles.warps, tiles.smemBytes, kSmemReservedPerBlock,
+                      target.regsPerThread, target.maxBlocksPerSM);
+
+  const int kvTiles = int(std::min<long long>((kvLen + tiles.blockKV - 1) / tiles.blockKV,
+                                              std::numeric_limits<int>::max()));
+  const long long elementBytes = 2;  // bf16 and fp16 alike
+  const long long rowsPerBlock = std::min(packed, tiles.rows);
+  const SplitProblem problem{
+      int(std::min<long long>(units, std::numeric_limits<int>::max())), kvTiles,
+      int(std::min<long long>(slots, std::numeric_limits<int>::max())),
+      tiles.blockKV * (spec.headDim + spec.headDimV) * elementBytes,
+      rowsPerBlock * spec.headDimV * 4};
+  const SplitPlan plan = splitCount(problem);
+  os << llvm::formatv("  splits: {0} of {1} kv tile(s) each ({2} tiles of {3} keys at kv_len "
+                      "{4}): {5} blocks, {6:f1}% of the slots busy{7}\n",
+                      plan.splits, plan.splitTiles, kvTiles, tiles.blockKV, kvLen,
+                      units * plan.splits,
+                      100.0 * slotEfficiency(problem.units, plan.splits, problem.slots),
+                      units >= slots ? " (the units fill the slots: no split)" : "");
+  if (plan.splits == 1) {
+    os << "  partials: none (one split writes O and LSE itself)\n";
+    return;
+  }
+  // o_part[split][b][h][q][dv] and lse_part[split][b][h][q], fp32, merged by the combine entry.
+  const double partials =
+      double(plan.splits) * double(batch) * double(spec.headsQ) * double(qLen) *
+      double(spec.headDimV + 1) * 4.0;
+  const double kvBytes = double(batch) * double(spec.headsKV) * double(kvLen) *
+                         double(spec.headDim + spec.headDimV) * double(elementBytes);
+  os << llvm::formatv("  partials: fp32 O and LSE of {0} splits x batch {1} x {2} query heads x "
+                      "q_len {3} x (d_v {4} + 1) x 4 B = {5} ({6:f2}% of the {7} of K/V the "
+                      "launch reads), merged by a combine launch\n",
+                      plan.splits, batch, spec.headsQ, qLen, spec.headDimV, bytes(partials),
+                      100.0 * partials / kvBytes, bytes(kvBytes));
+}
+
 }  // namespace
 
 int explainSpec(const Spec& spec, const Target& target, const ExplainOptions& explain,
@@ -119,6 +209,10 @@ int explainSpec(const Spec& spec, const Target& target, const ExplainOptions& ex
 
   options.summaryQLen = seqLen;
   options.summaryKVLen = kvSeqLen;
+  if (decodeApplies(spec, seqLen)) {
+    options.decodeQLen = seqLen;
+    options.decodeNumSMs = explain.numSMs;
+  }
   Diagnostics diags;
   Compiler compiler;
   std::optional<CompiledKernel> kernel = compiler.compile(
@@ -274,6 +368,9 @@ int explainSpec(const Spec& spec, const Target& target, const ExplainOptions& ex
       os << "  " << entry << ": " << usage.registers << " registers/thread, spills "
          << usage.spillStoreBytes << " B stores, " << usage.spillLoadBytes << " B loads\n";
   }
+
+  if (decodeApplies(spec, seqLen))
+    printDecodePlan(os, spec, target, *kernel, batch, seqLen, kvSeqLen, explain.numSMs);
 
   // FlashAttention's IO analysis: standard attention materialises S and P in HBM
   // (Theta(N d + N^2) accesses); the tiled kernel reads each K/V tile once per Q tile it is not

@@ -12,6 +12,7 @@ namespace attnc {
 struct ExplainOptions {
   long long seqLen = 4096, kvSeqLen = 0, batch = 1;  // kvSeqLen 0: seqLen
   bool seqLenGiven = false;  // else sample inputs along positions set the lengths
+  long long numSMs = 0;      // --sms: the decode plan's SMs (0: the target's)
   // Stop before NVRTC (Stage::CUDA): everything but the kernel's resources, in milliseconds and
   // without NVRTC installed.
   bool noCompile = false;

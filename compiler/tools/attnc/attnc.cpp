@@ -430,13 +430,20 @@ int main(int argc, char** argv) {
       ->required();
   explain->add_option("--target", explainArgs.target, "GPU target: sm_80, sm_86, sm_89, sm_90, sm_90a")
       ->capture_default_str();
+  std::string seqLens;
   CLI::Option* seqLenOption =
-      explain->add_option("--seqlen", explainOptions.seqLen,
-                          "Query length for the classification and IO model (default: the "
+      explain->add_option("--seqlen", seqLens,
+                          "Query length, or Q,KV the query and key lengths, for the "
+                          "classification, the decode plan and the IO model (default: the "
                           "positions of --input values, else 4096)");
-  explain->add_option("--kv-seqlen", explainOptions.kvSeqLen, "Key length (default: --seqlen)");
-  explain->add_option("--batch", explainOptions.batch, "Batch size for the IO model")
+  CLI::Option* kvSeqLenOption = explain->add_option("--kv-seqlen", explainOptions.kvSeqLen,
+                                                    "Key length (default: --seqlen)");
+  explain->add_option("--batch", explainOptions.batch, "Batch size for the decode plan and the "
+                      "IO model")
       ->capture_default_str();
+  explain->add_option("--sms", explainOptions.numSMs,
+                      "SMs the decode plan fills (default: the target's reference part)")
+      ->check(CLI::Range(1, 1 << 16));
   explain->add_option("--block-q", explainArgs.blockQ, "Override B_r (experiments only)");
   explain->add_option("--block-kv", explainArgs.blockKV, "Override B_c (experiments only)");
   explain->add_flag("--backward", explainArgs.backward,
@@ -464,5 +471,19 @@ int main(int argc, char** argv) {
   if (quiet) outputOptions.progressAfter = -1;
   if (compile->parsed()) return runCompile(compileArgs, outputOptions, reportOptions);
   explainOptions.seqLenGiven = seqLenOption->count() > 0;
+  if (explainOptions.seqLenGiven) {
+    auto [q, kv] = llvm::StringRef(seqLens).split(',');
+    bool bothGiven = llvm::StringRef(seqLens).contains(',');
+    if (q.trim().getAsInteger(10, explainOptions.seqLen) ||
+        (bothGiven && kv.trim().getAsInteger(10, explainOptions.kvSeqLen)))
+      return failWith("--seqlen: expected N or Q,KV (positive integers), given '" + seqLens +
+                      "'");
+    if (bothGiven && kvSeqLenOption->count() > 0)
+      return failWith("--seqlen " + seqLens + " gives the key length, and so does --kv-seqlen: "
+                      "give one of them");
+    if (bothGiven && explainOptions.kvSeqLen < 1)
+      return failWith("--seqlen: the key length of Q,KV must be at least 1, given '" + seqLens +
+                      "'");
+  }
   return runExplain(explainArgs, explainOptions);
 }
