@@ -286,6 +286,26 @@ TEST(EmbeddedTemplates, EveryHeaderCompilesAlone) {
   EXPECT_GT(headers, 0);
 }
 
+// A decode or varlen forward calls the score hooks with a sequence's view of FwdParams
+// (seq_params.h): its tanh must be the forward's one MUFU instruction (tanh.approx), not the
+// backward's ex2 + rcp; a view of BwdParams keeps the backward's.
+TEST(EmbeddedTemplates, SeqViewScoresTakeTheForwardsTanh) {
+  Nvrtc* nvrtc = requireNvrtc();
+  ASSERT_NE(nvrtc, nullptr);
+  auto ptxOf = [&](const std::string& params) {
+    const std::string source = "#include \"attnc/common/seq_params.h\"\n"
+                               "extern \"C\" __global__ void softcap(float* x) {\n"
+                               "  x[threadIdx.x] = attnc::expr::score_tanh<attnc::SeqView<attnc::" +
+                               params + ">>(x[threadIdx.x]);\n}\n";
+    NvrtcResult result =
+        nvrtc->compile(source, "tanh.cu", embeddedTemplates(), "compute_90a", {});
+    EXPECT_TRUE(result.ok) << result.log;
+    return result.ptx;
+  };
+  EXPECT_NE(ptxOf("FwdParams").find("tanh.approx.f32"), std::string::npos);
+  EXPECT_EQ(ptxOf("BwdParams").find("tanh.approx.f32"), std::string::npos);
+}
+
 // Runs only where a driver and a GPU exist (skipped in CI): the NVRTC cubin for the device's own
 // architecture loads and runs through the dlopen-ed driver API.
 TEST(Driver, LaunchesNvrtcCubin) {

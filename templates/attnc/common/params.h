@@ -219,3 +219,27 @@ struct BwdParamsTma {
 };
 
 }  // namespace attnc
+
+namespace attnc {
+
+// Where each sequence's rows are, for launches over sequences of different lengths (varlen: Q/O
+// and K/V packed along one row axis) or over a paged K/V pool; all null and 0: contiguous, the
+// launch's FwdParams strides alone. Plain data beside a FwdParams or BwdParams (never inside, so
+// their layout and the kernels that take them are unchanged). The kernels trust none of these
+// values: lengths, offsets and page ids are clamped where read (seq_params.h), so a wrong array
+// gives wrong numbers, never an access outside the tensors.
+struct SeqLayout {
+  const int* cu_seqlens_q;   // [batch + 1] first packed Q/O row of each sequence, or null
+  const int* cu_seqlens_kv;  // [batch + 1] first packed K/V row of each sequence, or null
+  const int* seq_lens_kv;    // [batch] kv lengths (paged), or null
+  const int* block_table;    // [batch, block_table_stride] page ids, or null
+  i64 block_table_stride;    // entries between two sequences' rows of block_table
+  int max_pages;             // entries of a row that hold pages (<= block_table_stride)
+  int page_shift;            // a page holds 1 << page_shift rows (0..8: 1..256 rows)
+  int num_pages;             // pages in the pool: ids are clamped to [0, num_pages)
+  // The pool's strides between pages; k/v_stride_s and _h keep their meaning within a page.
+  i64 k_stride_page, v_stride_page;
+  i64 total_q, total_kv;  // packed rows: offsets and lengths are clamped to them
+};
+
+}  // namespace attnc
