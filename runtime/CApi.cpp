@@ -181,8 +181,9 @@ int toBackwardArgs(const attnc_kernel* kernel, const attnc_backward_args* in,
 
 // The shape of every launch-or-validate entry point: a null kernel, the C struct converted (its
 // errors name the field), the call, and any exception, each become an error code and message.
-// `validate` runs first, so that what it refuses is ATTNC_ERROR_BAD_ARGUMENT; a failure of `call`
-// after it is launchFailureCode's.
+// The launches validate their arguments themselves (with the same message); `validate` runs again
+// only after a failure, to tell a refused argument (ATTNC_ERROR_BAD_ARGUMENT) from a failure past
+// validation (launchFailureCode), so a successful launch checks its arguments once.
 template <class Args, class CArgs, class Convert, class Validate, class Call>
 int callKernel(const char* function, const attnc_kernel* kernel, const CArgs* in, Convert convert,
                char** error, Validate validate, Call call) {
@@ -190,10 +191,10 @@ int callKernel(const char* function, const attnc_kernel* kernel, const CArgs* in
   try {
     Args converted;
     if (int code = convert(kernel, in, &converted, error); code != ATTNC_OK) return code;
-    if (attnc::Status valid = validate(converted); !valid)
-      return failArgument(error, valid.message);
     attnc::Status status = call(converted);
-    return status ? ATTNC_OK : fail(error, launchFailureCode(status.message), status.message);
+    if (status) return ATTNC_OK;
+    if (!validate(converted)) return failArgument(error, status.message);
+    return fail(error, launchFailureCode(status.message), status.message);
   } catch (const std::bad_alloc&) {
     return fail(error, ATTNC_ERROR_OUT_OF_MEMORY, std::string(function) + ": out of host memory");
   } catch (const std::exception& e) {
@@ -210,7 +211,7 @@ auto validateForward(const attnc_kernel* kernel) {
 auto validateBackward(const attnc_kernel* kernel) {
   return [kernel](const attnc::BackwardArgs& a) { return kernel->kernel.validateBackward(a); };
 }
-// Nothing to check before `call` (the validate entry points themselves).
+// The validate entry points: their call is the validation itself, nothing to run again.
 constexpr auto noValidation = [](const auto&) { return attnc::Status::success(); };
 
 // toForwardArgs / toBackwardArgs with `prepared` set, for the *_prepared launches (validated with
