@@ -68,6 +68,49 @@ inline OutputArg outputArg(void* data, Strides s) { return {data, s.b, s.h, s.s}
 // each at least the span of the rows below); tensors that are only read may overlap (Q == K).
 class PreparedInputs;
 
+// Sequences of different lengths packed along one row axis (ForwardArgs::varlen; FlashAttention's
+// varlen layout): sequence b's queries are Q/O rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) and its
+// keys K/V rows [cu_seqlens_kv[b], cu_seqlens_kv[b + 1]) of tensors [total, heads, dim] (by
+// strides; stride_b is ignored). Positions in masks and scores are positions within the sequence,
+// and bottom-right causal aligns each sequence on its own. A null cu_seqlens_q keeps Q/O
+// [batch, heads_q, q_len] by strides; a null cu_seqlens_kv keeps K/V contiguous (or paged). The LSE
+// of packed Q is [heads_q, total_q].
+struct VarlenArg {
+  const int32_t* cu_seqlens_q = nullptr;   // device [batch + 1], or null
+  const int32_t* cu_seqlens_kv = nullptr;  // device [batch + 1], or null
+  int64_t total_q = 0, total_kv = 0;       // rows of packed Q/O and K/V
+  // Optional host copies of the arrays above: checked element by element before launch (increasing,
+  // within total, no sequence longer than q_len / kv_len). Without them the kernels clamp what they
+  // read: a wrong array gives wrong numbers, never an access outside the tensors.
+  const int32_t* host_cu_seqlens_q = nullptr;
+  const int32_t* host_cu_seqlens_kv = nullptr;
+};
+
+// A paged K/V cache (ForwardArgs::paged; vLLM's and FlashInfer's block tables): K and V are pools
+// of num_pages pages of page_size rows (a power of two in [1, 256]); sequence b's key j is row
+// j % page_size of page block_table[b * block_table_stride + j / page_size] (of k + page *
+// k_stride_page + head * k.stride_h + row * k.stride_s; k.stride_b is ignored), and it has
+// seq_lens_kv[b] keys.
+struct PagedKVArg {
+  const int32_t* block_table = nullptr;  // device [batch, block_table_stride] page ids
+  const int32_t* seq_lens_kv = nullptr;  // device [batch] kv lengths
+  int64_t block_table_stride = 0;        // entries between two sequences' rows
+  int64_t max_pages = 0;                 // entries of a row that hold pages (<= the stride)
+  int64_t page_size = 0;                 // rows of a page
+  int64_t num_pages = 0;                 // pages in each pool
+  int64_t k_stride_page = 0, v_stride_page = 0;  // elements between two pages of K, of V
+  // Optional host copies: checked before launch (ids within [0, num_pages), lengths within
+  // [0, min(kv_len, max_pages * page_size)]); without them the kernels clamp ids and lengths.
+  const int32_t* host_block_table = nullptr;
+  const int32_t* host_seq_lens_kv = nullptr;
+};
+
+// Which kernel a forward takes (ForwardArgs::decode). Auto: the decode kernel (GQA-packed rows,
+// split-KV) where the packed rows are few (heads_q / heads_kv x q_len <= 64) or the layout is
+// varlen or paged, else the forward kernel. Off: the forward kernel (contiguous layouts only).
+// On: the decode kernel, or an error where the kernel has none (dropout).
+enum class DecodeChoice : int { Auto = 0, Off = 1, On = 2 };
+
 struct ForwardArgs {
   TensorArg q, k, v;
   OutputArg o;
@@ -78,6 +121,30 @@ struct ForwardArgs {
   // Optional: what Kernel::prepareInputs made for these inputs and lengths. forward() then skips
   // the launches that summarize the declared inputs and classify the tiles (see PreparedInputs).
   const PreparedInputs* prepared = nullptr;
+  // Optional: sequences of different lengths, a paged K/V cache (either, both or neither). With
+  // either, batch is the number of sequences and q_len, kv_len the longest sequence's (what the
+  // grid and the inputs' extents are sized by).
+  const VarlenArg* varlen = nullptr;
+  const PagedKVArg* paged = nullptr;
+  DecodeChoice decode = DecodeChoice::Auto;
+  // Decode kernel: kv splits (0: derived from the device's SMs, the lengths and the occupancy,
+  // docs/design/decode.md; 1: no split; at most 128).
+  int num_splits = 0;
+  // Device memory for the split partials (at least forwardWorkspaceBytes(args)), 16-byte aligned,
+  // used while the launches run. Null: the Kernel's own (as BackwardArgs::workspace).
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+// What the decode kernel does for a launch's lengths (Kernel::decodePlan).
+struct DecodePlan {
+  bool decode = false;  // the decode kernel runs (else the forward kernel)
+  int rows = 0;         // packed rows a block (heads_q / heads_kv query heads x queries)
+  int rowTiles = 0;     // blocks per (sequence, kv head) along the packed rows
+  int splits = 1;       // kv splits (a combine kernel merges them when more than 1)
+  int splitTiles = 0;   // kv tiles of blockKV keys a split
+  int blockKV = 0;
+  size_t workspaceBytes = 0;  // the partials' bytes (0 with 1 split)
 };
 
 // One backward launch (the kernel must have been compiled with backward, see JitCompiler). Shapes
@@ -142,6 +209,20 @@ struct InputInfo {
   bool summarized = false;
 };
 
+// How to launch the decode kernel (templates/attnc/sm80/decode.h, docs/design/decode.md): `entry`
+// takes attnc::DecodeParams, grid (splits, rowTiles x heads_kv, batch), `threads` threads,
+// `smemBytes` of dynamic shared memory; with more than one split, `combineEntry` then takes
+// attnc::CombineParams, grid (ceil(rows x heads_q / kCombineRowsPerBlock)), kCombineThreads.
+struct DecodeMetadata {
+  std::string entry;         // <name>_decode
+  std::string combineEntry;  // <name>_decode_combine
+  int threads = 0;
+  int rows = 0;     // packed rows a block
+  int blockKV = 0;  // keys a kv tile
+  int stages = 0;
+  long long smemBytes = 0;
+};
+
 // What a launcher needs to know about a compiled kernel besides its binary. Build-time headers
 // spell it out; the JIT cache stores it next to the cubin (serialize()/parse()).
 struct KernelMetadata {
@@ -179,6 +260,8 @@ struct KernelMetadata {
   // block_order.h: longest tiles first across groups of heads) instead of (q tiles, heads_q,
   // batch): the sm_90a forward of a masked spec.
   bool orderedGrid = false;
+  // The decode kernel, for every spec without dropout (DecodeMetadata).
+  std::optional<DecodeMetadata> decode;
 
   // A line-based "key value" text; parse() rejects anything it does not fully understand.
   std::string serialize() const;
@@ -262,6 +345,13 @@ public:
   Status forward(const ForwardArgs& args, void* stream) const;
   // Every check of forward() that needs no GPU: pointers, alignment, lengths, strides, inputs.
   Status validate(const ForwardArgs& args) const;
+  // What forward(args) would launch on a device of `numSMs` SMs (0: the current device's): the
+  // decode kernel or not, its rows, splits and workspace. An error for arguments forward() refuses.
+  Status decodePlan(const ForwardArgs& args, int numSMs, DecodePlan* out) const;
+  // Bytes of ForwardArgs::workspace forward(args) needs on the current device (0: none).
+  size_t forwardWorkspaceBytes(const ForwardArgs& args) const;
+  // Whether the kernel has a decode kernel (every spec without dropout).
+  bool hasDecode() const;
   // Validates `args` as forward() does (args.prepared must be null) and launches on `stream` the
   // work forward() would do for its declared inputs, and with backward kernels the work
   // backward() would do, into memory of *out's own (PreparedInputs). A backward that uses it

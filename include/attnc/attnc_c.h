@@ -87,6 +87,51 @@ typedef struct attnc_backward_args {
   int64_t workspace_bytes;
 } attnc_backward_args;
 
+/* Sequences of different lengths and a paged K/V cache (attnc::VarlenArg and attnc::PagedKVArg in
+ * attnc/attnc.h, which say what each field means). Varlen where cu_seqlens_q or cu_seqlens_kv is
+ * not NULL; paged where block_table is not NULL; the host_* copies are optional (checked before
+ * launch where given). struct_size: sizeof(attnc_seq_layout) of the caller's header; fields past
+ * it read as 0, so a caller built against this version keeps working with later ones. */
+typedef struct attnc_seq_layout {
+  uint32_t struct_size;
+  uint32_t reserved;            /* 0 */
+  const int32_t* cu_seqlens_q;  /* device [batch + 1], or NULL */
+  const int32_t* cu_seqlens_kv; /* device [batch + 1], or NULL */
+  int64_t total_q, total_kv;
+  const int32_t* block_table;   /* device [batch, block_table_stride], or NULL */
+  const int32_t* seq_lens_kv;   /* device [batch]; required with block_table */
+  int64_t block_table_stride, max_pages, page_size, num_pages;
+  int64_t k_stride_page, v_stride_page;
+  const int32_t* host_cu_seqlens_q;
+  const int32_t* host_cu_seqlens_kv;
+  const int32_t* host_block_table;
+  const int32_t* host_seq_lens_kv;
+} attnc_seq_layout;
+
+/* attnc_forward_args with the inference options (attnc::ForwardArgs' varlen, paged, decode,
+ * num_splits and workspace). struct_size: sizeof(attnc_forward_args_ex) of the caller's header, at
+ * least up to `layout` (fields past it read as 0). decode: 0 auto, 1 off (the forward kernel), 2 on
+ * (the decode kernel). num_splits: 0 derives them, else 1..128. workspace: NULL (the kernel's own)
+ * or at least attnc_kernel_forward_workspace_bytes(...) bytes, 16-byte aligned. */
+typedef struct attnc_forward_args_ex {
+  uint32_t struct_size;
+  int32_t decode;
+  attnc_forward_args base;
+  const attnc_seq_layout* layout; /* NULL: contiguous Q, K, V */
+  int32_t num_splits;
+  int32_t reserved;               /* 0 */
+  void* workspace;
+  int64_t workspace_bytes;
+  const attnc_prepared* prepared; /* NULL, or as attnc_kernel_forward_prepared's */
+} attnc_forward_args_ex;
+
+/* What a forward with given arguments launches (attnc::DecodePlan). */
+typedef struct attnc_decode_plan {
+  int32_t decode;      /* 1: the decode kernel; 0: the forward kernel */
+  int32_t rows, row_tiles, splits, split_tiles, block_kv;
+  int64_t workspace_bytes;
+} attnc_decode_plan;
+
 /* What attnc_kernel_info reports; the strings live as long as the kernel. */
 typedef struct attnc_info {
   const char* name;
@@ -147,6 +192,20 @@ int attnc_kernel_forward(const attnc_kernel* kernel, const attnc_forward_args* a
                          char** error);
 /* Only the argument checks of attnc_kernel_forward (no GPU needed). */
 int attnc_kernel_validate(const attnc_kernel* kernel, const attnc_forward_args* args, char** error);
+
+/* attnc_kernel_forward and attnc_kernel_validate with the inference options. */
+int attnc_kernel_forward_ex(const attnc_kernel* kernel, const attnc_forward_args_ex* args,
+                            void* stream, char** error);
+int attnc_kernel_validate_ex(const attnc_kernel* kernel, const attnc_forward_args_ex* args,
+                             char** error);
+/* attnc::Kernel::decodePlan: what attnc_kernel_forward_ex(args) launches on a device of num_sms
+ * SMs (0: the current device's). */
+int attnc_kernel_decode_plan(const attnc_kernel* kernel, const attnc_forward_args_ex* args,
+                             int32_t num_sms, attnc_decode_plan* out, char** error);
+/* Bytes attnc_forward_args_ex.workspace needs on the current device; -1 where the arguments are
+ * refused (attnc_kernel_validate_ex says why). */
+int64_t attnc_kernel_forward_workspace_bytes(const attnc_kernel* kernel,
+                                             const attnc_forward_args_ex* args);
 
 /* attnc::Kernel::prepareInputs: launches on `stream` the work a forward (and, for a kernel with
  * backward kernels, a backward) does for the mask's declared inputs (their summaries, the tile
