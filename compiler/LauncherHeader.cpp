@@ -48,6 +48,14 @@ KernelMetadata kernelMetadata(const Spec& spec, const CompiledKernel& kernel, co
   m.tileClassesEntry = kernel.tileClassesEntry;
   m.orderedGrid = kernel.orderedGrid;
   m.maskIgnoresHead = kernel.maskIgnoresHead;
+  if (kernel.decode && !kernel.decodeEntry.empty())
+    m.decode = DecodeMetadata{kernel.decodeEntry,
+                              kernel.decodeCombineEntry,
+                              int(kernel.decode->warps * 32),
+                              int(kernel.decode->rows),
+                              int(kernel.decode->blockKV),
+                              int(kernel.decode->stages),
+                              kernel.decode->smemBytes};
   for (int slot : kernel.summarySlots) m.inputs.at(size_t(slot)).summarized = true;
   m.attncVersion = version();
   if (kernel.backward) {
@@ -128,6 +136,10 @@ std::string emitLauncherHeader(const std::string& specPath, const std::vector<La
       os << "  m.tileClassesEntry = " << quoted(m.tileClassesEntry) << ";\n";
     if (m.orderedGrid) os << "  m.orderedGrid = true;\n";
     if (m.maskIgnoresHead) os << "  m.maskIgnoresHead = true;\n";
+    if (const auto& d = m.decode)
+      os << "  m.decode = attnc::DecodeMetadata{" << quoted(d->entry) << ", "
+         << quoted(d->combineEntry) << ", " << d->threads << ", " << d->rows << ", " << d->blockKV
+         << ", " << d->stages << ", " << d->smemBytes << "};\n";
     if (const auto& b = m.backward)
       os << "  m.backward = attnc::BackwardMetadata{" << quoted(b->entryStem) << ", "
          << b->kvThreads << ", " << b->qThreads << ", " << b->kvBlockKV << ", " << b->qBlockQ

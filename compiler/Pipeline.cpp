@@ -115,7 +115,7 @@ bool deriveDecodeTilesOnCopy(ModuleOp module, const Target& target, const Compil
       "smem-per-block={1} smem-per-sm={2} regs-per-thread={3} num-sms={4} q-len={5}}",
       target.name, target.smemPerBlock, target.smemPerSM, target.regsPerThread,
       options.decodeNumSMs > 0 ? options.decodeNumSMs : (long long)target.numSMs,
-      options.decodeQLen);
+      std::max(1LL, options.decodeQLen));
   PassManager pm(copy->getContext(), ModuleOp::getOperationName());
   if (failed(parsePassPipeline(pipeline, pm))) return false;
   std::string error;
@@ -198,7 +198,7 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
   kernel.target = target;
   kernel.specIR = print(*module);
   if (stage == Stage::SpecIR) return kernel;
-  if (options.decodeQLen > 0 && !deriveDecodeTilesOnCopy(*module, target, options, kernel)) {
+  if (!deriveDecodeTilesOnCopy(*module, target, options, kernel)) {
     attnc::Diagnostic d;
     d.specName = spec.name;
     d.message = "internal error: bad decode tile pipeline";
@@ -262,7 +262,8 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
     warnAboutKernel(spec, target.name, kernel.forwardKernel, backwardKernel, kernel.derivation,
                     kernel.backwardDerivation, kernel.warnings);
   if (stage == Stage::TiledIR) return kernel;
-  FailureOr<KernelSource> source = emitCUDA(tiled, backward);
+  FailureOr<KernelSource> source =
+      emitCUDA(tiled, backward, kernel.decode ? &*kernel.decode : nullptr);
   if (failed(source)) return std::nullopt;
   kernel.cuda = source->code;
   kernel.entryGroups = source->entryGroups;
@@ -273,6 +274,8 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
   kernel.tileClassesEntry = source->tileClassesEntry;
   kernel.orderedGrid = source->orderedGrid;
   kernel.maskIgnoresHead = source->maskIgnoresHead;
+  kernel.decodeEntry = source->decodeEntry;
+  kernel.decodeCombineEntry = source->decodeCombineEntry;
   if (stage == Stage::CUDA) return kernel;
 
   std::string error;
@@ -309,6 +312,8 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
   kernel.cubin = std::move(result.cubin);
   if (auto it = result.resources.find(kernel.entry); it != result.resources.end())
     kernel.resources = it->second;
+  if (auto it = result.resources.find(kernel.decodeEntry); it != result.resources.end())
+    kernel.decodeResources = it->second;
   if (kernel.backward)
     for (BackwardEntry entry : kAllBackwardEntries)
       if (auto it = result.resources.find(kernel.backward->entryStem + backwardEntrySuffix(entry));

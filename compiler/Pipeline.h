@@ -38,9 +38,9 @@ struct CompileOptions {
   long long summaryQLen = 0;          // count tile classes for these lengths (explain)
   long long summaryKVLen = 0;
   bool backward = false;              // also derive and compile the backward kernels
-  // Also derive the decode kernel's tiles for this many query positions (explain only):
-  // attn-select-decode-tiles on a copy of the spec's IR, so the compiled kernel is the same either
-  // way (CompiledKernel::decode). 0: not derived.
+  // The query positions the decode kernel's derivation speaks of (explain; 0: 1). The tiles are
+  // the same for every q_len (a launch takes more row tiles for more rows), derived by
+  // attn-select-decode-tiles on a copy of the spec's IR (CompiledKernel::decode).
   long long decodeQLen = 0;
   long long decodeNumSMs = 0;         // SMs the decode rule spreads its bytes in flight over
   // ptxas in one thread (NVRTC 13's --split-compile off): slower with several entries, but ptxas
@@ -56,13 +56,6 @@ struct TileSummary {
   long long empty = 0, full = 0, partial = 0;
 };
 
-// The decode kernel's tiles (attn-select-decode-tiles' `decode_tiles`, TileRule.h
-// DecodeTileChoice), derived for CompileOptions::decodeQLen query positions.
-struct DecodeTiles {
-  long long rows = 0, blockKV = 0, warps = 0, stages = 0, smemBytes = 0;
-  bool qInRegisters = false;
-  std::vector<std::string> derivation;
-};
 
 struct CompiledKernel {
   std::string name;    // the spec's name
@@ -78,10 +71,12 @@ struct CompiledKernel {
   std::vector<std::string> derivation;
   std::string classification, kvBounds;
   std::optional<TileSummary> summary;
-  // CompileOptions::decodeQLen: the decode tiles, none for a spec the decode kernel does not take
-  // (dropout), or why no decode tile fits (decodeError).
+  // The decode kernel's tiles, none for a spec the decode kernel does not take (dropout), or why
+  // no decode tile fits (decodeError); its entries (KernelSource) where it has them.
   std::optional<DecodeTiles> decode;
   std::string decodeError;
+  std::string decodeEntry, decodeCombineEntry;
+  ResourceUsage decodeResources;  // ptxas' report of the decode entry (Stage::Binary)
   std::optional<double> keptFraction;  // of (q, k) elements, at the summary lengths
   // The mask as attn-classify-blocks evaluates it on the host (Stage::TiledIR on): `attnc explain`
   // draws its block map with it, at sample values of declared inputs too.

@@ -44,6 +44,8 @@ struct DriverLoader {
         lib.resolve(api.cuModuleUnload, "cuModuleUnload", error) &&
         lib.resolve(api.cuModuleGetFunction, "cuModuleGetFunction", error) &&
         lib.resolve(api.cuFuncSetAttribute, "cuFuncSetAttribute", error) &&
+        lib.resolve(api.cuOccupancyMaxActiveBlocksPerMultiprocessor,
+                    "cuOccupancyMaxActiveBlocksPerMultiprocessor", error) &&
         lib.resolve(api.cuLaunchKernel, "cuLaunchKernel", error) &&
         lib.resolve(api.cuMemAlloc, "cuMemAlloc_v2", error) &&
         lib.resolve(api.cuMemFree, "cuMemFree_v2", error) &&

@@ -80,6 +80,8 @@ struct DriverApi {
   cu::Result (*cuModuleUnload)(cu::Module module);
   cu::Result (*cuModuleGetFunction)(cu::Function* function, cu::Module module, const char* name);
   cu::Result (*cuFuncSetAttribute)(cu::Function function, int attribute, int value);
+  cu::Result (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int* blocks, cu::Function function,
+                                                            int blockSize, size_t dynamicSmem);
   cu::Result (*cuLaunchKernel)(cu::Function function, unsigned gridX, unsigned gridY,
                                unsigned gridZ, unsigned blockX, unsigned blockY, unsigned blockZ,
                                unsigned sharedBytes, cu::Stream stream, void** params,

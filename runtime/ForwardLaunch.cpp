@@ -6,6 +6,7 @@
 // work (InputWork.h) run on the same stream, or takes it from ForwardArgs::prepared.
 #include "attnc/attnc.h"
 
+#include "runtime/DecodeLaunch.h"
 #include "runtime/InputWork.h"
 #include "runtime/LaunchGrid.h"
 #include "runtime/LaunchParams.h"
@@ -17,6 +18,9 @@ namespace attnc {
 Status Kernel::forward(const ForwardArgs& args, void* stream) const {
   if (Status status = validate(args); !status) return status;
   const KernelMetadata& m = metadata();
+  if (takesDecode(m, args))
+    return launchDecode(*impl_, m, args, args.prepared ? args.prepared->impl_.get() : nullptr,
+                        stream);
   InContext at;
   if (Status status = loadedInContext(*impl_, "Kernel::forward", &at); !status) return status;
   const auto [driver, context, loaded] = at;

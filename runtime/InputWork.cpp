@@ -164,6 +164,12 @@ int tileClassHeads(const KernelMetadata& image) {
 
 }  // namespace
 
+Status launchDecodeInputWork(Kernel::Impl& impl, const DriverApi& driver, cu::Context context,
+                             const Kernel::Impl::Loaded& loaded, FwdParams& p, cu::Stream stream,
+                             std::unique_lock<std::mutex>* summaryLock) {
+  return summarizeAndClassify(impl, driver, context, loaded, p, {}, stream, summaryLock);
+}
+
 Status launchInputWork(Kernel::Impl& impl, const DriverApi& driver, cu::Context context,
                        const Kernel::Impl::Loaded& loaded, const KernelMetadata& m, FwdParams& p,
                        cu::Stream stream, std::unique_lock<std::mutex>* summaryLock,

@@ -20,6 +20,12 @@ Status launchInputWork(Kernel::Impl& impl, const DriverApi& driver, cu::Context 
                        cu::Stream stream, std::unique_lock<std::mutex>* summaryLock,
                        DeviceBuffer* own);
 
+// The decode kernel's launches before it: the inputs' summaries alone (it classifies its own
+// tiles), as launchInputWork into the Kernel's per-stream buffer.
+Status launchDecodeInputWork(Kernel::Impl& impl, const DriverApi& driver, cu::Context context,
+                             const Kernel::Impl::Loaded& loaded, FwdParams& p, cu::Stream stream,
+                             std::unique_lock<std::mutex>* summaryLock);
+
 // The backward's launches before its kernels, for masks that read declared inputs: the
 // summaries and the dK/dV kernel's tile classes, rows (b, h, kv tile of kvBlockKV) of q tiles, the
 // words a row sized for q tiles of 16 rows, the least any dK/dV kernel uses (its own q block is

@@ -39,6 +39,11 @@ std::string KernelMetadata::serialize() const {
   if (!tileClassesEntry.empty()) os << "tile_classes_entry " << tileClassesEntry << "\n";
   if (orderedGrid) os << "fwd_grid ordered\n";
   if (maskIgnoresHead) os << "tile_class_heads one\n";
+  if (decode)  // absent for specs with dropout (and in entries older than the decode kernel)
+    os << "decode_entry " << decode->entry << "\ndecode_combine_entry " << decode->combineEntry
+       << "\ndecode_threads " << decode->threads << "\ndecode_rows " << decode->rows
+       << "\ndecode_block_kv " << decode->blockKV << "\ndecode_stages " << decode->stages
+       << "\ndecode_smem_bytes " << decode->smemBytes << "\n";
   for (const InputInfo& input : inputs)
     os << "input " << input.name << " " << input.type << " " << input.dims
        << (input.summarized ? " summarized" : "") << "\n";
@@ -51,7 +56,7 @@ namespace {
 // optional line without the ones it goes with), or "" where they do. `seen` and `seenBackward`
 // count the required and backward lines read.
 std::string inconsistency(const KernelMetadata& m, const BackwardMetadata& b, int seen,
-                          int seenBackward) {
+                          int seenBackward, const DecodeMetadata& d, int seenDecode) {
   if (seen != 17) return "expected 17 fields, got " + std::to_string(seen);
   if (m.name.empty() || m.entry.empty() || m.target.empty() || m.threads <= 0 || m.headDim <= 0 ||
       m.headDimV <= 0 || m.headsQ <= 0 || m.headsKV <= 0 || !(m.scale > 0))
@@ -70,6 +75,13 @@ std::string inconsistency(const KernelMetadata& m, const BackwardMetadata& b, in
         b.preprocessThreads <= 0 ||
         b.qBlockQ <= 0 || b.preprocessRows <= 0 || b.kvSmemBytes < 0 || b.qSmemBytes < 0)
       return "missing or non-positive backward fields";
+  }
+  if (seenDecode != 0) {
+    if (seenDecode != 7) return "expected 7 decode fields, got " + std::to_string(seenDecode);
+    if (d.entry.empty() || d.combineEntry.empty() || d.threads <= 0 || d.rows <= 0 ||
+        d.rows % 16 != 0 || d.blockKV <= 0 || d.stages < 2 || d.smemBytes <= 0)
+      return "missing or non-positive decode fields";
+    if (m.dropout > 0) return "a decode kernel with dropout";
   }
   if ((m.dropout > 0) != (m.dropoutRounds != 0))
     return "a dropout needs a dropout_rounds line, and the other way round";
@@ -94,8 +106,9 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
   };
   std::istringstream lines(text);
   std::string line;
-  int seen = 0, seenBackward = 0;
+  int seen = 0, seenBackward = 0, seenDecode = 0;
   BackwardMetadata b;
+  DecodeMetadata d;
   while (std::getline(lines, line)) {
     std::istringstream fields(line);
     std::string key, value;
@@ -166,6 +179,19 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
       ++seenBackward;
       continue;
     }
+    if (key.rfind("decode_", 0) == 0) {  // optional, all or none
+      if (key == "decode_entry") d.entry = value;
+      else if (key == "decode_combine_entry") d.combineEntry = value;
+      else if (key == "decode_threads") ok = integer(d.threads);
+      else if (key == "decode_rows") ok = integer(d.rows);
+      else if (key == "decode_block_kv") ok = integer(d.blockKV);
+      else if (key == "decode_stages") ok = integer(d.stages);
+      else if (key == "decode_smem_bytes") ok = integer(d.smemBytes);
+      else return fail("unknown key '" + key + "'");
+      if (!ok || value.empty()) return fail("bad value in '" + line + "'");
+      ++seenDecode;
+      continue;
+    }
     if (key == "summary_entry") {  // optional, like the bwd_ lines
       m.summaryEntry = value;
       if (value.empty()) return fail("bad value in '" + line + "'");
@@ -219,8 +245,10 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
     if (!ok) return fail("bad value in '" + line + "'");
     ++seen;
   }
-  if (std::string why = inconsistency(m, b, seen, seenBackward); !why.empty()) return fail(why);
+  if (std::string why = inconsistency(m, b, seen, seenBackward, d, seenDecode); !why.empty())
+    return fail(why);
   if (seenBackward != 0) m.backward = b;
+  if (seenDecode != 0) m.decode = d;
   return m;
 }
 

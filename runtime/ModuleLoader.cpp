@@ -245,6 +245,46 @@ Kernel::Impl::Loaded* Kernel::Impl::deterministicFunctions(const DriverApi& driv
   return entry;
 }
 
+Kernel::Impl::Loaded* Kernel::Impl::decodeFunctions(const DriverApi& driver, cu::Context context,
+                                                    std::string* error) {
+  Loaded* entry = function(driver, context, error);
+  if (!entry) return nullptr;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (entry->decodeResolved) {
+    if (!entry->decodeError.empty()) *error = entry->decodeError;
+    return entry->decodeError.empty() ? entry : nullptr;
+  }
+  entry->decodeResolved = true;
+  auto fail = [&](std::string message) -> Loaded* {
+    entry->decodeError = "kernel '" + images.front().metadata.name + "': " + message;
+    *error = entry->decodeError;
+    return nullptr;
+  };
+  const KernelMetadata& m = entry->image->metadata;
+  if (!m.decode)
+    return fail("the form loaded for this device (" + m.target + ") has no decode kernel" +
+                (m.dropout > 0 ? " (the spec has dropout)" : ""));
+  const DecodeMetadata& d = *m.decode;
+  std::string why;
+  cu::Device device = 0;
+  if (!getFunction(driver, *entry, d.entry, &entry->decode, &why) ||
+      !getFunction(driver, *entry, d.combineEntry, &entry->decodeCombine, &why) ||
+      !driver.check(driver.cuFuncSetAttribute(entry->decode, cu::kMaxDynamicSharedSizeBytes,
+                                              int(d.smemBytes)),
+                    "cuFuncSetAttribute(decode, MAX_DYNAMIC_SHARED_SIZE_BYTES)", &why) ||
+      !driver.check(driver.cuCtxGetDevice(&device), "cuCtxGetDevice", &why) ||
+      !driver.check(driver.cuDeviceGetAttribute(&entry->numSMs, cu::kMultiprocessorCount, device),
+                    "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)", &why) ||
+      !driver.check(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                        &entry->decodeBlocksPerSM, entry->decode, d.threads, size_t(d.smemBytes)),
+                    "cuOccupancyMaxActiveBlocksPerMultiprocessor(decode)", &why))
+    return fail(why);
+  if (entry->decodeBlocksPerSM < 1)
+    return fail("its decode kernel (" + std::to_string(d.threads) + " threads, " +
+                std::to_string(d.smemBytes) + " B shared memory) fits no SM of this device");
+  return entry;
+}
+
 bool Kernel::Impl::resolveBackward(const DriverApi& driver, Loaded& entry,
                                    BackwardEntry which, std::string* why) const {
   const BackwardMetadata& b = *entry.image->metadata.backward;

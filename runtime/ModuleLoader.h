@@ -49,6 +49,13 @@ struct Kernel::Impl {
     std::string deterministicError;
 
     cu::Function backwardEntry(BackwardEntry which) const { return backward[int(which)]; }
+
+    // The decode entries, resolved on the first decode launch, with what the split rule needs
+    // of this context's device: its SMs and the decode blocks one of them holds.
+    bool decodeResolved = false;
+    cu::Function decode = nullptr, decodeCombine = nullptr;
+    int numSMs = 0, decodeBlocksPerSM = 0;
+    std::string decodeError;
   };
 
   // The modules the JIT left for first use (Kernel::compileDeferred): built once, under `mutex`,
@@ -67,6 +74,9 @@ struct Kernel::Impl {
   // The backward workspace used when the caller passes none: one per context, grow-only.
   std::mutex workspaceMutex;
   std::map<cu::Context, DeviceBuffer> workspaces;
+  // The decode's split partials when the caller passes no workspace: one per (context, stream),
+  // grow-only, under workspaceMutex (the combine reads them later in the same stream).
+  std::map<std::pair<cu::Context, cu::Stream>, DeviceBuffer> decodeWorkspaces;
   // Block-summary buffers, one per (context, stream), grow-only. Per stream because the summary
   // entry writes them and the attention kernels read them later in the same stream: launches on
   // other streams must not overwrite them in between.
@@ -105,6 +115,9 @@ struct Kernel::Impl {
   // backwardFunctions() and the deterministic mode's entries, after building the deferred modules
   // that hold them where the JIT deferred them (the first image's) and loading those here.
   Loaded* deterministicFunctions(const DriverApi& driver, cu::Context context, std::string* error);
+
+  // The module in `context` with its decode entries resolved, or null with *error set.
+  Loaded* decodeFunctions(const DriverApi& driver, cu::Context context, std::string* error);
 
   // Backward entry `which` into entry.backward, with its shared memory opted into. Under `mutex`.
   bool resolveBackward(const DriverApi& driver, Loaded& entry, BackwardEntry which,

@@ -48,4 +48,8 @@ constexpr const char* backwardEntrySuffix(BackwardEntry entry) {
   return "";
 }
 
+// The decode kernel's entries: <name> + suffix (DecodeMetadata).
+constexpr const char* kDecodeEntrySuffix = "_decode";
+constexpr const char* kDecodeCombineEntrySuffix = "_decode_combine";
+
 }  // namespace attnc

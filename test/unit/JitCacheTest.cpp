@@ -268,7 +268,11 @@ TEST_F(JitCache, BackwardIsCompiledAndCachedSeparately) {
   EXPECT_GT(b.qSmemBytes, 0);
   const size_t cpus = std::max(1u, std::thread::hardware_concurrency());
   ASSERT_EQ(backward.moduleCount(), std::min<size_t>(2, cpus));
-  EXPECT_EQ(forward.moduleCount(), 1u);
+  // The forward's unit: the forward and the decode kernel, a program each (as many as CPUs).
+  EXPECT_EQ(forward.moduleCount(), std::min<size_t>(2, cpus));
+  ASSERT_TRUE(forward.metadata().decode.has_value());
+  EXPECT_TRUE(cubinDefines(forward.cubin(forward.moduleCount() - 1),
+                           forward.metadata().decode->entry));
   EXPECT_FALSE(forward.hasDeferred());
   EXPECT_TRUE(backward.hasDeferred());
   // Which modules define `symbol` (as the runtime finds an entry's module).

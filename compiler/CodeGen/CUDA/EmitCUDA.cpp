@@ -27,6 +27,7 @@ struct Unit {
   bool hopper = false;             // the sm_90a forward (attnc/sm90/forward.h)
   bool hopperBackward = false;     // the sm_90a dK/dV kernel (attnc/sm90/backward.h)
   std::string element;             // the C++ element type
+  const DecodeTiles* decode;       // null: no decode kernel
 };
 
 // The tile configurations (Config, and with the backward BwdKVConfig, BwdQConfig and the sm_90a
@@ -112,6 +113,16 @@ void emitConfigs(llvm::raw_ostream& os, const Unit& unit, bool kvOrderedGrid,
     }
     result.backward = info;
   }
+  if (const DecodeTiles* decode = unit.decode) {
+    os << llvm::formatv("using DecodeConfig = attnc::sm80::DecodeConfig<{0}, {1}, {2}, {3}, {4}, "
+                        "{5}, {6}>;\n",
+                        element, op.getHeadDim(), op.getHeadDimV(),
+                        op.getHeadsQ() / op.getHeadsKv(), decode->rows / 16, decode->stages,
+                        decode->qInRegisters ? "true" : "false");
+    os << "static_assert(DecodeConfig::kSmemBytes == " << decode->smemBytes
+       << " && DecodeConfig::kBlockKV == " << decode->blockKV
+       << ", \"attn-select-decode-tiles and the decode template disagree\");\n";
+  }
 }
 
 // The extern "C" entries, in entry groups.
@@ -125,7 +136,7 @@ void emitEntries(llvm::raw_ostream& os, const Unit& unit,
   // ATTNC_ENTRY_GROUPS, so that the JIT can compile them as separate NVRTC programs at once.
   // Undefined, the macro keeps every entry (the unit compiles whole). A unit of the forward alone
   // has no fences.
-  const bool grouped = bool(backward) || !summarized.empty();
+  const bool grouped = bool(backward) || !summarized.empty() || unit.decode;
   int openGroup = -1;
   auto group = [&](EntryGroup g) {
     if (!grouped || int(g) == openGroup) return;
@@ -234,12 +245,29 @@ void emitEntries(llvm::raw_ostream& os, const Unit& unit,
               "DqHopperConfig::kBlockKV, attnc::BwdParams, true>(p);\n}\n";
     }
   }
+  if (unit.decode) {
+    group(EntryGroup::Decode);
+    result.decodeEntry = (op.getSymName() + kDecodeEntrySuffix).str();
+    result.decodeCombineEntry = (op.getSymName() + kDecodeCombineEntrySuffix).str();
+    // __grid_constant__: the kernel keeps references into its parameters (the sequence's view),
+    // which would otherwise copy them to the stack.
+    os << "\n// The decode kernel (GQA-packed rows, split-KV; contiguous, varlen and paged K/V) "
+          "and the\n// combine of its splits (docs/design/decode.md).\n";
+    os << "extern \"C\" __global__ void __launch_bounds__(DecodeConfig::kThreads) "
+       << result.decodeEntry << "(const __grid_constant__ attnc::DecodeParams p) {\n"
+       << "  extern __shared__ __align__(128) unsigned char smem128[];\n"
+       << "  attnc::sm80::decode<DecodeConfig, Variant>(p, smem128);\n}\n";
+    os << "extern \"C\" __global__ void __launch_bounds__(attnc::sm80::kCombineThreads) "
+       << result.decodeCombineEntry << "(const attnc::CombineParams p) {\n"
+       << "  attnc::sm80::decodeCombine<" << unit.element << ", DecodeConfig::kHeadDimV>(p);\n}\n";
+  }
   if (openGroup >= 0) os << "#endif  // entry group " << openGroup << "\n";
 }
 
 }  // namespace
 
-FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp backward) {
+FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp backward,
+                                 const DecodeTiles* decode) {
   KernelSource result;
   result.entry = (op.getSymName() + "_fwd").str();
   result.threads = int(op.getWarps() * 32);
@@ -261,6 +289,7 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
   // kernel where its own does not fit.
   if (backward) os << "#include \"attnc/sm80/backward.h\"\n";
   if (hopperBackward) os << "#include \"attnc/sm90/backward.h\"\n";
+  if (decode) os << "#include \"attnc/sm80/decode.h\"\n";
   const std::vector<std::pair<int, bool>> summarized = summarizedInputs(op);
   if (!summarized.empty())
     os << "#include \"attnc/common/summary.h\"\n#include \"attnc/common/tile_classes.h\"\n";
@@ -275,7 +304,7 @@ FailureOr<KernelSource> emitCUDA(attn::TiledForwardOp op, attn::TiledBackwardOp 
   if (failed(choices)) return failure();
   result.maskIgnoresHead = choices->maskIgnoresHead;
   result.orderedGrid = choices->orderedGrid;
-  const Unit unit{op, backward, hopper, hopperBackward, element};
+  const Unit unit{op, backward, hopper, hopperBackward, element, decode};
   emitConfigs(os, unit, choices->kvOrderedGrid, result);
   emitEntries(os, unit, summarized, result);
   os << "\n}  // namespace " << specNamespace << "\n";

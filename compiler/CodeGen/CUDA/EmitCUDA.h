@@ -27,6 +27,14 @@ struct BackwardSource {
   bool separateDq = false;       // BackwardMetadata::separateDq
 };
 
+// The decode kernel's tiles (attn-select-decode-tiles' `decode_tiles`, TileRule.h
+// DecodeTileChoice).
+struct DecodeTiles {
+  long long rows = 0, blockKV = 0, warps = 0, stages = 0, smemBytes = 0;
+  bool qInRegisters = false;
+  std::vector<std::string> derivation;
+};
+
 struct KernelSource {
   std::string code;       // the translation unit (includes "attnc/sm80/forward.h")
   std::string entry;      // extern "C" kernel symbol: <name>_fwd
@@ -53,6 +61,9 @@ struct KernelSource {
   // the JIT compiles as separate NVRTC programs at once (-DATTNC_ENTRY_GROUPS=<bit mask of
   // groups>; undefined, the unit compiles whole). Empty for a unit of the forward alone.
   std::vector<int> entryGroups;
+  // With decode tiles: the decode kernel (<name>_decode, templates/attnc/sm80/decode.h,
+  // attnc::DecodeParams) and its combine (<name>_decode_combine, attnc::CombineParams).
+  std::string decodeEntry, decodeCombineEntry;
 };
 
 // The groups of a unit's entries (docs/runtime.md), by what they take to compile
@@ -65,10 +76,11 @@ enum class EntryGroup : int {
   BackwardKV = 2,   // _bwd_kv
   BackwardKVNoDQ = 3,  // _bwd_kv_nodq (deterministic mode)
   BackwardQ = 4,    // _bwd_q (deterministic mode)
+  Decode = 5,       // _decode, _decode_combine
 };
-constexpr int kEntryGroups = 5;
+constexpr int kEntryGroups = 6;
 // Their relative compile costs, for packing groups into fewer programs than groups.
-constexpr int kEntryGroupCost[kEntryGroups] = {3, 1, 2, 2, 2};
+constexpr int kEntryGroupCost[kEntryGroups] = {3, 1, 2, 2, 2, 2};
 
 // A unit's entry groups (KernelSource::entryGroups) packed into at most `programs` bit masks of
 // groups (the JIT's -DATTNC_ENTRY_GROUPS), the costliest groups first, each onto the lightest mask
@@ -77,7 +89,9 @@ std::vector<unsigned> packEntryGroups(const std::vector<int>& groups, unsigned p
 
 // Fails (with an error on the op) for an op in a region that has no device form. With
 // `backward`, the unit also holds the backward kernels (the score_grad hook and their entries).
+// With `decode`, the unit also holds the decode kernel and its combine.
 mlir::FailureOr<KernelSource> emitCUDA(mlir::attn::TiledForwardOp op,
-                                       mlir::attn::TiledBackwardOp backward = {});
+                                       mlir::attn::TiledBackwardOp backward = {},
+                                       const DecodeTiles* decode = nullptr);
 
 }  // namespace attnc

@@ -102,13 +102,13 @@ void printDecodePlan(llvm::raw_ostream& os, const Spec& spec, const Target& targ
                       "dropout)\n",
                       mlir::attn::kDecodeMaxPackedRows / group, group,
                       mlir::attn::kDecodeMaxPackedRows);
-  os << "  the decode kernel is not built yet: launches at these lengths run the forward kernel "
-        "above; this is the plan it will take\n";
   if (!kernel.decode) {
     os << "  no decode tiles: " << kernel.decodeError << "\n";
     return;
   }
   const DecodeTiles& tiles = *kernel.decode;
+  os << "  launches at these lengths run the decode kernel " << spec.name << kDecodeEntrySuffix
+     << " (ForwardArgs::decode = Auto), not the forward kernel above\n";
   for (auto [i, line] : llvm::enumerate(tiles.derivation))
     os << "  " << i + 1 << ". " << line << "\n";
 
@@ -128,16 +128,21 @@ void printDecodePlan(llvm::raw_ostream& os, const Spec& spec, const Target& targ
   const SmLimits limits{target.regsPerSM, target.smemPerSM, target.maxThreadsPerSM,
                         target.maxBlocksPerSM};
   const int threads = int(32 * tiles.warps);
-  const int perSM = blocksPerSM(threads, target.regsPerThread, tiles.smemBytes, limits);
+  const bool measured = kernel.decodeResources.registers > 0;
+  const int registers = measured ? int(kernel.decodeResources.registers) : target.regsPerThread;
+  const int perSM = blocksPerSM(threads, registers, tiles.smemBytes, limits);
   const long long sms = numSMs > 0 ? numSMs : target.numSMs;
   const long long slots = sms * perSM;
   os << llvm::formatv("  slots: {0} SMs ({1}) x {2} blocks/SM = {3}: {4} threads (32 x {5} "
-                      "warps), {6} B shared + {7} B reserved, {8} registers/thread (a model: the "
-                      "most a thread may use, the live set within 3/4 of it; ptxas gives the "
-                      "kernel's own figure once it exists), at most {9} blocks/SM\n",
+                      "warps), {6} B shared + {7} B reserved, {8} registers/thread ({9}), at "
+                      "most {10} blocks/SM\n",
                       sms, numSMs > 0 ? std::string("--sms") : target.description, perSM,
                       slots, threads, tiles.warps, tiles.smemBytes, kSmemReservedPerBlock,
-                      target.regsPerThread, target.maxBlocksPerSM);
+                      registers,
+                      measured ? "ptxas"
+                               : "a model: the most a thread may use, the live set within 3/4 of "
+                                 "it; ptxas gives the kernel's own figure when it compiles",
+                      target.maxBlocksPerSM);
 
   const int kvTiles = int(std::min<long long>((kvLen + tiles.blockKV - 1) / tiles.blockKV,
                                               std::numeric_limits<int>::max()));

@@ -14,9 +14,8 @@ namespace {
 constexpr int64_t kFragmentRows = 16;    // mma.sync m16n8k16: a warp's rows are m16 fragments
 constexpr int64_t kMaxMTiles = 2;        // 32 rows: O of 2 x dv/2 fp32 a lane fills the budget
 constexpr int64_t kWarps = 4;            // one warp per SM sub-partition, each its own keys
-constexpr int64_t kWideBlockKV = 64;     // 16 keys a warp: S and P V in whole k16 steps
-constexpr int64_t kNarrowBlockKV = 32;   // dv > 128: a K/V tile stays 16 KB (32 x 256 x 2 B)
-constexpr int64_t kMaxWideDv = 128;      // the widest dv whose 64-key tile is 16 KB
+constexpr int64_t kWarpKeys = 16;        // a warp's keys: S and P V in whole k16 steps
+constexpr int64_t kBlockKV = kWarps * kWarpKeys;
 constexpr int64_t kMinStages = 2;        // K and V alternate: one loads while the other is read
 constexpr int64_t kBlocksPerSM = 2;      // one block's merge and stores overlap the other's loads
 constexpr int64_t kQRegisterLimit = 32;  // Q fragments stay resident up to this many registers
@@ -44,7 +43,8 @@ int64_t liveRegisters(int64_t mTiles, int64_t d, int64_t dv, int64_t blockKV, bo
 int64_t ringBytes(int64_t rows, int64_t blockKV, int64_t stages, int64_t width, int64_t e) {
   return (rows + stages * blockKV) * width * e;
 }
-int64_t mergeBytes(int64_t rows, int64_t dv) { return kWarps / 2 * rows * (dv + 2) * 4; }
+// Each lane's O fragments plus its rows' (max, sum) pairs: rows x (d_v + 8) fp32 a slot.
+int64_t mergeBytes(int64_t rows, int64_t dv) { return kWarps / 2 * rows * (dv + 8) * 4; }
 
 }  // namespace
 
@@ -60,20 +60,20 @@ FailureOr<DecodeTileChoice> mlir::attn::deriveDecodeTiles(const DecodeProblem& p
   const int64_t width = llvm::alignTo(std::max(problem.headDim, problem.headDimV), 64);
 
   // 1. Packed rows: the G query heads of one kv head share its K/V, so they are one block's rows.
+  // One kernel serves every q_len (1 to 16 new tokens is the common range): the rows a block
+  // takes do not depend on it, only how many row tiles a launch has.
   const int64_t packed = problem.group * problem.qLen;
-  int64_t mTiles = std::clamp<int64_t>(llvm::divideCeil(packed, kFragmentRows), 1, kMaxMTiles);
-  note(llvm::formatv("packed rows: G {0} x q_len {1} = {2}; {3} m16 fragment(s) cover {4}",
-                     problem.group, problem.qLen, packed, mTiles,
-                     std::min(packed, kFragmentRows * mTiles)));
+  int64_t mTiles = kMaxMTiles;
+  note(llvm::formatv("packed rows: G {0} x q_len {1} = {2}; up to {3} m16 fragments a block",
+                     problem.group, problem.qLen, packed, mTiles));
   if (packed > kDecodeMaxPackedRows)
     note(llvm::formatv("above {0} packed rows a launch is mma-bound: the forward kernel serves it",
                        kDecodeMaxPackedRows));
 
-  // 2. Keys per tile and warps: each of the 4 warps takes BlockKV / 4 keys against all rows.
-  int64_t blockKV = dv <= kMaxWideDv ? kWideBlockKV : kNarrowBlockKV;
-  note(llvm::formatv("B_c = {0} (d_v {1} {2} {3}): {4} warps of {5} keys each against all rows",
-                     blockKV, dv, dv <= kMaxWideDv ? "<=" : ">", kMaxWideDv, kWarps,
-                     blockKV / kWarps));
+  // 2. Keys per tile and warps: each of the 4 warps takes 16 keys against all rows.
+  const int64_t blockKV = kBlockKV;
+  note(llvm::formatv("B_c = {0}: {1} warps of {2} keys each against all rows", blockKV, kWarps,
+                     kWarpKeys));
 
   // 3. Registers: every warp holds O of all rows, so two fragments only where that fits.
   // Q stays in shared memory (read again each tile) before a fragment of rows goes.
@@ -113,25 +113,25 @@ FailureOr<DecodeTileChoice> mlir::attn::deriveDecodeTiles(const DecodeProblem& p
                      numSMs, perSM, perBlock, kBlocksPerSM, stages - 1, tileBytes, stages));
 
   // 5. Shared memory: within 1/kBlocksPerSM of the SM, less the driver's reserve per block;
-  // stages go first, then keys (a wide d with a narrow d_v on a 100 KB SM), then rows.
-  const int64_t limit =
-      target.smemPerSM / kBlocksPerSM - (target.smemPerSM - target.smemPerBlock);
+  // stages go first, then rows.
+  int64_t blocksPerSM = kBlocksPerSM;
+  int64_t limit = target.smemPerSM / kBlocksPerSM - (target.smemPerSM - target.smemPerBlock);
   auto smem = [&] {
     int64_t rows = kFragmentRows * mTiles;
-    return std::max(ringBytes(rows, blockKV, stages, width, e), mergeBytes(rows, dv));
+    return std::max(ringBytes(rows, blockKV, stages, width, e), mergeBytes(rows, problem.headDimV));
   };
   while (smem() > limit && stages > kMinStages) --stages;
-  if (smem() > limit && blockKV > kNarrowBlockKV) {
-    blockKV = kNarrowBlockKV;
-    note(llvm::formatv("B_c = {0}: the ring of {1} stages of {2} keys does not fit", blockKV,
-                       stages, kWideBlockKV));
-  }
   while (smem() > limit && mTiles > 1) --mTiles;
+  if (smem() > limit) {
+    // A wide head on a small SM (sm_86's 100 KB at d 256): one block an SM, all its shared memory.
+    blocksPerSM = 1;
+    limit = target.smemPerBlock;
+  }
   const int64_t rows = kFragmentRows * mTiles;
   note(llvm::formatv("shared memory: max((Q {0} + {1} K/V buffers x {2}) rows x {3} wide x {4} B, "
                      "merge {5} x {0} rows x (d_v + m, l) x 4 B) = {6} B <= {7} B (1/{8} of the "
                      "SM, less its {9} B reserve)",
-                     rows, stages, blockKV, width, e, kWarps / 2, smem(), limit, kBlocksPerSM,
+                     rows, stages, blockKV, width, e, kWarps / 2, smem(), limit, blocksPerSM,
                      target.smemPerSM - target.smemPerBlock));
   if (smem() > limit) return failure();
 

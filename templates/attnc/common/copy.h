@@ -100,6 +100,31 @@ ATTNC_DEVICE void loadTileAsync(u32 tileBase, const Element* gmem, i64 rowStride
   }
 }
 
+// loadTileAsync for rows that are not evenly strided (a paged pool, packed heads): row r of the
+// tile comes from rowAddress(r), a pointer to its element 0, called only for rows below
+// `validRows`. Zero-fill and chunk rules as loadTileAsync's; a zero-filled chunk names `anyRow`
+// (any mapped global address: nothing is read from it).
+template <class Tile, class Element, int Rows, int Cols, int LoadCols, int Threads, class RowAddress>
+ATTNC_DEVICE void loadRowsAsync(u32 tileBase, const RowAddress& rowAddress, int validRows,
+                                const Element* anyRow, int tid) {
+  static_assert(Cols % 8 == 0 && LoadCols % 8 == 0 && Cols <= LoadCols && LoadCols <= Tile::kWidth,
+                "columns are whole 16-byte chunks inside the tile");
+  constexpr int kChunksPerRow = LoadCols / 8;
+  constexpr int kValidChunks = Cols / 8;
+  constexpr int kChunks = Rows * kChunksPerRow;
+  constexpr int kIters = ceilDiv(kChunks, Threads);
+#pragma unroll
+  for (int i = 0; i < kIters; ++i) {
+    const int idx = tid + i * Threads;
+    if (kChunks % Threads != 0 && idx >= kChunks) break;
+    const int row = idx / kChunksPerRow;
+    const int chunk = idx % kChunksPerRow;
+    const bool valid = row < validRows && chunk < kValidChunks;
+    const Element* src = valid ? rowAddress(row) + chunk * 8 : anyRow;
+    cpAsync16(tileBase + Tile::chunkOffset(row, chunk), src, valid);
+  }
+}
+
 }  // namespace block
 }  // namespace sm80
 }  // namespace attnc

@@ -243,3 +243,39 @@ struct SeqLayout {
 };
 
 }  // namespace attnc
+
+namespace attnc {
+
+// The decode kernel's parameters (sm80/decode.h): a forward's, where each sequence's rows are, and
+// where the kv splits leave their partials. base.q_len and base.kv_len are the launch's longest
+// sequence's (the grid and the declared inputs' extents are sized by them).
+struct DecodeParams {
+  FwdParams base;
+  SeqLayout seq;
+  // With more than one split: each split's normalized O and its LSE for every (query head, row),
+  // [splits][heads_q][partial_rows][head_dim_v] and [splits][heads_q][partial_rows] fp32; a row is
+  // b x base.q_len + q, or the packed row with cu_seqlens_q. Null with one split: O and the LSE
+  // are written directly.
+  float* o_part;
+  float* lse_part;
+  i64 partial_rows;
+  int splits;       // gridDim.x
+  int split_tiles;  // kv tiles a split reads (the last may read fewer, or none)
+};
+
+// The combine kernel's parameters (sm80/decode.h decodeCombine): the partials of DecodeParams and
+// the O and LSE they merge into. Row r of the partials is query r % q_len of sequence r / q_len
+// (packed Q: q_len = total_q, one "sequence" whose O and LSE rows are the packed rows).
+struct CombineParams {
+  void* o;
+  float* lse;  // [rows / q_len, heads_q, q_len], or null
+  i64 o_stride_b, o_stride_h, o_stride_s;
+  const float* o_part;
+  const float* lse_part;
+  i64 rows;  // DecodeParams::partial_rows
+  int q_len;
+  int heads_q;
+  int splits;
+};
+
+}  // namespace attnc

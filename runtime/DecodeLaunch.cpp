@@ -1,0 +1,240 @@
+// Kernel::forward's decode path: the decode kernel over GQA-packed rows and kv splits, then the
+// combine of the splits (templates/attnc/sm80/decode.h); and the plan a launch takes
+// (Kernel::decodePlan, forwardWorkspaceBytes). The launch ABI is attnc::DecodeParams: grid
+// (splits, row tiles x heads_kv, batch), DecodeMetadata's threads and shared memory; the combine's
+// attnc::CombineParams, grid ceil(heads_q x rows / kCombineRowsPerBlock).
+#include "runtime/DecodeLaunch.h"
+
+#include "attnc/common/split_kv.h"
+#include "attnc/sm80/decode_config.h"
+#include "runtime/DeviceBuffer.h"
+#include "runtime/InputWork.h"
+#include "runtime/LaunchParams.h"
+#include "runtime/LaunchValidation.h"
+#include "runtime/ModuleLoader.h"
+#include "runtime/PreparedInputs.h"
+
+#include <algorithm>
+
+namespace attnc {
+
+namespace {
+
+constexpr size_t kPartialAlign = 256;  // the partials' O and LSE arrays each start 256-aligned
+
+size_t alignUp(size_t x) { return (x + kPartialAlign - 1) / kPartialAlign * kPartialAlign; }
+
+bool packedQ(const ForwardArgs& args) { return args.varlen && args.varlen->cu_seqlens_q; }
+
+// Rows of each query head the partials hold: batch x q_len, or the packed rows.
+int64_t partialRows(const ForwardArgs& args) {
+  return packedQ(args) ? args.varlen->total_q : args.batch * args.q_len;
+}
+
+// The page size's log2 (validate() checked it is a power of two in [1, 256]).
+int pageShift(int64_t pageSize) {
+  int shift = 0;
+  while ((int64_t(1) << shift) < pageSize) ++shift;
+  return shift;
+}
+
+}  // namespace
+
+bool takesDecode(const KernelMetadata& m, const ForwardArgs& args) {
+  switch (args.decode) {
+  case DecodeChoice::Off: return false;
+  case DecodeChoice::On: return true;
+  case DecodeChoice::Auto: break;
+  }
+  if (args.varlen || args.paged) return true;
+  if (!m.decode) return false;
+  return int64_t(m.headsQ / m.headsKV) * args.q_len <= kDecodeAutoRows;
+}
+
+DecodePlan decodePlanFor(const KernelMetadata& m, const ForwardArgs& args, int numSMs,
+                         int blocksPerSM) {
+  DecodePlan plan;
+  if (!m.decode || !takesDecode(m, args)) return plan;
+  const DecodeMetadata& d = *m.decode;
+  const int group = m.headsQ / m.headsKV;
+  const int64_t elementBytes = 2;  // bf16 and fp16
+  plan.decode = true;
+  plan.rows = d.rows;
+  plan.blockKV = d.blockKV;
+  plan.rowTiles = int((group * args.q_len + d.rows - 1) / d.rows);
+  const int kvTiles = int((args.kv_len + d.blockKV - 1) / d.blockKV);
+  SplitProblem problem{int(std::min<int64_t>(INT32_MAX, args.batch * m.headsKV * plan.rowTiles)),
+                       kvTiles, numSMs * blocksPerSM,
+                       int64_t(d.blockKV) * (m.headDim + m.headDimV) * elementBytes,
+                       std::min<int64_t>(int64_t(group) * args.q_len, d.rows) * m.headDimV * 4};
+  const SplitPlan split =
+      args.num_splits > 0 ? splitPlanFor(args.num_splits, kvTiles) : splitCount(problem);
+  plan.splits = split.splits;
+  plan.splitTiles = split.splitTiles;
+  if (plan.splits > 1) {
+    const size_t rows = size_t(plan.splits) * size_t(m.headsQ) * size_t(partialRows(args));
+    plan.workspaceBytes = alignUp(rows * size_t(m.headDimV) * 4) + alignUp(rows * 4);
+  }
+  return plan;
+}
+
+SeqLayout seqLayoutOf(const ForwardArgs& args) {
+  SeqLayout seq{};
+  if (const VarlenArg* v = args.varlen) {
+    seq.cu_seqlens_q = v->cu_seqlens_q;
+    seq.cu_seqlens_kv = v->cu_seqlens_kv;
+    seq.total_q = v->total_q;
+    seq.total_kv = v->total_kv;
+  }
+  if (const PagedKVArg* paged = args.paged) {
+    seq.block_table = paged->block_table;
+    seq.seq_lens_kv = paged->seq_lens_kv;
+    seq.block_table_stride = paged->block_table_stride;
+    seq.max_pages = int(paged->max_pages);
+    seq.page_shift = pageShift(paged->page_size);
+    seq.num_pages = int(paged->num_pages);
+    seq.k_stride_page = paged->k_stride_page;
+    seq.v_stride_page = paged->v_stride_page;
+  }
+  return seq;
+}
+
+bool Kernel::hasDecode() const { return impl_ && metadata().decode.has_value(); }
+
+Status Kernel::decodePlan(const ForwardArgs& args, int numSMs, DecodePlan* out) const {
+  if (!out) return Status::error("Kernel::decodePlan: out is null");
+  if (Status status = validate(args); !status) return status;
+  const KernelMetadata& m = metadata();
+  if (numSMs < 0)
+    return Status::error("Kernel::decodePlan: numSMs = " + std::to_string(numSMs) +
+                         ": 0 (the current device's) or more");
+  int blocksPerSM = 0;
+  const KernelMetadata* image = &m;
+  if (numSMs == 0 && takesDecode(m, args) && m.decode) {
+    InContext at;
+    if (Status status = loadedInContext(*impl_, "Kernel::decodePlan", &at); !status) return status;
+    std::string error;
+    const Impl::Loaded* loaded = impl_->decodeFunctions(*at.driver, at.context, &error);
+    if (!loaded) return Status::error(error);
+    numSMs = loaded->numSMs;
+    blocksPerSM = loaded->decodeBlocksPerSM;
+    image = &loaded->image->metadata;
+  } else if (m.decode) {
+    // Without a device: the occupancy the tile rule aims for.
+    blocksPerSM = 2;
+  }
+  *out = decodePlanFor(*image, args, std::max(numSMs, 1), std::max(blocksPerSM, 1));
+  return Status::success();
+}
+
+size_t Kernel::forwardWorkspaceBytes(const ForwardArgs& args) const {
+  DecodePlan plan;
+  if (!impl_ || !takesDecode(metadata(), args) || !decodePlan(args, 0, &plan)) return 0;
+  return plan.workspaceBytes;
+}
+
+Status launchDecode(Kernel::Impl& impl, const KernelMetadata& m, const ForwardArgs& args,
+                    const PreparedInputs::Impl* prepared, void* stream) {
+  InContext at;
+  if (Status status = loadedInContext(impl, "Kernel::forward", &at); !status) return status;
+  const DriverApi& driver = *at.driver;
+  std::string error;
+  const Kernel::Impl::Loaded* loaded = impl.decodeFunctions(driver, at.context, &error);
+  if (!loaded) return Status::error(error);
+  const KernelMetadata& image = loaded->image->metadata;
+  const DecodeMetadata& d = *image.decode;
+  const DecodePlan plan = decodePlanFor(image, args, loaded->numSMs, loaded->decodeBlocksPerSM);
+  const int64_t gridY = int64_t(plan.rowTiles) * m.headsKV;
+  if (gridY > kMaxGridYZ)
+    return Status::error("kernel '" + m.name + "' (decode): heads_kv x row tiles = " +
+                         std::to_string(gridY) + " (" + std::to_string(plan.rowTiles) +
+                         " row tiles of " + std::to_string(plan.rows) +
+                         " packed rows); the grid takes at most 65535");
+  const cu::Stream cuStream = static_cast<cu::Stream>(stream);
+
+  DecodeParams dp{};
+  setSharedFields(dp.base, m, args);
+  dp.seq = seqLayoutOf(args);
+  dp.splits = plan.splits;
+  dp.split_tiles = plan.splitTiles;
+  dp.partial_rows = partialRows(args);
+
+  std::unique_lock<std::mutex> summaryLock;
+  if (prepared) {
+    if (Status status =
+            usePrepared(*prepared, prepared->forward, at.context, "ForwardArgs.prepared: ", dp.base);
+        !status)
+      return status;
+  } else if (!image.summaryEntry.empty()) {
+    if (Status status = launchDecodeInputWork(impl, driver, at.context, *loaded, dp.base, cuStream,
+                                              &summaryLock);
+        !status)
+      return status;
+  }
+
+  // The partials: the caller's workspace, or this kernel's for (context, stream).
+  std::unique_lock<std::mutex> workspaceLock;
+  char* workspace = static_cast<char*>(args.workspace);
+  if (plan.splits > 1 && !workspace) {
+    workspaceLock = std::unique_lock<std::mutex>(impl.workspaceMutex);
+    DeviceBuffer& buffer = impl.decodeWorkspaces[{at.context, cuStream}];
+    if (buffer.size() < plan.workspaceBytes && driver.capturing(cuStream))
+      return Status::error("Kernel::forward: the stream is capturing a CUDA graph, and the "
+                           "kernel's decode workspace must first grow to " +
+                           std::to_string(plan.workspaceBytes) +
+                           " bytes, which a capture cannot hold: pass ForwardArgs::workspace, or "
+                           "launch once with these sizes before capturing");
+    bool waitFailed = false;
+    Status grown = growBuffer(
+        buffer, plan.workspaceBytes,
+        [&](std::string* why) {
+          return driver.check(driver.cuCtxSynchronize(), "cuCtxSynchronize", why);
+        },
+        &waitFailed);
+    if (!grown)
+      return Status::error(waitFailed ? "Kernel::forward: growing the decode workspace: " +
+                                            grown.message
+                                      : "Kernel::forward: allocating a " +
+                                            std::to_string(plan.workspaceBytes) +
+                                            "-byte decode workspace: " + grown.message +
+                                            " (or pass ForwardArgs::workspace)");
+    workspace = static_cast<char*>(buffer.data());
+  }
+  if (plan.splits > 1) {
+    const size_t rows = size_t(plan.splits) * size_t(m.headsQ) * size_t(dp.partial_rows);
+    dp.o_part = reinterpret_cast<float*>(workspace);
+    dp.lse_part = reinterpret_cast<float*>(workspace + alignUp(rows * size_t(m.headDimV) * 4));
+  }
+
+  void* params[] = {&dp};
+  if (!driver.check(driver.cuLaunchKernel(loaded->decode, unsigned(plan.splits), unsigned(gridY),
+                                          unsigned(args.batch), unsigned(d.threads), 1, 1,
+                                          unsigned(d.smemBytes), cuStream, params, nullptr),
+                    "cuLaunchKernel(decode)", &error))
+    return Status::error("kernel '" + m.name + "': " + error);
+  if (plan.splits == 1) return Status::success();
+
+  CombineParams cp{};
+  cp.o = args.o.data;
+  cp.lse = args.lse;
+  cp.o_stride_b = packedQ(args) ? 0 : args.o.stride_b;
+  cp.o_stride_h = args.o.stride_h;
+  cp.o_stride_s = args.o.stride_s;
+  cp.o_part = dp.o_part;
+  cp.lse_part = dp.lse_part;
+  cp.rows = dp.partial_rows;
+  cp.q_len = packedQ(args) ? int(args.varlen->total_q) : int(args.q_len);
+  cp.heads_q = m.headsQ;
+  cp.splits = plan.splits;
+  const int64_t rowsTotal = int64_t(m.headsQ) * dp.partial_rows;
+  const int64_t blocks = (rowsTotal + sm80::kCombineRowsPerBlock - 1) / sm80::kCombineRowsPerBlock;
+  void* combineParams[] = {&cp};
+  if (!driver.check(driver.cuLaunchKernel(loaded->decodeCombine, unsigned(blocks), 1, 1,
+                                          unsigned(sm80::kCombineThreads), 1, 1, 0, cuStream,
+                                          combineParams, nullptr),
+                    "cuLaunchKernel(decode combine)", &error))
+    return Status::error("kernel '" + m.name + "': " + error);
+  return Status::success();
+}
+
+}  // namespace attnc

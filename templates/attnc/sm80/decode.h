@@ -1,0 +1,438 @@
+// The decode kernel (mma.sync, ldmatrix, cp.async; sm_80 family, Hopper included): few query rows
+// against a long K/V cache, for contiguous, packed (varlen) and paged layouts alike. Where the
+// forward gives a block 128 rows of one head, here a block takes the rows of all the query heads
+// that share one kv head (GQA packing, common/packed_rows.h), so each K/V byte is read once per kv
+// head, and a sequence's keys may be cut into splits (split-KV, common/split_kv.h) so that a small
+// batch still fills the GPU; a combine kernel (decodeCombine, below) merges the splits' partials.
+// Docs: docs/design/decode.md.
+//
+// A block is (split, row tile x kv head, sequence). Stages, top to bottom:
+//   view      the sequence's lengths and rows (common/seq_params.h): positions in hooks are the
+//             sequence's own, so bottom-right causal aligns per sequence;
+//   producer  Q's packed rows, then K and V tiles alternating through a ring of shared buffers (as
+//             in forward.h), each row's address from the layout (contiguous, packed or paged);
+//   mainloop  each of the 4 warps takes its own 16 keys of every kv tile against all the rows,
+//             with its own online softmax: S = Q K^T, score and mask per packed row, O += P V;
+//   merge     the warps' (O, max, sum) pairwise through shared memory into warp 0;
+//   epilogue  O and LSE (one split), or the split's fp32 partials.
+#pragma once
+
+#include "attnc/common/copy.h"
+#include "attnc/common/expr.h"
+#include "attnc/common/mma.h"
+#include "attnc/common/packed_rows.h"
+#include "attnc/common/params.h"
+#include "attnc/common/seq_params.h"
+#include "attnc/common/softmax.h"
+#include "attnc/common/split_combine.h"
+#include "attnc/common/types.h"
+#include "attnc/sm80/decode_config.h"
+
+namespace attnc {
+namespace sm80 {
+
+// The kv tiles a block of packed rows visits: TileWalk's searches (kv_tiles.h) with the rows'
+// query interval and the hull of their heads, over the sequence's view, inside the split's tiles.
+// It never reads a launch's precomputed classes (those are for the forward's tiles).
+template <class Variant, int BlockKV>
+struct PackedKvTiles {
+  using Tri = expr::Tri;
+  using IntI = expr::IntI;
+  const SeqView<FwdParams>& p;
+  int b;
+  IntI heads, queries;
+  int numTiles;
+
+  ATTNC_DEVICE PackedKvTiles(const SeqView<FwdParams>& view, int batch, IntI h, IntI q)
+      : p(view), b(batch), heads(h), queries(q), numTiles(ceilDiv(view.kv_len, BlockKV)) {}
+
+  ATTNC_DEVICE Tri classify(int kLo, int kHi) const {
+    if constexpr (Variant::kHasMask) {
+      return Variant::mask(p, IntI{b, b}, heads, queries, IntI{kLo, kHi});
+    } else {
+      return Tri::True;
+    }
+  }
+  ATTNC_DEVICE int tileEnd(int t) const { return minOf((t + 1) * BlockKV, p.kv_len) - 1; }
+  ATTNC_DEVICE bool isTail(int t) const { return (t + 1) * BlockKV > p.kv_len; }
+
+  // The live range inside tiles [lo, hi] (TileWalk::first and last's searches kept inside it):
+  // first, the largest t with tiles [lo, t) provably empty; last, one before the smallest t with
+  // tiles [t, hi] provably empty. first > last when nothing is live.
+  ATTNC_DEVICE void bounds(int lo, int hi, int& first, int& last) const {
+    first = lo, last = hi;
+    if constexpr (Variant::kHasMask) {
+      if (lo > hi) return;
+      int a = lo, z = hi + 2;  // tiles [lo, a) empty (vacuously at lo); z: past the range
+      while (z - a > 1) {
+        const int mid = (a + z) / 2;
+        if (classify(lo * BlockKV, tileEnd(mid - 1)) == Tri::False) a = mid; else z = mid;
+      }
+      first = a;
+      a = lo - 1, z = hi + 1;  // tiles [z, hi] empty (vacuously at hi + 1); a: before the range
+      while (z - a > 1) {
+        const int mid = (a + z) / 2;
+        if (classify(mid * BlockKV, tileEnd(hi)) == Tri::False) z = mid; else a = mid;
+      }
+      last = z - 1;
+    }
+  }
+
+  // The first tile t' in [t, last] that is not empty (last + 1 when none), and its class.
+  ATTNC_DEVICE int nextLive(int t, int last, Tri& cls) const {
+    for (; t <= last; ++t) {
+      cls = classify(t * BlockKV, tileEnd(t));
+      if (cls != Tri::False) return t;
+    }
+    cls = Tri::False;
+    return t;
+  }
+};
+
+// Where a sequence's K or V rows are: contiguous (b's rows from its batch stride), packed (rows
+// from cu_seqlens_kv[b]) or paged (row j in page block_table[b][j >> shift]). Page ids and table
+// columns are clamped, so a wrong table reads wrong rows of the pool, never outside it.
+template <class Element>
+struct KvRows {
+  const Element* base;  // the kv head's row 0: of the sequence, or of page 0 of the pool
+  i64 strideS, stridePage;
+  const int* table;     // the sequence's row of the block table, or null
+  int pageShift, maxPages, numPages;
+
+  ATTNC_DEVICE const Element* row(int j) const {
+    if (table == nullptr) return base + j * strideS;
+    const int page = minOf(maxOf(table[minOf(j >> pageShift, maxPages - 1)], 0), numPages - 1);
+    return base + page * stridePage + (j & ((1 << pageShift) - 1)) * strideS;
+  }
+};
+
+template <class Element>
+ATTNC_DEVICE KvRows<Element> kvRowsOf(const DecodeParams& dp, const SeqView<FwdParams>& view,
+                                      const void* tensor, i64 strideB, i64 strideH, i64 strideS,
+                                      i64 stridePage, int b, int hKv) {
+  const SeqLayout& seq = dp.seq;
+  const Element* head = static_cast<const Element*>(tensor) + hKv * strideH;
+  if (seq.block_table != nullptr)
+    return {head, strideS, stridePage, seq.block_table + b * seq.block_table_stride,
+            seq.page_shift, maxOf(seq.max_pages, 1), maxOf(seq.num_pages, 1)};
+  const i64 first = seq.cu_seqlens_kv != nullptr ? view.kv_start * strideS : b * strideB;
+  return {head + first, strideS, 0, nullptr, 0, 1, 1};
+}
+
+// Issues the K/V stream's loads in order, skipping empty tiles; a group is committed for every
+// call, loaded or not, so the consumer's cp.async.wait_group counts stay fixed (forward.h's
+// KvProducer, with rows addressed through KvRows).
+template <class Config, class Variant>
+struct DecodeProducer {
+  using Element = typename Config::Element;
+  const PackedKvTiles<Variant, Config::kBlockKV>& tiles;
+  KvRows<Element> k, v;
+  u32 buffers;
+  int tile, last;
+  int buffer = 0;
+  bool nextIsV = false;
+
+  ATTNC_DEVICE void issue(int tid) {
+    if (tile <= last) {
+      const u32 dst = buffers + u32(buffer * Config::kSlotBytes);
+      const int kv0 = tile * Config::kBlockKV;
+      const int rows = minOf(Config::kBlockKV, tiles.p.kv_len - kv0);
+      // (Two branches, not a reference chosen at run time: that would put the producer on the
+      // stack.)
+      if (!nextIsV) {
+        block::loadRowsAsync<typename Config::KTile, Element, Config::kBlockKV, Config::kHeadDim,
+                             Config::kHeadDimPadded, Config::kThreads>(
+            dst, [&](int r) { return k.row(kv0 + r); }, rows, k.base, tid);
+      } else {
+        block::loadRowsAsync<typename Config::VTile, Element, Config::kBlockKV,
+                             Config::kHeadDimV, Config::kHeadDimV, Config::kThreads>(
+            dst, [&](int r) { return v.row(kv0 + r); }, rows, v.base, tid);
+        expr::Tri unused;
+        tile = tiles.nextLive(tile + 1, last, unused);
+      }
+      nextIsV = !nextIsV;
+    }
+    cpAsyncCommit();
+    buffer = buffer + 1 == Config::kStages ? 0 : buffer + 1;
+  }
+};
+
+// One warp's online-softmax state of all the block's rows: what the merge moves between warps.
+template <class Config>
+struct DecodeState {
+  float o[Config::kMTiles][Config::kNvTiles][4];
+  OnlineSoftmax<Config::kMTiles> softmax;
+
+  // Into `slot` (kMergeFloatsPerLane floats a lane, lane-minor so that a warp's stores and loads
+  // hit all 32 banks).
+  ATTNC_DEVICE void save(float* slot, int lane) const {
+    int i = 0;
+    forEachFloat([&](float v) { slot[32 * i++ + lane] = v; });
+  }
+  template <class Visit>
+  ATTNC_DEVICE void forEachFloat(const Visit& visit) const {
+#pragma unroll
+    for (int mi = 0; mi < Config::kMTiles; ++mi)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        visit(softmax.rowMax[mi][r]);
+        visit(softmax.rowSum[mi][r]);
+      }
+#pragma unroll
+    for (int mi = 0; mi < Config::kMTiles; ++mi)
+#pragma unroll
+      for (int nv = 0; nv < Config::kNvTiles; ++nv)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) visit(o[mi][nv][c]);
+  }
+
+  // Merges another warp's state of the same rows (same lane, same elements): the online-softmax
+  // algebra with both sides rescaled to the larger maximum.
+  ATTNC_DEVICE void mergeFrom(const float* slot, int lane, float log2Scale) {
+    float factorSelf[Config::kMTiles][2], factorOther[Config::kMTiles][2];
+#pragma unroll
+    for (int mi = 0; mi < Config::kMTiles; ++mi)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = 2 * (2 * mi + r);
+        const float otherMax = slot[32 * i + lane], otherSum = slot[32 * (i + 1) + lane];
+        const float selfMax = softmax.rowMax[mi][r];
+        const float newMax = fmax2(selfMax, otherMax);
+        const float maxScaled = newMax == -kInfinity ? 0.0f : newMax * log2Scale;
+        factorSelf[mi][r] = exp2Approx(selfMax * log2Scale - maxScaled);
+        factorOther[mi][r] = exp2Approx(otherMax * log2Scale - maxScaled);
+        softmax.rowMax[mi][r] = newMax;
+        softmax.rowSum[mi][r] =
+            softmax.rowSum[mi][r] * factorSelf[mi][r] + otherSum * factorOther[mi][r];
+      }
+    int i = 4 * Config::kMTiles;
+#pragma unroll
+    for (int mi = 0; mi < Config::kMTiles; ++mi)
+#pragma unroll
+      for (int nv = 0; nv < Config::kNvTiles; ++nv)
+#pragma unroll
+        for (int c = 0; c < 4; ++c, ++i)
+          o[mi][nv][c] = o[mi][nv][c] * factorSelf[mi][c >> 1] +
+                         slot[32 * i + lane] * factorOther[mi][c >> 1];
+  }
+};
+
+// Where a packed row's results go: its query's row of O (or of the partials) and its LSE.
+struct DecodeRowOut {
+  const DecodeParams& dp;
+  const SeqView<FwdParams>& view;
+  int b;
+
+  ATTNC_DEVICE bool packedQ() const { return dp.seq.cu_seqlens_q != nullptr; }
+  // The query's row among all rows of its head: b x q_len + q, or its packed row.
+  ATTNC_DEVICE i64 row(int q) const {
+    return packedQ() ? i64(view.q_start) + q : i64(b) * dp.base.q_len + q;
+  }
+  template <class Element>
+  ATTNC_DEVICE Element* o(int h, int q) const {
+    const FwdParams& p = dp.base;
+    return static_cast<Element*>(p.o) + (packedQ() ? 0 : b * p.o_stride_b) + h * p.o_stride_h +
+           (i64(view.q_start) + q) * p.o_stride_s;
+  }
+  // [batch, heads_q, q_len], or [heads_q, total_q] for packed Q.
+  ATTNC_DEVICE float* lse(int h, int q) const {
+    const FwdParams& p = dp.base;
+    if (packedQ()) return p.lse + h * dp.seq.total_q + view.q_start + q;
+    return p.lse + (i64(b) * p.heads_q + h) * p.q_len + q;
+  }
+};
+
+// The epilogue: warp 0's merged state normalized, then O and LSE (one split) or the split's
+// partials, for the packed rows below packedRows.
+template <class Config>
+ATTNC_DEVICE void storeDecode(const DecodeRowOut& out, DecodeState<Config>& state, int row0,
+                              int packedRows, int hKv, int split, int lane, float log2Scale) {
+  using Element = typename Config::Element;
+  using Rows = PackedRows<Config::kGroup>;
+  const DecodeParams& dp = out.dp;
+  float lse[Config::kMTiles][2];
+  state.softmax.finish(state.o, log2Scale, 1.0f, lse);
+#pragma unroll
+  for (int mi = 0; mi < Config::kMTiles; ++mi)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = row0 + 16 * mi + 8 * r + (lane >> 2);
+      if (row >= packedRows) continue;
+      const int q = Rows::query(row), h = Rows::head(row, hKv);
+      const int col = 2 * (lane & 3);
+      if (dp.o_part == nullptr) {
+        Element* o = out.template o<Element>(h, q);
+#pragma unroll
+        for (int nv = 0; nv < Config::kNvTiles; ++nv)
+          *reinterpret_cast<u32*>(o + 8 * nv + col) =
+              Convert<Element>::pack2(state.o[mi][nv][2 * r], state.o[mi][nv][2 * r + 1]);
+        if (dp.base.lse != nullptr && (lane & 3) == 0) *out.lse(h, q) = lse[mi][r];
+      } else {
+        const i64 at = (i64(split) * dp.base.heads_q + h) * dp.partial_rows + out.row(q);
+        float* o = dp.o_part + at * Config::kHeadDimV;
+#pragma unroll
+        for (int nv = 0; nv < Config::kNvTiles; ++nv)
+          *reinterpret_cast<float2*>(o + 8 * nv + col) =
+              make_float2(state.o[mi][nv][2 * r], state.o[mi][nv][2 * r + 1]);
+        if ((lane & 3) == 0) dp.lse_part[at] = lse[mi][r];
+      }
+    }
+}
+
+template <class Config, class Variant>
+ATTNC_DEVICE void decode(const DecodeParams& dp, unsigned char* smem) {
+  using Element = typename Config::Element;
+  using QTile = typename Config::QTile;
+  using KTile = typename Config::KTile;
+  using VTile = typename Config::VTile;
+  using Rows = PackedRows<Config::kGroup>;
+  using Tri = expr::Tri;
+  constexpr int kM = Config::kMTiles;
+  constexpr int kStages = Config::kStages;
+  constexpr bool kQInRegs = Config::kQInRegs;
+  const FwdParams& p = dp.base;
+
+  // The view: this block's sequence, kv head and packed rows.
+  const int split = int(blockIdx.x), b = int(blockIdx.z);
+  const int hKv = int(blockIdx.y) % p.heads_kv, rowTile = int(blockIdx.y) / p.heads_kv;
+  const SeqView<FwdParams> view = seqView(p, dp.seq, b);
+  const int packedRows = Rows::rows(view.q_len);
+  const int row0 = rowTile * Config::kRows;
+  if (row0 >= packedRows) return;
+  const int rowLast = minOf(row0 + Config::kRows, packedRows) - 1;
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+
+  const u32 qSmem = smemAddress(smem);
+  const u32 kvSmem = qSmem + u32(QTile::kBytes);
+  const LdmatrixLane<QTile> qLane(lane, false);
+  const LdmatrixLane<KTile> kLane(lane, true);
+  const LdmatrixLane<VTile> vLane(lane, false);
+
+  // Producer, Q: packed row r is query r / G of head hKv G + r % G, its own cp.async group.
+  const bool packedQ = dp.seq.cu_seqlens_q != nullptr;
+  const Element* qBase = static_cast<const Element*>(p.q) + (packedQ ? 0 : b * p.q_stride_b) +
+                         i64(view.q_start) * p.q_stride_s;
+  block::loadRowsAsync<QTile, Element, Config::kRows, Config::kHeadDim, Config::kHeadDimPadded,
+                       Config::kThreads>(
+      qSmem,
+      [&](int r) {
+        const int row = row0 + r;
+        return qBase + Rows::head(row, hKv) * p.q_stride_h + Rows::query(row) * p.q_stride_s;
+      },
+      rowLast - row0 + 1, qBase, tid);
+  cpAsyncCommit();
+
+  // The split's live kv tiles.
+  const PackedKvTiles<Variant, Config::kBlockKV> tiles(
+      view, b, Rows::heads(row0, rowLast, hKv), Rows::queries(row0, rowLast, view.q_len));
+  const int splitFirst = split * dp.split_tiles;
+  int first, lastTile;
+  tiles.bounds(splitFirst, minOf(splitFirst + dp.split_tiles, tiles.numTiles) - 1, first,
+               lastTile);
+  Tri tileClass;
+  int tile = tiles.nextLive(first, lastTile, tileClass);
+
+  // Producer, K/V: Stages - 1 tiles ahead.
+  DecodeProducer<Config, Variant> producer{
+      tiles,
+      kvRowsOf<Element>(dp, view, p.k, p.k_stride_b, p.k_stride_h, p.k_stride_s,
+                        dp.seq.k_stride_page, b, hKv),
+      kvRowsOf<Element>(dp, view, p.v, p.v_stride_b, p.v_stride_h, p.v_stride_s,
+                        dp.seq.v_stride_page, b, hKv),
+      kvSmem,
+      tile,
+      lastTile};
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) producer.issue(tid);
+
+  u32 qRegs[kQInRegs ? kM : 1][kQInRegs ? Config::kQKSteps : 1][4];
+  if constexpr (kQInRegs) {
+    if (tile <= lastTile) {
+      cpAsyncWait<kStages - 1>();  // the Q group, not the K/V groups behind it
+      blockSync();
+      warp::loadQ<QTile, kM, Config::kQKSteps>(qRegs, qSmem, qLane, 0);
+    }
+  }
+
+  // Mainloop: this warp's 16 keys of each tile against every row.
+  DecodeState<Config> state;
+#pragma unroll
+  for (int mi = 0; mi < kM; ++mi)
+#pragma unroll
+    for (int nv = 0; nv < Config::kNvTiles; ++nv)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) state.o[mi][nv][c] = 0.0f;
+  const PackedLaneRows<Config::kGroup, kM> laneRows(row0 + (lane >> 2), hKv, view.q_len);
+  const float log2Scale = Variant::kHasScore ? kLog2e : p.scale * kLog2e;
+  const u32 warpKeys = u32(warp * kDecodeWarpKeys);
+
+  int buffer = 0;
+  const auto consumeNext = [&]() {
+    cpAsyncWait<kStages - 2>();
+    blockSync();
+    producer.issue(tid);
+    const u32 at = kvSmem + u32(buffer * Config::kSlotBytes);
+    buffer = buffer + 1 == kStages ? 0 : buffer + 1;
+    return at;
+  };
+
+  for (; tile <= lastTile; tile = tiles.nextLive(tile + 1, lastTile, tileClass)) {
+    const int kCol = tile * Config::kBlockKV + int(warpKeys) + 2 * (lane & 3);
+    float s[kM][Config::kWarpNTiles][4];
+    u32 pA[kM][1][4];
+    const u32 kBuffer = consumeNext();
+    warp::gemmQK<Element, kQInRegs, kM, Config::kWarpNTiles, Config::kQKSteps>(
+        s, qRegs, qSmem, qLane, 0, kBuffer + warpKeys * KTile::kRowBytes, kLane);
+    if constexpr (Variant::kHasScore)
+      applyScorePacked<Variant, Config::kGroup>(s, view, b, laneRows, kCol);
+    const bool partial = tileClass == Tri::Unknown;
+    if (partial || tiles.isTail(tile))
+      applyMaskPacked<Variant, Config::kGroup>(s, view, b, laneRows, kCol, partial);
+    state.softmax.update(s, state.o, log2Scale);
+    warp::packP<Element>(pA, s);
+    const u32 vBuffer = consumeNext();
+    warp::gemmPV<Element>(state.o, pA, vBuffer + warpKeys * VTile::kRowBytes, vLane);
+  }
+
+  // Merge: warps 2, 3 into 0, 1, then 1 into 0, through the (now idle) shared memory.
+  cpAsyncWait<0>();
+  blockSync();
+  float* slots = reinterpret_cast<float*>(smem);
+#pragma unroll
+  for (int half = Config::kWarps / 2; half >= 1; half /= 2) {
+    if (warp >= half && warp < 2 * half)
+      state.save(slots + (warp - half) * 32 * Config::kMergeFloatsPerLane, lane);
+    blockSync();
+    if (warp < half)
+      state.mergeFrom(slots + warp * 32 * Config::kMergeFloatsPerLane, lane, log2Scale);
+    blockSync();
+  }
+
+  // Epilogue.
+  if (warp == 0)
+    storeDecode<Config>(DecodeRowOut{dp, view, b}, state, row0, packedRows, hKv, split, lane,
+                        log2Scale);
+}
+
+// The combine: a warp per (query head, row) merges the row's splits (split_combine.h) into O and
+// the LSE. Grid ceil(heads_q x rows / kCombineRowsPerBlock), kCombineThreads threads.
+template <class Element, int HeadDimV>
+ATTNC_DEVICE void decodeCombine(const CombineParams& p) {
+  const i64 index = i64(blockIdx.x) * kCombineRowsPerBlock + (threadIdx.x >> 5);
+  if (index >= i64(p.heads_q) * p.rows) return;
+  const int lane = int(threadIdx.x & 31);
+  const int h = int(index / p.rows);
+  const i64 row = index % p.rows;
+  const i64 b = row / p.q_len, q = row % p.q_len;
+  const i64 splitStride = i64(p.heads_q) * p.rows;
+  const float* lse = p.lse_part + index;
+  const float* o = p.o_part + index * HeadDimV;
+  Element* out = static_cast<Element*>(p.o) + b * p.o_stride_b + h * p.o_stride_h + q * p.o_stride_s;
+  const auto store = [&](int d, float value) { out[d] = Convert<Element>::fromFloat(value); };
+  const float rowLse =
+      combineRow(lse, splitStride, o, splitStride * HeadDimV, p.splits, HeadDimV, lane, 32, store);
+  if (p.lse != nullptr && lane == 0) p.lse[(b * p.heads_q + h) * p.q_len + q] = rowLse;
+}
+
+}  // namespace sm80
+}  // namespace attnc
