@@ -7,6 +7,8 @@
 #include "runtime/CApiErrors.h"
 #include "runtime/Driver.h"
 
+#include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -176,6 +178,101 @@ int toBackwardArgs(const attnc_kernel* kernel, const attnc_backward_args* in,
   args->deterministic = in->deterministic == 1;
   args->workspace = in->workspace;
   args->workspace_bytes = size_t(in->workspace_bytes);
+  return ATTNC_OK;
+}
+
+// The largest struct_size read: no version of the versioned structs comes near it, so a larger
+// value is no size (an unset field) and its bytes would run past the caller's struct.
+constexpr uint32_t kMaxStructSize = 4096;
+
+// *out: the caller's struct `in` of in->struct_size bytes, written against a version of
+// attnc_c.h this library may not know. The fields an older caller lacks read as 0; the bytes a
+// newer caller has past this library's struct must be 0 (else an option would be ignored
+// silently). `minimum`: the bytes through `lastRequired`, the oldest version's last field.
+template <class T>
+int readVersioned(const T* in, const char* what, size_t minimum, const char* lastRequired,
+                  T* out, char** error) {
+  const uint32_t size = in->struct_size;
+  if (size < minimum || size > kMaxStructSize)
+    return failArgument(error, std::string(what) + ".struct_size: expected at least " +
+                                   std::to_string(minimum) + " (through " + lastRequired +
+                                   "; sizeof(" + what + ") = " + std::to_string(sizeof(T)) +
+                                   ") and at most " + std::to_string(kMaxStructSize) + ", got " +
+                                   std::to_string(size));
+  std::memset(out, 0, sizeof(T));
+  std::memcpy(out, in, std::min<size_t>(size, sizeof(T)));
+  const auto* bytes = reinterpret_cast<const unsigned char*>(in);
+  for (size_t i = sizeof(T); i < size; ++i)
+    if (bytes[i] != 0)
+      return failArgument(error, std::string(what) + ": expected 0 in the bytes past this "
+                                     "library's struct (" + std::to_string(sizeof(T)) +
+                                     ": a newer attnc_c.h's field this library does not know), "
+                                     "got byte " + std::to_string(i) + " = " +
+                                     std::to_string(bytes[i]) + " of struct_size " +
+                                     std::to_string(size));
+  return ATTNC_OK;
+}
+
+// The C++ arguments of an attnc_forward_args_ex, with the layout descriptions they point to.
+struct ForwardArgsEx : attnc::ForwardArgs {
+  attnc::VarlenArg varlenArg;
+  attnc::PagedKVArg pagedArg;
+  ForwardArgsEx() = default;
+  ForwardArgsEx(const ForwardArgsEx&) = delete;  // varlen and paged point into it
+  ForwardArgsEx& operator=(const ForwardArgsEx&) = delete;
+};
+
+// attnc_forward_args_ex (and its attnc_seq_layout) as attnc::ForwardArgs. A layout's varlen part
+// is given where any of its fields is set, its paged part likewise, so a field set without the
+// array it belongs to is an error naming the array (Kernel::validate) rather than ignored.
+int toForwardArgsEx(const attnc_kernel* kernel, const attnc_forward_args_ex* in,
+                    ForwardArgsEx* args, char** error) {
+  if (!in) return failArgument(error, "attnc_forward_args_ex: null");
+  attnc_forward_args_ex ex;
+  if (int code = readVersioned(in, "attnc_forward_args_ex",
+                               offsetof(attnc_forward_args_ex, layout) + sizeof(void*), "layout",
+                               &ex, error);
+      code != ATTNC_OK)
+    return code;
+  if (ex.reserved != 0)
+    return failArgument(
+        error, "attnc_forward_args_ex.reserved: expected 0, got " + std::to_string(ex.reserved));
+  if (ex.workspace_bytes < 0)
+    return failArgument(error,
+                        "attnc_forward_args_ex.workspace_bytes: expected a non-negative size, "
+                        "got " + std::to_string(ex.workspace_bytes));
+  if (int code = toForwardArgs(kernel, &ex.base, args, error); code != ATTNC_OK) return code;
+  // (an int outside the enum is Kernel::validate's to refuse, by its value)
+  args->decode = static_cast<attnc::DecodeChoice>(ex.decode);
+  args->num_splits = ex.num_splits;
+  args->workspace = ex.workspace;
+  args->workspace_bytes = size_t(ex.workspace_bytes);
+  if (ex.prepared) args->prepared = &ex.prepared->prepared;
+  if (!ex.layout) return ATTNC_OK;
+  attnc_seq_layout l;
+  if (int code = readVersioned(ex.layout, "attnc_seq_layout",
+                               offsetof(attnc_seq_layout, v_stride_page) + sizeof(int64_t),
+                               "v_stride_page", &l, error);
+      code != ATTNC_OK)
+    return code;
+  if (l.reserved != 0)
+    return failArgument(error,
+                        "attnc_seq_layout.reserved: expected 0, got " + std::to_string(l.reserved));
+  if (l.cu_seqlens_q || l.cu_seqlens_kv || l.total_q || l.total_kv || l.host_cu_seqlens_q ||
+      l.host_cu_seqlens_kv) {
+    args->varlenArg = {l.cu_seqlens_q,      l.cu_seqlens_kv,     l.total_q, l.total_kv,
+                       l.host_cu_seqlens_q, l.host_cu_seqlens_kv};
+    args->varlen = &args->varlenArg;
+  }
+  if (l.block_table || l.seq_lens_kv || l.block_table_stride || l.max_pages || l.page_size ||
+      l.num_pages || l.k_stride_page || l.v_stride_page || l.host_block_table ||
+      l.host_seq_lens_kv) {
+    args->pagedArg = {l.block_table,   l.seq_lens_kv,      l.block_table_stride,
+                      l.max_pages,     l.page_size,        l.num_pages,
+                      l.k_stride_page, l.v_stride_page,    l.host_block_table,
+                      l.host_seq_lens_kv};
+    args->paged = &args->pagedArg;
+  }
   return ATTNC_OK;
 }
 
@@ -354,6 +451,57 @@ int attnc_kernel_forward(const attnc_kernel* kernel, const attnc_forward_args* a
   return callKernel<attnc::ForwardArgs>(
       "attnc_kernel_forward", kernel, args, toForwardArgs, error, validateForward(kernel),
       [&](const attnc::ForwardArgs& a) { return kernel->kernel.forward(a, stream); });
+}
+
+int attnc_kernel_validate_ex(const attnc_kernel* kernel, const attnc_forward_args_ex* args,
+                             char** error) {
+  return callKernel<ForwardArgsEx>(
+      "attnc_kernel_validate_ex", kernel, args, toForwardArgsEx, error, noValidation,
+      [&](const attnc::ForwardArgs& a) { return kernel->kernel.validate(a); });
+}
+
+int attnc_kernel_forward_ex(const attnc_kernel* kernel, const attnc_forward_args_ex* args,
+                            void* stream, char** error) {
+  return callKernel<ForwardArgsEx>(
+      "attnc_kernel_forward_ex", kernel, args, toForwardArgsEx, error, validateForward(kernel),
+      [&](const attnc::ForwardArgs& a) { return kernel->kernel.forward(a, stream); });
+}
+
+int attnc_kernel_decode_plan(const attnc_kernel* kernel, const attnc_forward_args_ex* args,
+                             int32_t num_sms, attnc_decode_plan* out, char** error) {
+  if (!out) return failArgument(error, "attnc_kernel_decode_plan: out is null");
+  *out = attnc_decode_plan{};
+  if (num_sms < 0)
+    return failArgument(error, "attnc_kernel_decode_plan: num_sms: expected 0 (the current "
+                               "device's) or a number of SMs, got " + std::to_string(num_sms));
+  return callKernel<ForwardArgsEx>(
+      "attnc_kernel_decode_plan", kernel, args, toForwardArgsEx, error, validateForward(kernel),
+      [&](const attnc::ForwardArgs& a) {
+        attnc::DecodePlan plan;
+        attnc::Status status = kernel->kernel.decodePlan(a, num_sms, &plan);
+        if (status)
+          *out = attnc_decode_plan{plan.decode ? 1 : 0, plan.rows,       plan.rowTiles,
+                                   plan.splits,         plan.splitTiles, plan.blockKV,
+                                   int64_t(plan.workspaceBytes)};
+        return status;
+      });
+}
+
+int64_t attnc_kernel_forward_workspace_bytes(const attnc_kernel* kernel,
+                                             const attnc_forward_args_ex* args) {
+  if (!kernel) return -1;
+  try {
+    ForwardArgsEx converted;
+    if (toForwardArgsEx(kernel, args, &converted, nullptr) != ATTNC_OK) return -1;
+    // The size asked for does not depend on the workspace given, if any.
+    converted.workspace = nullptr;
+    converted.workspace_bytes = 0;
+    if (!kernel->kernel.validate(converted)) return -1;
+    const size_t bytes = kernel->kernel.forwardWorkspaceBytes(converted);
+    return bytes > size_t(INT64_MAX) ? -1 : int64_t(bytes);
+  } catch (...) {
+    return -1;
+  }
 }
 
 int attnc_kernel_prepare_inputs(const attnc_kernel* kernel, const attnc_forward_args* args,

@@ -5,6 +5,7 @@
 
 #include "runtime/LaunchValidation.h"
 #include "runtime/PreparedInputs.h"
+#include "runtime/SeqLayoutValidation.h"
 
 #include <algorithm>
 #include <climits>
@@ -30,10 +31,15 @@ constexpr int64_t kWordBytes = 4;
 
 // The bytes a tensor spans: rows (b, h, s) of `row` contiguous bytes, row (i, j, k) at `base` +
 // i stride[0] + j stride[1] + k stride[2] (bytes) for indices below `extent`; `end` is one past
-// the offset of its last byte.
+// the offset of its last byte. A stride's argument is `name`.`strideNames[d]`, or strideNames[d]
+// itself where it names a field of its own (a paged pool's "paged.k_stride_page").
 struct Footprint {
   std::string name;
   const char* strideNames[3] = {"stride_b", "stride_h", "stride_s"};
+  std::string strideArgument(int d) const {
+    const std::string stride = strideNames[d];
+    return stride.find('.') != std::string::npos ? stride : name + "." + stride;
+  }
   int64_t elementBytes = kTensorElementBytes;
   uintptr_t base = 0;
   int64_t stride[3] = {}, extent[3] = {1, 1, 1};
@@ -133,10 +139,12 @@ struct Checker {
     else if (multipleOf8 && value % 8 != 0)
       fail(argument, "a multiple of 8 elements", std::to_string(value));
   }
+  // `batched`: false where the tensor is packed or paged (ForwardArgs::varlen, paged), whose
+  // stride_b is never used.
   template <class T>
-  void tensor(const std::string& name, const T& t, bool output) {
+  void tensor(const std::string& name, const T& t, bool output, bool batched = true) {
     pointer(name + ".data", t.data, 16);
-    stride(name + ".stride_b", t.stride_b, output, true);
+    if (batched) stride(name + ".stride_b", t.stride_b, output, true);
     stride(name + ".stride_h", t.stride_h, output, true);
     stride(name + ".stride_s", t.stride_s, output, true);
   }
@@ -183,7 +191,7 @@ struct Checker {
       if (__builtin_mul_overflow(strides[d], elementBytes, &bytes) ||
           __builtin_mul_overflow(bytes, extents[d] - 1, &reach) ||
           __builtin_add_overflow(last, reach, &last))
-        return fail(name + "." + out->strideNames[d],
+        return fail(out->strideArgument(d),
                     "a stride that keeps the tensor's last byte within 2^63 bytes of its start "
                     "(" + std::to_string(extents[d]) + " along it, " +
                         std::to_string(elementBytes) + "-byte elements)",
@@ -204,6 +212,24 @@ struct Checker {
                   int64_t heads, int64_t len, int64_t dim) {
     return span(out, name, t.data, {t.stride_b, t.stride_h, t.stride_s}, {batch, heads, len}, dim,
                 kTensorElementBytes);
+  }
+  // A paged K or V pool: num_pages pages of page_size rows of each head (PagedKVArg).
+  template <class T>
+  bool poolSpan(Footprint* out, const char* name, const char* stridePageName, const T& t,
+                int64_t stridePage, int64_t pages, int64_t heads, int64_t pageSize,
+                int64_t dim) {
+    out->strideNames[0] = stridePageName;
+    return span(out, name, t.data, {stridePage, t.stride_h, t.stride_s}, {pages, heads, pageSize},
+                dim, kTensorElementBytes);
+  }
+  // A device array of `rows` rows of `count` int32 (cu_seqlens, seq_lens_kv, the block table).
+  bool indexSpan(std::vector<Footprint>* out, const std::string& name, const int32_t* data,
+                 const char* strideName, int64_t stride, int64_t rows, int64_t count) {
+    Footprint f;
+    f.strideNames[0] = strideName;
+    if (!span(&f, name, data, {stride, 0, 0}, {rows, 1, 1}, count, kWordBytes)) return false;
+    out->push_back(f);
+    return true;
   }
   // The LSE: [batch, heads_q, q_len] f32, contiguous.
   bool lseSpan(Footprint* out, const std::string& name, const void* lse, int64_t batch,
@@ -242,7 +268,7 @@ struct Checker {
       __int128 needed = 0;
       if (int d = firstNonNestingDim(dims, 3, w.row, &needed); d >= 0)
         return void(fail(
-            w.name + "." + w.strideNames[d],
+            w.strideArgument(d),
             "a stride of at least " + std::to_string(int64_t(needed / w.elementBytes)) +
                 " elements (the rows of a written tensor must not overlap: ordered by stride, "
                 "each stride covers the rows of the smaller ones)",
@@ -271,28 +297,74 @@ struct Checker {
 Status Kernel::validate(const ForwardArgs& args) const {
   if (!impl_) return Status::error("Kernel: empty kernel (its creation failed)");
   const KernelMetadata& m = metadata();
+  // Packed Q/O rows (varlen) and packed or paged K/V: their tensors have no batch dimension.
+  const VarlenArg* varlen = args.varlen;
+  const PagedKVArg* paged = args.paged;
+  const bool packedQ = varlen && varlen->cu_seqlens_q;
+  const bool packedKV = varlen && varlen->cu_seqlens_kv;
   Checker check;
-  check.tensor("q", args.q, false);
-  check.tensor("k", args.k, false);
-  check.tensor("v", args.v, false);
-  check.tensor("o", args.o, true);
+  check.tensor("q", args.q, false, !packedQ);
+  check.tensor("k", args.k, false, !packedKV && !paged);
+  check.tensor("v", args.v, false, !packedKV && !paged);
+  check.tensor("o", args.o, true, !packedQ);
   if (args.lse) check.pointer("lse", args.lse, 4);
   check.launchSizes(m, args.batch, args.q_len, args.kv_len);
   check.inputs(m, args.inputs);
-  // What the launch writes (O, the LSE) shares no byte with anything else it reads or writes.
+  if (!check.status.ok) return check.status;
+  if (Status status = validateSeqLayout(m, args); !status) return status;
+  // The split partials' workspace, the caller's: sized on a copy without it, so that a
+  // forwardWorkspaceBytes that validates its arguments does not come back here.
+  size_t workspaceBytes = 0;
+  if (args.workspace) {
+    check.pointer("workspace", args.workspace, 16);
+    ForwardArgs sizing = args;
+    sizing.workspace = nullptr;
+    sizing.workspace_bytes = 0;
+    workspaceBytes = forwardWorkspaceBytes(sizing);
+    if (check.status.ok && args.workspace_bytes < workspaceBytes)
+      check.fail("workspace_bytes",
+                 "at least " + std::to_string(workspaceBytes) + " (forwardWorkspaceBytes(args))",
+                 std::to_string(args.workspace_bytes));
+  }
+  // What the launch writes (O, the LSE, the workspace's first workspaceBytes bytes) shares no
+  // byte with anything else it reads or writes.
   if (check.status.ok) {
-    Footprint q, k, v, o, lse;
-    std::vector<Footprint> inputs, read, written;
-    if (check.tensorSpan(&q, "q", args.q, args.batch, m.headsQ, args.q_len, m.headDim) &&
-        check.tensorSpan(&k, "k", args.k, args.batch, m.headsKV, args.kv_len, m.headDim) &&
-        check.tensorSpan(&v, "v", args.v, args.batch, m.headsKV, args.kv_len, m.headDimV) &&
-        check.tensorSpan(&o, "o", args.o, args.batch, m.headsQ, args.q_len, m.headDimV) &&
-        (!args.lse || check.lseSpan(&lse, "lse", args.lse, args.batch, m.headsQ, args.q_len)) &&
-        check.inputSpans(&inputs, m, args.inputs, args.batch, args.q_len, args.kv_len)) {
+    Footprint q, k, v, o, lse, workspace;
+    std::vector<Footprint> inputs, arrays, read, written;  // arrays: the layout's int32 ones
+    const int64_t B = args.batch;
+    // Packed Q/O: [total_q rows]; packed K/V: [total_kv rows]; the LSE of packed Q is
+    // [heads_q, total_q].
+    const int64_t qBatch = packedQ ? 1 : B, qRows = packedQ ? varlen->total_q : args.q_len;
+    const int64_t kvBatch = packedKV ? 1 : B, kvRows = packedKV ? varlen->total_kv : args.kv_len;
+    const bool kvSpans =
+        paged ? check.poolSpan(&k, "k", "paged.k_stride_page", args.k, paged->k_stride_page,
+                               paged->num_pages, m.headsKV, paged->page_size, m.headDim) &&
+                    check.poolSpan(&v, "v", "paged.v_stride_page", args.v, paged->v_stride_page,
+                                   paged->num_pages, m.headsKV, paged->page_size, m.headDimV)
+              : check.tensorSpan(&k, "k", args.k, kvBatch, m.headsKV, kvRows, m.headDim) &&
+                    check.tensorSpan(&v, "v", args.v, kvBatch, m.headsKV, kvRows, m.headDimV);
+    if (check.tensorSpan(&q, "q", args.q, qBatch, m.headsQ, qRows, m.headDim) && kvSpans &&
+        check.tensorSpan(&o, "o", args.o, qBatch, m.headsQ, qRows, m.headDimV) &&
+        (!args.lse || check.lseSpan(&lse, "lse", args.lse, qBatch, m.headsQ, qRows)) &&
+        check.inputSpans(&inputs, m, args.inputs, B, args.q_len, args.kv_len) &&
+        (!packedQ || check.indexSpan(&arrays, "varlen.cu_seqlens_q", varlen->cu_seqlens_q,
+                                     "stride", 0, 1, B + 1)) &&
+        (!packedKV || check.indexSpan(&arrays, "varlen.cu_seqlens_kv", varlen->cu_seqlens_kv,
+                                      "stride", 0, 1, B + 1)) &&
+        (!paged || (check.indexSpan(&arrays, "paged.seq_lens_kv", paged->seq_lens_kv, "stride",
+                                    0, 1, B) &&
+                    check.indexSpan(&arrays, "paged.block_table", paged->block_table,
+                                    "paged.block_table_stride", paged->block_table_stride, B,
+                                    paged->max_pages))) &&
+        (workspaceBytes == 0 ||
+         check.span(&workspace, "workspace", args.workspace, {0, 0, 0}, {1, 1, 1},
+                    int64_t(workspaceBytes), 1))) {
       read = {q, k, v};
       read.insert(read.end(), inputs.begin(), inputs.end());
+      read.insert(read.end(), arrays.begin(), arrays.end());
       written.push_back(o);
       if (args.lse) written.push_back(lse);
+      if (workspaceBytes) written.push_back(workspace);
       check.noOverlaps(written, read);
     }
   }

@@ -14,6 +14,10 @@ ATTNC_ERROR_NVRTC = 5
 ATTNC_ERROR_OUT_OF_MEMORY = 6
 ATTNC_ERROR_INTERNAL = 7
 ATTNC_COMPILE_BACKWARD = 1
+# attnc_forward_args_ex.decode: which kernel a forward takes (attnc::DecodeChoice).
+ATTNC_DECODE_AUTO = 0
+ATTNC_DECODE_OFF = 1
+ATTNC_DECODE_ON = 2
 
 
 class Tensor(ctypes.Structure):
@@ -47,6 +51,40 @@ class BackwardArgs(ctypes.Structure):
                 ("dropout_seed", ctypes.c_uint64), ("dropout_offset", ctypes.c_uint64),
                 ("deterministic", ctypes.c_int32), ("reserved", ctypes.c_int32),
                 ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_int64)]
+
+
+class SeqLayout(ctypes.Structure):
+    """attnc_seq_layout (136 bytes): varlen where cu_seqlens_q or cu_seqlens_kv is set, paged
+    where block_table is; struct_size must be set to ctypes.sizeof(SeqLayout)."""
+    _fields_ = [("struct_size", ctypes.c_uint32), ("reserved", ctypes.c_uint32),
+                ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_kv", ctypes.c_void_p),
+                ("total_q", ctypes.c_int64), ("total_kv", ctypes.c_int64),
+                ("block_table", ctypes.c_void_p), ("seq_lens_kv", ctypes.c_void_p),
+                ("block_table_stride", ctypes.c_int64), ("max_pages", ctypes.c_int64),
+                ("page_size", ctypes.c_int64), ("num_pages", ctypes.c_int64),
+                ("k_stride_page", ctypes.c_int64), ("v_stride_page", ctypes.c_int64),
+                ("host_cu_seqlens_q", ctypes.POINTER(ctypes.c_int32)),
+                ("host_cu_seqlens_kv", ctypes.POINTER(ctypes.c_int32)),
+                ("host_block_table", ctypes.POINTER(ctypes.c_int32)),
+                ("host_seq_lens_kv", ctypes.POINTER(ctypes.c_int32))]
+
+
+class ForwardArgsEx(ctypes.Structure):
+    """attnc_forward_args_ex (240 bytes): ForwardArgs with the inference options; struct_size must
+    be set to ctypes.sizeof(ForwardArgsEx)."""
+    _fields_ = [("struct_size", ctypes.c_uint32), ("decode", ctypes.c_int32),
+                ("base", ForwardArgs), ("layout", ctypes.POINTER(SeqLayout)),
+                ("num_splits", ctypes.c_int32), ("reserved", ctypes.c_int32),
+                ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_int64),
+                ("prepared", ctypes.c_void_p)]
+
+
+class DecodePlan(ctypes.Structure):
+    """attnc_decode_plan (32 bytes): what a forward with given arguments launches."""
+    _fields_ = [("decode", ctypes.c_int32), ("rows", ctypes.c_int32),
+                ("row_tiles", ctypes.c_int32), ("splits", ctypes.c_int32),
+                ("split_tiles", ctypes.c_int32), ("block_kv", ctypes.c_int32),
+                ("workspace_bytes", ctypes.c_int64)]
 
 
 class Info(ctypes.Structure):
@@ -95,6 +133,13 @@ _SIGNATURES = {
     "attnc_kernel_forward": (_int, [_kernel, ctypes.POINTER(ForwardArgs), ctypes.c_void_p,
                                     _error]),
     "attnc_kernel_validate": (_int, [_kernel, ctypes.POINTER(ForwardArgs), _error]),
+    "attnc_kernel_forward_ex": (_int, [_kernel, ctypes.POINTER(ForwardArgsEx), ctypes.c_void_p,
+                                       _error]),
+    "attnc_kernel_validate_ex": (_int, [_kernel, ctypes.POINTER(ForwardArgsEx), _error]),
+    "attnc_kernel_decode_plan": (_int, [_kernel, ctypes.POINTER(ForwardArgsEx), ctypes.c_int32,
+                                        ctypes.POINTER(DecodePlan), _error]),
+    "attnc_kernel_forward_workspace_bytes": (ctypes.c_int64, [_kernel,
+                                                              ctypes.POINTER(ForwardArgsEx)]),
     "attnc_kernel_prepare_inputs": (_int, [_kernel, ctypes.POINTER(ForwardArgs), ctypes.c_void_p,
                                            ctypes.POINTER(ctypes.c_void_p), _error]),
     "attnc_kernel_forward_prepared": (_int, [_kernel, ctypes.POINTER(ForwardArgs),

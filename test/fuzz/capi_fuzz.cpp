@@ -1,7 +1,8 @@
 // The C API argument fuzzer: random attnc_forward_args and attnc_backward_args (boundary lengths
 // and strides, misaligned and null pointers, aliasing, overlapping and packed layouts, counts
 // past the caller's array) through attnc_kernel_validate, attnc_kernel_backward_validate and
-// attnc_kernel_backward_workspace_bytes of a few small kernels. An oracle written here from the
+// attnc_kernel_backward_workspace_bytes of a few small kernels; attnc_kernel_validate_ex without a
+// layout must give each forward's verdict and message. An oracle written here from the
 // documented contract (docs/runtime.md, "Launch arguments") says accept or reject; a disagreement,
 // a crash, or an error that names no argument the oracle found wrong is a failure, printed with
 // the seed and case number. For accepted layouts small enough to enumerate, every written row is
@@ -14,6 +15,7 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -655,6 +657,22 @@ int run(uint64_t seed, int64_t cases) {
       char* message = nullptr;
       const int result = attnc_kernel_validate(k.kernel, &a, &message);
       ++calls;
+      // The same arguments through the _ex call without a layout, its struct in the first
+      // version's size every fourth case (no draw: the cases stay those of earlier versions).
+      attnc_forward_args_ex ex{};
+      const size_t firstVersion = offsetof(attnc_forward_args_ex, layout) + sizeof(void*);
+      ex.struct_size = uint32_t(c % 4 == 0 ? firstVersion : sizeof ex);
+      ex.base = a;
+      char* exMessage = nullptr;
+      const int exResult = attnc_kernel_validate_ex(k.kernel, &ex, &exMessage);
+      ++calls;
+      const std::string plain = message ? message : "", extended = exMessage ? exMessage : "";
+      attnc_free_string(exMessage);
+      if (exResult != result || extended != plain)
+        failures.report(c, "attnc_kernel_validate_ex",
+                        "without a layout, expected attnc_kernel_validate's " +
+                            std::to_string(result) + " '" + plain + "', got " +
+                            std::to_string(exResult) + " '" + extended + "'");
       judge(failures, c, "attnc_kernel_validate", k, result, message, verdict, written, read,
             {a.batch, a.q_len, a.kv_len});
     } else if (which == 1) {  // backward

@@ -12,7 +12,8 @@ _ROOT = os.path.dirname(os.path.dirname(_HERE))
 sys.path.insert(0, os.path.join(_ROOT, "python"))
 # The C API's structs and signatures live in the attnc package; these names stay for the tests.
 from attnc._capi import (  # noqa: E402,F401
-    ATTNC_COMPILE_BACKWARD, ATTNC_OK, BackwardArgs, ForwardArgs, Info, Input, Tensor, bind)
+    ATTNC_COMPILE_BACKWARD, ATTNC_DECODE_AUTO, ATTNC_DECODE_OFF, ATTNC_DECODE_ON, ATTNC_OK,
+    BackwardArgs, DecodePlan, ForwardArgs, ForwardArgsEx, Info, Input, SeqLayout, Tensor, bind)
 from attnc._errors import AttncError  # noqa: E402
 
 
@@ -71,6 +72,82 @@ def _tensor(t, layout):
     sb, s1, s2, _ = t.stride()
     sh, ss = (s2, s1) if layout == "bshd" else (s1, s2)
     return Tensor(t.data_ptr(), sb, sh, ss)
+
+
+def _rows_tensor(t, layout):
+    """A Tensor of a 4-d tensor in `layout`, or of a 3-d packed one [rows, heads, dim] (varlen:
+    stride_b is not used) or of a 4-d paged pool [pages, page_size, heads, dim] (bshd: stride_b
+    is the page stride, which the layout's k/v_stride_page gives)."""
+    if t is not None and t.dim() == 3:
+        return Tensor(t.data_ptr(), 0, t.stride(1), t.stride(0))
+    return _tensor(t, layout)
+
+
+def _address(x):
+    """A device array's address: None, an int, or a tensor."""
+    if x is None or isinstance(x, int):
+        return x
+    return x.data_ptr()
+
+
+def _host_int32(values):
+    """A host copy as a ctypes int32 array (None: not given): a sequence of ints or a tensor."""
+    if values is None:
+        return None
+    if hasattr(values, "tolist"):
+        values = values.reshape(-1).tolist()
+    values = [int(x) for x in values]
+    return (ctypes.c_int32 * max(1, len(values)))(*values)
+
+
+_DECODE = {"auto": ATTNC_DECODE_AUTO, "off": ATTNC_DECODE_OFF, "on": ATTNC_DECODE_ON}
+
+
+def make_args_ex(base, cu_seqlens_q=None, cu_seqlens_kv=None, total_q=0, total_kv=0,
+                 block_table=None, seq_lens_kv=None, page_size=0, num_pages=0,
+                 k_stride_page=0, v_stride_page=0, block_table_stride=None, max_pages=None,
+                 host_cu_seqlens_q=None, host_cu_seqlens_kv=None, host_block_table=None,
+                 host_seq_lens_kv=None, decode="auto", num_splits=0, workspace=None,
+                 prepared=None):
+    """An attnc_forward_args_ex over a ready ForwardArgs `base`: device arrays as tensors or
+    addresses; host copies as sequences of ints or CPU tensors (checked before launch); a block
+    table tensor [batch, max_pages] gives block_table_stride and max_pages unless they are given;
+    decode "auto" | "off" | "on" (or 0, 1, 2); workspace a CUDA tensor, or (address, bytes).
+    Without any layout field, no layout (contiguous Q, K, V). The struct keeps everything it
+    points at alive (see _fill_shared)."""
+    ex = ForwardArgsEx()
+    ex.struct_size = ctypes.sizeof(ForwardArgsEx)
+    ex.base = base
+    ex.decode = _DECODE[decode] if isinstance(decode, str) else int(decode)
+    ex.num_splits = num_splits
+    if workspace is not None:
+        if isinstance(workspace, tuple):
+            ex.workspace, ex.workspace_bytes = workspace
+        else:
+            ex.workspace = workspace.data_ptr()
+            ex.workspace_bytes = workspace.numel() * workspace.element_size()
+    ex.prepared = prepared.handle if prepared is not None else None
+    if block_table is not None and not isinstance(block_table, int) and block_table.dim() == 2:
+        block_table_stride = (block_table.stride(0) if block_table_stride is None
+                              else block_table_stride)
+        max_pages = block_table.shape[1] if max_pages is None else max_pages
+    hosts = [_host_int32(h) for h in (host_cu_seqlens_q, host_cu_seqlens_kv, host_block_table,
+                                     host_seq_lens_kv)]
+    host = [ctypes.cast(h, ctypes.POINTER(ctypes.c_int32)) if h is not None else None
+            for h in hosts]
+    layout = SeqLayout(
+        struct_size=ctypes.sizeof(SeqLayout), cu_seqlens_q=_address(cu_seqlens_q),
+        cu_seqlens_kv=_address(cu_seqlens_kv), total_q=total_q, total_kv=total_kv,
+        block_table=_address(block_table), seq_lens_kv=_address(seq_lens_kv),
+        block_table_stride=block_table_stride or 0, max_pages=max_pages or 0,
+        page_size=page_size, num_pages=num_pages, k_stride_page=k_stride_page,
+        v_stride_page=v_stride_page, host_cu_seqlens_q=host[0], host_cu_seqlens_kv=host[1],
+        host_block_table=host[2], host_seq_lens_kv=host[3])
+    given = any(getattr(layout, name) for name, _ in SeqLayout._fields_[2:])
+    ex.layout = ctypes.pointer(layout) if given else None
+    ex._keepalive = (getattr(base, "_keepalive", None), layout, hosts, cu_seqlens_q,
+                     cu_seqlens_kv, block_table, seq_lens_kv, workspace, prepared)
+    return ex
 
 
 def input_strides(t, dims):
@@ -183,6 +260,56 @@ class Kernel:
         error = ctypes.c_void_p()
         rc = self.library.lib.attnc_kernel_validate(self.handle, ctypes.byref(args), ctypes.byref(error))
         return None if rc == ATTNC_OK else self.library._take_error(error)
+
+    # ---- varlen, paged K/V and decode (attnc_forward_args_ex) ----
+
+    def validate_ex(self, ex):
+        """attnc_kernel_validate_ex on a ForwardArgsEx (make_args_ex): None or the message."""
+        error = ctypes.c_void_p()
+        rc = self.library.lib.attnc_kernel_validate_ex(self.handle, ctypes.byref(ex),
+                                                       ctypes.byref(error))
+        return None if rc == ATTNC_OK else self.library._take_error(error)
+
+    def launch_ex(self, ex, stream=None):
+        """attnc_kernel_forward_ex with a ready ForwardArgsEx; raises AttncError."""
+        self._call(self.library.lib.attnc_kernel_forward_ex, ex, stream)
+
+    def decode_plan(self, ex, num_sms=0):
+        """attnc_kernel_decode_plan: a dict of DecodePlan's fields for a device of num_sms SMs
+        (0: the current device's); raises AttncError with the library's message."""
+        plan = DecodePlan()
+        error = ctypes.c_void_p()
+        rc = self.library.lib.attnc_kernel_decode_plan(self.handle, ctypes.byref(ex), num_sms,
+                                                       ctypes.byref(plan), ctypes.byref(error))
+        if rc != ATTNC_OK:
+            raise AttncError(self.library._take_error(error))
+        return {f: getattr(plan, f) for f, _ in DecodePlan._fields_}
+
+    def forward_workspace_bytes(self, ex):
+        """Bytes the workspace of a launch with `ex` needs (-1: arguments refused)."""
+        return self.library.lib.attnc_kernel_forward_workspace_bytes(self.handle,
+                                                                     ctypes.byref(ex))
+
+    def forward_ex(self, q, k, v, o, lse=None, inputs=(), seed=0, offset=0, layout="bshd",
+                   batch=None, q_len=None, kv_len=None, stream=None, **options):
+        """A forward with the inference options (make_args_ex's keywords). q, o: 4-d in `layout`
+        or, with cu_seqlens_q, packed [total_q, heads_q, dim]; k, v likewise with cu_seqlens_kv,
+        or paged pools [num_pages, page_size, heads_kv, dim] with block_table (their page
+        strides taken from them unless given). With varlen or paged, batch, q_len and kv_len
+        (the longest sequence's) must be given."""
+        args = ForwardArgs()
+        args.q, args.k, args.v, args.o = (_rows_tensor(t, layout) for t in (q, k, v, o))
+        s_axis = 1 if layout == "bshd" else 2
+        _fill_shared(args, (q, k, v, o), lse, inputs, seed, offset,
+                     batch if batch is not None else q.shape[0],
+                     q_len if q_len is not None else q.shape[s_axis],
+                     kv_len if kv_len is not None else k.shape[s_axis])
+        if options.get("block_table") is not None:
+            options.setdefault("k_stride_page", k.stride(0))
+            options.setdefault("v_stride_page", v.stride(0))
+        ex = make_args_ex(args, **options)
+        self.launch_ex(ex, stream)
+        return ex
 
     def forward(self, q, k, v, o, lse=None, inputs=(), seed=0, offset=0, layout="bshd", stream=None):
         args = self.make_args(q, k, v, o, lse, inputs, seed, offset, layout)

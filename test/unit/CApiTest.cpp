@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -258,6 +259,243 @@ TEST(CApi, InfoReportsDropoutRounds) {
     EXPECT_EQ(info.dropout_rounds, c.rounds) << spec;
     attnc_kernel_free(kernel);
   }
+}
+
+// The versioned structs' layouts, as docs/runtime.md gives them to the ctypes mirrors.
+static_assert(sizeof(attnc_seq_layout) == 136, "docs/runtime.md: sizeof(attnc_seq_layout)");
+static_assert(sizeof(attnc_forward_args_ex) == 240,
+              "docs/runtime.md: sizeof(attnc_forward_args_ex)");
+static_assert(sizeof(attnc_decode_plan) == 32, "docs/runtime.md: sizeof(attnc_decode_plan)");
+
+// The smallest struct_size of each versioned struct: through `layout`, through `v_stride_page`.
+constexpr uint32_t kMinArgsEx = offsetof(attnc_forward_args_ex, layout) + sizeof(void*);
+constexpr uint32_t kMinLayout = offsetof(attnc_seq_layout, v_stride_page) + sizeof(int64_t);
+
+attnc_forward_args_ex forwardExOf(const attnc_forward_args& base) {
+  attnc_forward_args_ex ex{};
+  ex.struct_size = sizeof ex;
+  ex.base = base;
+  return ex;
+}
+
+// A paged K/V for forwardAt's lengths: pools of 64 pages of 16 rows (vLLM's [pages, page_size,
+// heads, dim], with K's and V's strides set so), tables of 16 pages a sequence; device arrays 4 MiB
+// past the tensors.
+attnc_seq_layout pagedAt(uintptr_t base) {
+  attnc_seq_layout layout{};
+  layout.struct_size = sizeof layout;
+  layout.block_table = reinterpret_cast<const int32_t*>(base + (5 << 22));
+  layout.seq_lens_kv = reinterpret_cast<const int32_t*>(base + (6 << 22));
+  layout.block_table_stride = layout.max_pages = 16;
+  layout.page_size = 16;
+  layout.num_pages = 64;
+  layout.k_stride_page = layout.v_stride_page = 16 * 2 * 64;
+  return layout;
+}
+
+// validate: the code and the message (empty on success).
+template <class Args, class Validate>
+std::pair<int, std::string> verdictOf(const attnc_kernel* kernel, const Args* args,
+                                      Validate validate) {
+  char* message = nullptr;
+  const int code = validate(kernel, args, &message);
+  return {code, takeError(message)};
+}
+
+// With no layout, attnc_kernel_validate_ex is attnc_kernel_validate on `base`, verdict and
+// message, whatever is wrong with it.
+TEST(CApi, ForwardExWithoutLayoutIsTheForwardCall) {
+  CompiledKernel compiled;
+  ASSERT_NE(compiled.kernel, nullptr) << compiled.error;
+  int32_t docIds = 0;
+  attnc_input doc{&docIds, 0, 0, 1};
+  const uintptr_t base = uintptr_t(1) << 20;
+  void (*const mutations[])(attnc_forward_args&) = {
+      [](attnc_forward_args&) {},
+      [](attnc_forward_args& a) { a.q_len = 0; },
+      [](attnc_forward_args& a) { a.inputs = nullptr; },
+      [](attnc_forward_args& a) { a.num_inputs = 3; },
+      [](attnc_forward_args& a) { a.o = a.q; },
+      [](attnc_forward_args& a) { a.k.stride_s = 12; },
+  };
+  for (auto mutate : mutations) {
+    attnc_forward_args fwd = forwardAt(base, &doc);
+    mutate(fwd);
+    const attnc_forward_args_ex ex = forwardExOf(fwd);
+    const auto plain = verdictOf(compiled.kernel, &fwd, attnc_kernel_validate);
+    EXPECT_EQ(verdictOf(compiled.kernel, &ex, attnc_kernel_validate_ex), plain);
+    if (plain.first != ATTNC_OK) {  // refused before any launch: no GPU needed
+      EXPECT_EQ(verdictOf(compiled.kernel, &ex,
+                          [](const attnc_kernel* k, const attnc_forward_args_ex* a, char** e) {
+                            return attnc_kernel_forward_ex(k, a, nullptr, e);
+                          }),
+                plain);
+      EXPECT_EQ(attnc_kernel_forward_workspace_bytes(compiled.kernel, &ex), -1);
+    } else {
+      EXPECT_GE(attnc_kernel_forward_workspace_bytes(compiled.kernel, &ex), 0);
+    }
+  }
+  EXPECT_EQ(verdictOf(compiled.kernel, static_cast<const attnc_forward_args_ex*>(nullptr),
+                      attnc_kernel_validate_ex),
+            std::make_pair(int(ATTNC_ERROR_BAD_ARGUMENT),
+                           std::string("attnc_forward_args_ex: null")));
+  EXPECT_EQ(verdictOf(nullptr, static_cast<const attnc_forward_args_ex*>(nullptr),
+                      attnc_kernel_validate_ex),
+            std::make_pair(int(ATTNC_ERROR_BAD_ARGUMENT),
+                           std::string("attnc_kernel_validate_ex: kernel is null")));
+}
+
+// struct_size: below the first version's fields an error naming it; the fields past a smaller
+// (older) one read as 0; a larger (newer) one's bytes past this library's struct must be 0.
+TEST(CApi, ForwardExStructSizeIsChecked) {
+  CompiledKernel compiled;
+  ASSERT_NE(compiled.kernel, nullptr) << compiled.error;
+  int32_t docIds = 0;
+  attnc_input doc{&docIds, 0, 0, 1};
+  const uintptr_t base = uintptr_t(1) << 20;
+  attnc_forward_args_ex ex = forwardExOf(forwardAt(base, &doc));
+  const std::string tooSmall = "attnc_forward_args_ex.struct_size: expected at least " +
+                               std::to_string(kMinArgsEx) +
+                               " (through layout; sizeof(attnc_forward_args_ex) = 240) and at "
+                               "most 4096, got ";
+  for (uint32_t size : {0u, kMinArgsEx - 1, 4097u}) {
+    ex.struct_size = size;
+    EXPECT_EQ(verdictOf(compiled.kernel, &ex, attnc_kernel_validate_ex),
+              std::make_pair(int(ATTNC_ERROR_BAD_ARGUMENT), tooSmall + std::to_string(size)));
+  }
+  // An older caller's struct ends at `layout`: what follows in its memory is not read.
+  ex.struct_size = kMinArgsEx;
+  ex.num_splits = 1000;
+  ex.reserved = 7;
+  ex.workspace_bytes = -1;
+  EXPECT_EQ(verdictOf(compiled.kernel, &ex, attnc_kernel_validate_ex).second, "");
+  ex.struct_size = sizeof ex;
+  EXPECT_EQ(verdictOf(compiled.kernel, &ex, attnc_kernel_validate_ex).second,
+            "attnc_forward_args_ex.reserved: expected 0, got 7");
+  ex.reserved = 0;
+  EXPECT_EQ(verdictOf(compiled.kernel, &ex, attnc_kernel_validate_ex).second,
+            "attnc_forward_args_ex.workspace_bytes: expected a non-negative size, got -1");
+  ex.workspace_bytes = 0;
+  EXPECT_EQ(verdictOf(compiled.kernel, &ex, attnc_kernel_validate_ex).second,
+            "ForwardArgs.num_splits = 1000: in [0, 128] (0: derived from the device and the "
+            "lengths)");
+  ex.num_splits = 0;
+  // A newer caller's struct: its fields past this library's must be 0.
+  struct {
+    attnc_forward_args_ex ex;
+    uint64_t newerField;
+  } newer{ex, 0};
+  newer.ex.struct_size = sizeof newer;
+  EXPECT_EQ(verdictOf(compiled.kernel, &newer.ex, attnc_kernel_validate_ex).second, "");
+  newer.newerField = 1;
+  EXPECT_EQ(verdictOf(compiled.kernel, &newer.ex, attnc_kernel_validate_ex),
+            std::make_pair(int(ATTNC_ERROR_BAD_ARGUMENT),
+                           std::string("attnc_forward_args_ex: expected 0 in the bytes past this "
+                                       "library's struct (240: a newer attnc_c.h's field this "
+                                       "library does not know), got byte 240 = 1 of "
+                                       "struct_size 248")));
+}
+
+// attnc_seq_layout reaches Kernel::validate field by field: its struct_size as the arguments',
+// a part (varlen, paged) given where any of its fields is set.
+TEST(CApi, SeqLayoutIsConvertedAndChecked) {
+  CompiledKernel compiled;
+  ASSERT_NE(compiled.kernel, nullptr) << compiled.error;
+  int32_t docIds = 0;
+  attnc_input doc{&docIds, 0, 0, 1};
+  const uintptr_t base = uintptr_t(1) << 20;
+  attnc_forward_args_ex ex = forwardExOf(forwardAt(base, &doc));
+  attnc_seq_layout layout = pagedAt(base);
+  ex.layout = &layout;
+  ex.base.k.stride_s = ex.base.v.stride_s = 2 * 64;  // the pools' rows: [pages, 16, heads, dim]
+  ex.base.k.stride_h = ex.base.v.stride_h = 64;
+  auto messageOf = [&] { return verdictOf(compiled.kernel, &ex, attnc_kernel_validate_ex).second; };
+  EXPECT_EQ(messageOf(), "");
+  layout.page_size = 48;
+  EXPECT_EQ(messageOf(), "ForwardArgs.paged.page_size = 48: a power of two in [1, 256]");
+  layout.page_size = 16;
+  ex.base.kv_len = 257;
+  EXPECT_EQ(messageOf(), "ForwardArgs.kv_len = 257: at most paged.max_pages x page_size = 16 x "
+                         "16 = 256 (the longest sequence's pages fit a table row)");
+  ex.base.kv_len = 256;
+  // Host copies through the C struct.
+  const int32_t lens[2] = {256, 300};
+  layout.host_seq_lens_kv = lens;
+  EXPECT_EQ(messageOf(), "ForwardArgs.paged.seq_lens_kv[1] = 300 needs 19 pages of 16; the table "
+                         "row has 16");
+  // An older caller's layout ends at v_stride_page: the host copies past it are not read.
+  layout.struct_size = kMinLayout;
+  EXPECT_EQ(messageOf(), "");
+  for (uint32_t size : {0u, kMinLayout - 1}) {
+    layout.struct_size = size;
+    EXPECT_EQ(messageOf(), "attnc_seq_layout.struct_size: expected at least " +
+                               std::to_string(kMinLayout) +
+                               " (through v_stride_page; sizeof(attnc_seq_layout) = 136) and at "
+                               "most 4096, got " + std::to_string(size));
+  }
+  layout = pagedAt(base);
+  layout.reserved = 1;
+  EXPECT_EQ(messageOf(), "attnc_seq_layout.reserved: expected 0, got 1");
+  // A part's field without its array is that array missing, not contiguous K/V.
+  layout = attnc_seq_layout{};
+  layout.struct_size = sizeof layout;
+  layout.page_size = 16;
+  EXPECT_EQ(messageOf(), "ForwardArgs.paged.block_table = null: a device pointer (int32) (a paged "
+                         "K/V cache's pages)");
+  layout.page_size = 0;
+  layout.total_q = 512;
+  EXPECT_EQ(messageOf(), "ForwardArgs.varlen.cu_seqlens_q = null: an array with cu_seqlens_kv "
+                         "null (or varlen null for contiguous Q, K, V)");
+  // An all-zero layout is contiguous Q, K, V.
+  layout.total_q = 0;
+  EXPECT_EQ(messageOf(), "");
+  // Packed Q: [total_q rows], stride_b unused; its host offsets checked.
+  const int32_t offsets[3] = {0, 256, 600};
+  layout.cu_seqlens_q = reinterpret_cast<const int32_t*>(base + (7 << 22));
+  layout.total_q = 512;
+  layout.host_cu_seqlens_q = offsets;
+  ex.base.q.stride_b = ex.base.o.stride_b = 5;
+  EXPECT_EQ(messageOf(), "ForwardArgs.varlen.cu_seqlens_q[2] = 600 > total_q = 512");
+}
+
+// attnc_kernel_decode_plan and attnc_kernel_forward_workspace_bytes refuse what validation
+// refuses, before they look for a GPU.
+TEST(CApi, DecodePlanAndWorkspaceBytesRefuseBadArguments) {
+  CompiledKernel compiled;
+  ASSERT_NE(compiled.kernel, nullptr) << compiled.error;
+  int32_t docIds = 0;
+  attnc_input doc{&docIds, 0, 0, 1};
+  const uintptr_t base = uintptr_t(1) << 20;
+  attnc_forward_args_ex ex = forwardExOf(forwardAt(base, &doc));
+  attnc_seq_layout layout = pagedAt(base);
+  ex.layout = &layout;
+  ex.base.k.stride_s = ex.base.v.stride_s = 2 * 64;  // the pools' rows: [pages, 16, heads, dim]
+  ex.base.k.stride_h = ex.base.v.stride_h = 64;
+  attnc_decode_plan plan;
+  char* message = nullptr;
+  EXPECT_EQ(attnc_kernel_decode_plan(compiled.kernel, &ex, 132, nullptr, &message),
+            ATTNC_ERROR_BAD_ARGUMENT);
+  EXPECT_EQ(takeError(message), "attnc_kernel_decode_plan: out is null");
+  EXPECT_EQ(attnc_kernel_decode_plan(compiled.kernel, &ex, -1, &plan, &message),
+            ATTNC_ERROR_BAD_ARGUMENT);
+  EXPECT_EQ(takeError(message), "attnc_kernel_decode_plan: num_sms: expected 0 (the current "
+                                "device's) or a number of SMs, got -1");
+  layout.page_size = 3;
+  plan.splits = 99;
+  EXPECT_EQ(attnc_kernel_decode_plan(compiled.kernel, &ex, 132, &plan, &message),
+            ATTNC_ERROR_BAD_ARGUMENT);
+  EXPECT_EQ(takeError(message), "ForwardArgs.paged.page_size = 3: a power of two in [1, 256]");
+  EXPECT_EQ(plan.splits, 0) << "a refused call leaves a zeroed plan";
+  EXPECT_EQ(attnc_kernel_forward_workspace_bytes(compiled.kernel, &ex), -1);
+  layout.page_size = 16;
+  EXPECT_GE(attnc_kernel_forward_workspace_bytes(compiled.kernel, &ex), 0);
+  // The size asked for does not depend on a workspace given.
+  ex.workspace = reinterpret_cast<void*>(base + 8);
+  EXPECT_GE(attnc_kernel_forward_workspace_bytes(compiled.kernel, &ex), 0);
+  EXPECT_EQ(attnc_kernel_forward_workspace_bytes(nullptr, &ex), -1);
+  EXPECT_EQ(attnc_kernel_forward_workspace_bytes(compiled.kernel, nullptr), -1);
+  ex.struct_size = 0;
+  EXPECT_EQ(attnc_kernel_forward_workspace_bytes(compiled.kernel, &ex), -1);
 }
 
 }  // namespace
