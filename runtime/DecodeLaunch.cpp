@@ -102,6 +102,7 @@ SeqLayout seqLayoutOf(const ForwardArgs& args) {
 bool Kernel::hasDecode() const { return impl_ && metadata().decode.has_value(); }
 
 Status Kernel::decodePlan(const ForwardArgs& args, int numSMs, DecodePlan* out) const {
+  if (!impl_) return Status::error("Kernel::decodePlan: the kernel is empty");
   if (!out) return Status::error("Kernel::decodePlan: out is null");
   if (Status status = validate(args); !status) return status;
   const KernelMetadata& m = metadata();
@@ -112,17 +113,22 @@ Status Kernel::decodePlan(const ForwardArgs& args, int numSMs, DecodePlan* out) 
   const KernelMetadata* image = &m;
   if (numSMs == 0 && takesDecode(m, args) && m.decode) {
     InContext at;
-    if (Status status = loadedInContext(*impl_, "Kernel::decodePlan", &at); !status) return status;
-    std::string error;
-    const Impl::Loaded* loaded = impl_->decodeFunctions(*at.driver, at.context, &error);
-    if (!loaded) return Status::error(error);
-    numSMs = loaded->numSMs;
-    blocksPerSM = loaded->decodeBlocksPerSM;
-    image = &loaded->image->metadata;
-  } else if (m.decode) {
-    // Without a device: the occupancy the tile rule aims for.
-    blocksPerSM = 2;
+    if (Status status = loadedInContext(*impl_, "Kernel::decodePlan", &at); !status) {
+      // No device here: the reference part of the kernel's target (attnc::Target::known).
+      std::optional<Target> target = Target::byName(m.target, nullptr);
+      if (!target || target->numSMs < 1) return status;
+      numSMs = target->numSMs;
+    } else {
+      std::string error;
+      const Impl::Loaded* loaded = impl_->decodeFunctions(*at.driver, at.context, &error);
+      if (!loaded) return Status::error(error);
+      numSMs = loaded->numSMs;
+      blocksPerSM = loaded->decodeBlocksPerSM;
+      image = &loaded->image->metadata;
+    }
   }
+  // Without a device's occupancy: the 2 blocks an SM the tile rule aims for.
+  if (blocksPerSM == 0) blocksPerSM = 2;
   *out = decodePlanFor(*image, args, std::max(numSMs, 1), std::max(blocksPerSM, 1));
   return Status::success();
 }
