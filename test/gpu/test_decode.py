@@ -317,6 +317,12 @@ def sequence_inputs(var, inputs, b):
     return out
 
 
+def synchronize(dev):
+    """Waits for the launches on `dev` (the CPU dry runs of test_decode_helpers.py have none)."""
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
 def check_sequence(o_b, lse_b, ref, ref_lse, fully, tol):
     """Problems of one sequence's O [q, h, dv] and LSE [h, q] against the float64 reference
     (ref [1, q, h, dv], ref_lse and fully [1, h, q]); (relerr, lse err, problems)."""
@@ -347,12 +353,12 @@ def check_sequence(o_b, lse_b, ref, ref_lse, fully, tol):
     return err, lse_err, problems
 
 
-def run_case(kern, var, case, res, ref_dev, row):
+def run_case(kern, var, case, res, ref_dev, row, dev=None):
     info = kern.info
     _, hd, dtype, hq, hkv = case.key
     hdv = info["head_dim_v"]
     dt = tf.TORCH_DTYPE[dtype]
-    dev = torch.device("cuda")
+    dev = dev or torch.device("cuda")
     qs, ks, vs, rng = make_sequences(case, hq, hkv, hd, hdv, dt, dev)
     launch = Launch(case, qs, ks, vs, hq, hdv, dev, rng)
     npos = max(launch.q_len, launch.kv_len)  # declared inputs span the launch's positions
@@ -376,7 +382,7 @@ def run_case(kern, var, case, res, ref_dev, row):
     if case.decode == dx.DECODE_ON and p.get("decode") == 0:
         problems.append("decode=On but the plan takes the forward kernel")
     dx.launch_ex(kern, args)
-    torch.cuda.synchronize()
+    synchronize(dev)
     worst, worst_lse = 0.0, 0.0
     scale = float(info["scale"])
     for b in range(launch.batch):
@@ -413,9 +419,9 @@ def small_paged(kern, dev, page_size=16, kv_lens=(40, 17, 5), q_len=1, seed=7):
     return Launch(case, qs, ks, vs, hq, kern.info["head_dim_v"], dev, rng)
 
 
-def bad_argument_checks(kern, res):
+def bad_argument_checks(kern, res, dev=None):
     """Host copies given: each bad value fails before launch, naming the argument; O untouched."""
-    dev = torch.device("cuda")
+    dev = dev or torch.device("cuda")
     cases = []
 
     def device_copy(launch, name, host_array):
@@ -457,7 +463,7 @@ def bad_argument_checks(kern, res):
             msg = None
         except attnc_ctypes.AttncError as e:
             msg = str(e)
-        torch.cuda.synchronize()
+        synchronize(dev)
         untouched = bool(torch.isnan(launch.o).all()) and bool(torch.isnan(launch.lse).all())
         ok = msg is not None and word in msg and checked is not None and untouched
         print(f"{'ok  ' if ok else 'FAIL'} bad argument: {what:32s} -> {msg!r}"
@@ -466,11 +472,11 @@ def bad_argument_checks(kern, res):
                 f" output untouched {untouched}")
 
 
-def bad_device_checks(kern, res):
+def bad_device_checks(kern, res, dev=None):
     """No host copies: device arrays with out-of-range page ids, lengths and offsets. The kernels
     clamp what they read (attnc.h): the launch must finish without a CUDA error (under
     compute-sanitizer: without an out-of-bounds access); the numbers are not checked."""
-    dev = torch.device("cuda")
+    dev = dev or torch.device("cuda")
     def wild_ids(launch):
         launch.table[0, 0], launch.table[1, 1] = 1_000_000, -3
 
@@ -499,7 +505,7 @@ def bad_device_checks(kern, res):
         except attnc_ctypes.AttncError as e:
             note = f" (refused: {e})"
         try:
-            torch.cuda.synchronize()
+            synchronize(dev)
             ok = True
         except RuntimeError as e:  # an illegal address poisons the context: report, then stop
             ok, note = False, f" CUDA error: {e}"

@@ -231,6 +231,129 @@ def test_sequence_inputs_slice_batch_dims_only():
     assert torch.equal(td.sequence_inputs(var, {"doc": doc[0]}, 2)["doc"], doc[0])
 
 
+# ---- run_case end to end, with a stand-in kernel on the CPU ----
+
+class SimulatedKernel(StubKernel):
+    """A kernel that reads a Launch's layout as attnc's must (packed rows through cu_seqlens,
+    pages through the block table) and writes the float64 reference into O and LSE; `skew`
+    aligns causal masks top-left instead (a per-sequence alignment bug)."""
+
+    def __init__(self, key, skew=False):
+        variant, hd, dtype, hq, hkv = key
+        self.var, self.skew = tf.V[variant], skew
+        self.info = {"head_dim": hd, "head_dim_v": hd, "dtype": dtype, "heads_q": hq,
+                     "heads_kv": hkv, "scale": 0.25}
+        self.input_names = list(self.var.inputs)
+
+    def run(self, launch):
+        case = launch.case
+        for b in range(launch.batch):
+            ql, kl = case.q_lens[b], case.kv_lens[b]
+            if case.packed_q:
+                q = launch.q[0, int(launch.cu_q[b]):int(launch.cu_q[b + 1])]
+            else:
+                q = launch.q[b] if launch.layout == "bshd" else launch.q[b].transpose(0, 1)
+                q = q[:ql]
+            if case.paged:
+                k, v = (td.gather_pages(t, launch.table[b], kl, case.page_size)
+                        for t in (launch.k, launch.v))
+            elif case.packed_kv:
+                rows = slice(int(launch.cu_kv[b]), int(launch.cu_kv[b + 1]))
+                k, v = launch.k[0, rows], launch.v[0, rows]
+            else:
+                k, v = ((t[b] if launch.layout == "bshd" else t[b].transpose(0, 1))
+                        for t in (launch.k, launch.v))
+            if self.skew:  # queries at positions 0.. (zero rows pad them up to the keys)
+                q = torch.cat([q, q.new_zeros(max(0, kl - ql), *q.shape[1:])])
+            inputs = td.sequence_inputs(self.var, self.inputs, b)
+            ref, ref_lse, _, _ = tf.reference(q[None], k[None], v[None], 0.25, self.var, 1,
+                                              q.shape[1], k.shape[1], q.shape[0], kl, inputs,
+                                              CPU)
+            o_b, lse_b = launch.out(b)
+            o_b[:ql] = ref[0, :ql].to(o_b.dtype)
+            if lse_b is not None:
+                lse_b[:, :ql] = ref_lse[0, :, :ql].float()
+
+
+@pytest.fixture
+def simulated(monkeypatch):
+    """dx's calls routed to a SimulatedKernel: Launch.args remembers its Launch and inputs."""
+    original = td.Launch.args
+
+    def args(self, kern, inputs, workspace=None):
+        made = original(self, kern, inputs, workspace)
+        made._launch = self
+        kern.inputs = {n: t for n, (t, _) in zip(kern.input_names, inputs)}
+        return made
+    monkeypatch.setattr(td.Launch, "args", args)
+    monkeypatch.setattr(dx, "launch_ex", lambda kern, a, stream=None: kern.run(a._launch))
+    monkeypatch.setattr(dx, "decode_plan", lambda kern, a, num_sms=0: {
+        "decode": 1, "rows": 16, "row_tiles": 1, "splits": 1})
+    monkeypatch.setattr(dx, "workspace_bytes", lambda kern, a: 256)
+
+
+@pytest.mark.parametrize("variant", ["causal", "document_causal", "alibi"])
+def test_run_case_passes_a_correct_kernel_and_fails_a_misaligned_one(simulated, variant):
+    key = (variant, 16, "bf16", 4, 2)
+    for layout in td.LAYOUTS:
+        q_lens = [2, 2, 2] if layout in ("bshd", "bhsd", "paged") else [2, 1, 3]
+        kv_lens = [19, 19, 19] if layout in ("bshd", "bhsd") else [19, 0, 40]
+        case = td.Case(key, layout, q_lens, kv_lens, page_size=16 if "paged" in layout else 0,
+                       share=True, workspace=layout == "paged", seed=9)
+        res = tf.Results()
+        record = td.run_case(SimulatedKernel(key), tf.V[variant], case, res, CPU, "row", CPU)
+        assert record["ok"], (layout, record["problems"])
+        record = td.run_case(SimulatedKernel(key, skew=True), tf.V[variant], case, res, CPU,
+                             "row", CPU)
+        assert not record["ok"], layout
+        idle = SimulatedKernel(key)
+        idle.run = lambda launch: None  # writes nothing: the poison shows
+        record = td.run_case(idle, tf.V[variant], case, res, CPU, "row", CPU)
+        assert not record["ok"] and "NaN" in " ".join(record["problems"]), layout
+
+
+def host_checks(args):
+    """What attnc's validation finds in the host copies a struct points at (attnc.h's rules),
+    as the name of the first bad argument, or None."""
+    seq, base = args.layout.contents, args.base
+
+    def host(name, n):
+        address = getattr(seq, "host_" + name)
+        return list((ctypes.c_int32 * n).from_address(address)) if address else None
+    if seq.page_size & (seq.page_size - 1) or not 1 <= seq.page_size <= 256:
+        return "page_size"
+    table = host("block_table", base.batch * seq.block_table_stride)
+    for b in range(base.batch):
+        row = table[b * seq.block_table_stride:][:seq.max_pages]
+        if any(not 0 <= page < seq.num_pages for page in row):
+            return "block_table"
+    cu = host("cu_seqlens_q", base.batch + 1)
+    if cu and any(x > y for x, y in zip(cu, cu[1:])):
+        return "cu_seqlens_q"
+    lens = host("seq_lens_kv", base.batch)
+    if any(not 0 <= n <= min(base.kv_len, seq.max_pages * seq.page_size) for n in lens):
+        return "seq_lens_kv"
+    return None
+
+
+def test_argument_checks_feed_each_bad_value_through_the_host_copies(monkeypatch):
+    def launch(kern, args, stream=None):
+        bad = host_checks(args)
+        if bad:
+            raise attnc_ctypes.AttncError(f"ForwardArgs.{bad}: bad")
+    monkeypatch.setattr(dx, "launch_ex", launch)
+    monkeypatch.setattr(dx, "validate_ex", lambda kern, args: host_checks(args))
+    kern = SimulatedKernel(("causal", 16, "bf16", 4, 2))
+    assert host_checks(td.small_paged(kern, CPU).args(kern, [])) is None
+    res = tf.Results()
+    td.bad_argument_checks(kern, res, CPU)
+    assert res.rows["bad arguments"] == {"cases": 4, "pass": 4, "err": 0.0, "lse": 0.0,
+                                         "sdpa": None}, res.failures
+    monkeypatch.setattr(dx, "launch_ex", lambda kern, args, stream=None: None)
+    td.bad_device_checks(kern, res, CPU)
+    assert res.rows["bad device values"]["pass"] == 3
+
+
 # ---- The C struct a case builds ----
 
 def test_paged_varlen_args_carry_the_layout():
