@@ -287,7 +287,10 @@ def run_row(lib, kernels, row, flex, peers_of, l2_bytes, log):
             workspace = torch.empty(max(16, ws_bytes), dtype=torch.uint8, device=dev)
             args = [c.attnc_args(kern, row, mode, workspace) for c in caches]
             if mode == dx.DECODE_AUTO:
-                res["plan"] = dx.decode_plan(kern, probe)
+                try:
+                    res["plan"] = dx.decode_plan(kern, probe)
+                except attnc_ctypes.AttncError as e:
+                    res["note"]["plan"] = f"no decode plan: {str(e).splitlines()[0][:160]}"
             c0 = caches[0]
             c0.o.fill_(float("nan"))
             dx.launch_ex(kern, args[0])
@@ -591,6 +594,10 @@ def main(argv=None):
     if varlen:
         print(f"\n{varlen['row']}: " + " ".join(f"{k} {t:.0f}" for k, t in
                                                  varlen["tflops"].items()) + " TFLOP/s")
+    import decode_page
+    verdicts = [met for _, rows in decode_page.targets(results, varlen) for _, _, met in rows]
+    print(f"\nSUMMARY: {len(results)} rows, copy {copy_gbps:.0f} GB/s; row targets met "
+          f"{sum(verdicts)} of {len(verdicts)}")
     return 0 if all("WRONG" not in str(r["note"]) for r in results) else 1
 
 
