@@ -132,6 +132,9 @@ def cases_for(key, subset, index):
     kv_on = kv_axis[-2]
     out.append(Case(key, "bshd", [q_on] * 2, [kv_on] * 2, num_splits=0, decode=dx.DECODE_ON,
                     seed=rng.randrange(1 << 30)))
+    if index % 2 == 1:  # the forward kernel on the same kind of launch (A/B in one process)
+        out.append(Case(key, "bshd", [q_on] * 2, [kv_on] * 2, decode=dx.DECODE_OFF,
+                        seed=rng.randrange(1 << 30)))
     if index % 2 == 0:
         out.append(Case(key, "paged", [Q_LENS[index % len(Q_LENS)]] * 3, [kv_axis[-2], 1, 17],
                         page_size=PAGE_SIZES[(index + 2) % len(PAGE_SIZES)], num_splits=3,
@@ -447,10 +450,14 @@ def bad_argument_checks(kern, res, dev=None):
     def page_48(launch):
         launch.seq.page_size = 48
 
+    def paged_off(launch):
+        launch.case.decode = dx.DECODE_OFF  # the forward kernel takes contiguous K/V only
+
     for what, edit, word in [("block-table entry out of range", bad_table, "block_table"),
                              ("cu_seqlens_q not increasing", bad_cu, "cu_seqlens_q"),
                              ("a length beyond the pages", long_seq, "seq_lens_kv"),
-                             ("page_size 48", page_48, "page_size")]:
+                             ("page_size 48", page_48, "page_size"),
+                             ("decode=Off, paged K/V + varlen Q", paged_off, "decode")]:
         launch = small_paged(kern, dev)
         launch.kv_len = launch.seq.max_pages * launch.seq.page_size  # all the pages allow
         edit(launch)
@@ -500,13 +507,14 @@ def bad_device_checks(kern, res, dev=None):
         for name in ("cu_seqlens_q", "cu_seqlens_kv", "block_table", "seq_lens_kv"):
             setattr(launch.seq, "host_" + name, None)
         note = ""
-        try:
+        try:  # refused would test nothing: without host copies the values cannot be known
             dx.launch_ex(kern, launch.args(kern, []))
+            refused = False
         except attnc_ctypes.AttncError as e:
-            note = f" (refused: {e})"
+            refused, note = True, f" refused: {e}"
         try:
             synchronize(dev)
-            ok = True
+            ok = not refused
         except RuntimeError as e:  # an illegal address poisons the context: report, then stop
             ok, note = False, f" CUDA error: {e}"
         print(f"{'ok  ' if ok else 'FAIL'} bad device values: {what}{note}", flush=True)

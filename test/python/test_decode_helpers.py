@@ -96,6 +96,7 @@ def test_plan_covers_every_axis(subset):
     assert any(c.decode == dx.DECODE_ON and (c.key[3] // c.key[4]) * c.q_lens[0] > 64
                for c in cases)
     assert any(c.workspace for c in cases) and any(not c.lse for c in cases)
+    assert any(c.decode == dx.DECODE_OFF for c in cases)
     for c in cases:
         if c.layout in ("bshd", "bhsd", "paged"):
             assert len(set(c.q_lens)) == 1  # Q is [B, q_len, ...]: one length
@@ -320,6 +321,8 @@ def host_checks(args):
     def host(name, n):
         address = getattr(seq, "host_" + name)
         return list((ctypes.c_int32 * n).from_address(address)) if address else None
+    if args.decode == dx.DECODE_OFF:
+        return "decode"
     if seq.page_size & (seq.page_size - 1) or not 1 <= seq.page_size <= 256:
         return "page_size"
     table = host("block_table", base.batch * seq.block_table_stride)
@@ -347,7 +350,7 @@ def test_argument_checks_feed_each_bad_value_through_the_host_copies(monkeypatch
     assert host_checks(td.small_paged(kern, CPU).args(kern, [])) is None
     res = tf.Results()
     td.bad_argument_checks(kern, res, CPU)
-    assert res.rows["bad arguments"] == {"cases": 4, "pass": 4, "err": 0.0, "lse": 0.0,
+    assert res.rows["bad arguments"] == {"cases": 5, "pass": 5, "err": 0.0, "lse": 0.0,
                                          "sdpa": None}, res.failures
     monkeypatch.setattr(dx, "launch_ex", lambda kern, args, stream=None: None)
     td.bad_device_checks(kern, res, CPU)
