@@ -205,7 +205,8 @@ def fa2_peer(cache, row):
     """flash_attn_with_kvcache (bottom-right causal; paged where the page is a multiple of 256)."""
     from flash_attn import flash_attn_with_kvcache
     if row.page_size and row.page_size % 256:
-        raise RuntimeError(f"FA2's paged cache needs pages of a multiple of 256, not {row.page_size}")
+        raise RuntimeError(f"FA2's paged cache takes pages of a multiple of 256, not "
+                           f"{row.page_size}")
     extra = {}
     if row.page_size:
         extra = {"block_table": cache.table, "cache_seqlens": cache.lens}

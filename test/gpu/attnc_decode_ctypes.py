@@ -6,7 +6,6 @@ compares their sizes and offsets with the header's). No torch import: tensors ar
 (data_ptr(), stride()), so the argument building also runs on the CPU."""
 import ctypes
 
-import attnc_ctypes
 from attnc_ctypes import ATTNC_OK, AttncError, ForwardArgs
 
 DECODE_AUTO, DECODE_OFF, DECODE_ON = 0, 1, 2  # attnc_forward_args_ex.decode (attnc::DecodeChoice)
@@ -104,7 +103,7 @@ def seq_layout(cu_seqlens_q=None, cu_seqlens_kv=None, total_q=0, total_kv=0, blo
 
 def forward_args_ex(kernel, q, k, v, o, lse=None, inputs=(), batch=None, q_len=None, kv_len=None,
                     layout=None, decode=DECODE_AUTO, num_splits=0, workspace=None, seq=None):
-    """An ForwardArgsEx for attnc_ctypes.Kernel `kernel`. q, k, v, o: 4-d tensors in `layout`
+    """A ForwardArgsEx for attnc_ctypes.Kernel `kernel`. q, k, v, o: 4-d tensors in `layout`
     ('bshd' | 'bhsd'); packed rows [total, heads, dim] and page pools [pages, page_size, heads,
     dim] are passed as 4-d BSHD views (x[None] and the pool itself: stride_b is ignored for
     them). batch, q_len, kv_len: the sequences and the longest one's lengths. seq: a SeqLayout
@@ -181,4 +180,4 @@ def compile_deferred(kernel):
 
 __all__ = ["DECODE_AUTO", "DECODE_OFF", "DECODE_ON", "SeqLayout", "ForwardArgsEx", "DecodePlan",
            "seq_layout", "forward_args_ex", "launch_ex", "validate_ex", "decode_plan",
-           "workspace_bytes", "compile_deferred", "pointer", "attnc_ctypes"]
+           "workspace_bytes", "compile_deferred", "pointer"]

@@ -140,9 +140,10 @@ def cases_for(key, subset, index):
                         page_size=PAGE_SIZES[(index + 2) % len(PAGE_SIZES)], num_splits=3,
                         share=True, workspace=True, seed=rng.randrange(1 << 30)))
     if subset == "full":
-        for page in PAGE_SIZES:  # every page size on every kernel, all lengths in one batch
+        for i, page in enumerate(PAGE_SIZES):  # every page size, all lengths in one batch
             out.append(Case(key, "paged_varlen", [rng.choice(Q_LENS) for _ in kv_axis],
-                            kv_axis, page_size=page, num_splits=SPLITS[page % 3], share=True,
+                            kv_axis, page_size=page, num_splits=SPLITS[i % len(SPLITS)],
+                            share=True,
                             seed=rng.randrange(1 << 30)))
     return out
 
