@@ -42,6 +42,7 @@ COPY_BYTES = 2 << 30  # the copy-bandwidth probe: 2 GiB each way
 CHECK_TOL = 1e-2
 LAYOUTS = ["contiguous", "paged16", "paged256"]
 WARM_MS = 200.0  # untimed back-to-back calls before each implementation's timed batches
+GRAPHS = False  # --graphs: time replays of a CUDA graph of the batch (no launch overhead)
 VARLEN_SEQS, VARLEN_MIN, VARLEN_MAX, VARLEN_SEED = 8, 100, 8192, 51
 
 
@@ -246,6 +247,45 @@ class Flex:
         return fn
 
 
+def time_call(fn, graphs):
+    """Median ms a call: back-to-back eager calls, or (graphs) replays of a CUDA graph that holds
+    a batch of them, so that rows of a few microseconds do not time the Python launch."""
+    import bench_forward
+    if not graphs:
+        return bench_forward.time_ms(fn, warm_ms=WARM_MS)[0]
+    inner = bench_forward.batch_size(fn)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(inner):
+            fn()
+    return bench_forward.time_ms(graph.replay, warm_ms=WARM_MS)[0] / inner
+
+
+def timed(res, impls, work, rates):
+    """Times each implementation: res["ms"], rates[name] = work / s; a failure goes to its note.
+    Under --graphs one whose capture fails is timed eagerly, with a note."""
+    for name, fn in impls.items():
+        try:
+            try:
+                med, how = time_call(fn, GRAPHS), "graph" if GRAPHS else "eager"
+            except Exception as e:  # noqa: BLE001
+                if not GRAPHS:
+                    raise
+                med, how = time_call(fn, False), "eager"
+                res["note"][name] = f"eager (graph capture failed: {str(e).splitlines()[0][:120]})"
+            res["ms"][name] = med
+            res.setdefault("timing", {})[name] = how
+            rates[name] = work / (med * 1e-3)
+        except Exception as e:  # noqa: BLE001
+            res["note"][name] = f"failed timing: {str(e).splitlines()[0][:160]}"
+
+
 def copy_bandwidth(dev):
     """Device-to-device copy bandwidth in GB/s: dst.copy_(src) of COPY_BYTES, read + write."""
     src = torch.empty(COPY_BYTES, dtype=torch.uint8, device=dev)
@@ -265,7 +305,6 @@ def copy_bandwidth(dev):
 
 def run_row(lib, kernels, row, flex, peers_of, l2_bytes, log):
     """One row's GB/s per implementation (dict), with notes and the attnc check."""
-    import bench_forward
     dev = torch.device("cuda")
     res = {"row": row.name, "hq": row.hq, "hkv": row.hkv, "B": row.batch, "kv": row.kv,
            "q_len": row.q_len, "layout": row.layout, "bytes": row.bytes(), "gbps": {},
@@ -304,7 +343,8 @@ def run_row(lib, kernels, row, flex, peers_of, l2_bytes, log):
             if max(errs) > CHECK_TOL or math.isnan(max(errs)):
                 res["note"][name] = f"WRONG RESULT (relerr {max(errs):.1e}), not timed"
                 continue
-            stream = torch.cuda.current_stream().cuda_stream
+            # a graph captures on a stream of its own: the launch must take the current one
+            stream = None if GRAPHS else torch.cuda.current_stream().cuda_stream
             impls[name] = cycle([lambda a=a: dx.launch_ex(kern, a, stream) for a in args])
         except Exception as e:  # noqa: BLE001
             res["note"][name] = f"failed: {str(e).splitlines()[0][:160]}"
@@ -314,13 +354,7 @@ def run_row(lib, kernels, row, flex, peers_of, l2_bytes, log):
         except Exception as e:  # noqa: BLE001
             res["note"][name] = f"failed: {str(e).splitlines()[0][:160]}" if str(e) else \
                 f"failed: {type(e).__name__}"
-    for name, fn in impls.items():
-        try:
-            med, _, _ = bench_forward.time_ms(fn, warm_ms=WARM_MS)
-            res["ms"][name] = med
-            res["gbps"][name] = row.bytes() / (med * 1e-3) / 1e9
-        except Exception as e:  # noqa: BLE001
-            res["note"][name] = f"failed timing: {str(e).splitlines()[0][:160]}"
+    timed(res, impls, row.bytes() / 1e9, res["gbps"])
     del caches, impls
     torch.cuda.empty_cache()
     return res
@@ -394,7 +428,6 @@ def varlen_flops(lens, hq, d):
 
 
 def run_varlen(lib, hq=32, hkv=8, log=print):
-    import bench_forward
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     dev = torch.device("cuda")
@@ -472,13 +505,7 @@ def run_varlen(lib, hq=32, hkv=8, log=print):
     except Exception as e:  # noqa: BLE001
         impls.pop("fa2-varlen", None)
         res["note"]["fa2-varlen"] = f"not run: {str(e).splitlines()[0][:160]}"
-    for name, fn in impls.items():
-        try:
-            med, _, _ = bench_forward.time_ms(fn, warm_ms=WARM_MS)
-            res["ms"][name] = med
-            res["tflops"][name] = flops / (med * 1e-3) / 1e12
-        except Exception as e:  # noqa: BLE001
-            res["note"][name] = f"failed timing: {str(e).splitlines()[0][:160]}"
+    timed(res, impls, flops / 1e12, res["tflops"])
     peer = "cudnn-ragged" if "cudnn-ragged" in res["tflops"] else "cudnn-padded"
     a, p = res["tflops"].get("attnc"), res["tflops"].get(peer)
     res["peer"] = peer
@@ -533,7 +560,7 @@ def write_json(path, facts, copy_gbps, results, varlen):
 
 
 def main(argv=None):
-    global WARM_MS
+    global WARM_MS, GRAPHS
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true",
@@ -545,9 +572,11 @@ def main(argv=None):
                     help="skip FlexAttention (it compiles once a row shape)")
     ap.add_argument("--no-varlen", action="store_true", help="skip the varlen prefill row")
     ap.add_argument("--warm-ms", type=float, default=WARM_MS)
+    ap.add_argument("--graphs", action="store_true",
+                    help="time replays of a CUDA graph of each batch of calls (else eager calls)")
     ap.add_argument("--lib", default=None)
     args = ap.parse_args(argv)
-    WARM_MS = args.warm_ms
+    WARM_MS, GRAPHS = args.warm_ms, args.graphs
     dev = torch.device("cuda")
     torch.zeros(1, device=dev)
     lib = attnc_ctypes.Library(args.lib)
@@ -555,7 +584,7 @@ def main(argv=None):
     props = torch.cuda.get_device_properties(dev)
     l2_bytes = getattr(props, "L2_cache_size", 0) or L2_FALLBACK
     copy_gbps = copy_bandwidth(dev)
-    facts["l2_bytes"] = l2_bytes
+    facts["l2_bytes"], facts["graphs"] = l2_bytes, GRAPHS
     print(f"{facts}\ncopy bandwidth {copy_gbps:.0f} GB/s, L2 {l2_bytes >> 20} MiB", flush=True)
     flex = None
     if not args.no_flex:

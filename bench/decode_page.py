@@ -23,7 +23,7 @@ METHOD = [
     "GB/s = (K/V read: B·kv·Hkv·(d+dv)·2 + Q + O + LSE bytes) / median time; % of copy = against"
     " the device-to-device copy bandwidth measured in the same run (dst.copy_(src) of 2 GiB,"
     " read + write, best of 12). Split partials are overhead, not counted.",
-    "Time: CUDA events around batches of back-to-back calls (>= 3 ms each), median of 25"
+    "Time: CUDA events around batches of back-to-back {calls} (>= 3 ms each), median of 25"
     " batches after {warm} of untimed ones; a cache under 4x the L2 rotates over copies.",
     "Each attnc row is checked before it is timed: sequences 0 and B-1 against a float32"
     " reference (relerr < 1e-2).",
@@ -57,7 +57,9 @@ def header(facts, copy_gbps, json_name):
              f"- command: `{facts.get('command', 'python3 bench/bench_decode.py --json FILE')}`",
              f"- page: `python3 bench/decode_page.py docs/perf/{json_name} -o docs/perf/{stem}.md`",
              f"- copy bandwidth: {fmt(copy_gbps)} GB/s"]
-    return lines + [f"- {line.format(warm=warm)}" for line in METHOD] + [""]
+    calls = ("calls captured in a CUDA graph (no launch overhead)" if facts.get("graphs")
+             else "eager calls")
+    return lines + [f"- {line.format(warm=warm, calls=calls)}" for line in METHOD] + [""]
 
 
 def plan_text(r):

@@ -58,14 +58,18 @@ SIGNATURES = {
 
 def _function(library, name):
     """`name` of the library as a function object of this module's own: CDLL[name] makes a new
-    one, so these argtypes never meet another binding's struct classes for the same symbol."""
-    try:
-        fn = library.lib[name]
-    except AttributeError:
-        raise AttncError(f"{library.path} has no {name}: a library built before the inference "
-                         "launch options (rebuild it, or set ATTNC_LIB)") from None
-    fn.restype, fn.argtypes = SIGNATURES[name]
-    return fn
+    one, so these argtypes never meet another binding's struct classes for the same symbol.
+    Made once a library (a timed launch pays no lookup)."""
+    functions = library.__dict__.setdefault("_decode_functions", {})
+    if name not in functions:
+        try:
+            fn = library.lib[name]
+        except AttributeError:
+            raise AttncError(f"{library.path} has no {name}: a library built before the "
+                             "inference launch options (rebuild it, or set ATTNC_LIB)") from None
+        fn.restype, fn.argtypes = SIGNATURES[name]
+        functions[name] = fn
+    return functions[name]
 
 
 def pointer(x):

@@ -430,6 +430,20 @@ def test_varlen_flops_count_the_causal_pairs():
     assert bench_decode.varlen_flops([2, 3], 1, 1) == 4 * (3 + 6)
 
 
+def test_a_failed_graph_capture_is_timed_eagerly_with_a_note(monkeypatch):
+    def time_call(fn, graphs):
+        if graphs:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return 2.0
+    monkeypatch.setattr(bench_decode, "time_call", time_call)
+    monkeypatch.setattr(bench_decode, "GRAPHS", True)
+    res = {"ms": {}, "note": {}}
+    rates = {}
+    bench_decode.timed(res, {"attnc": None}, 4.0, rates)
+    assert rates == {"attnc": 2000.0} and res["timing"] == {"attnc": "eager"}
+    assert "graph capture failed" in res["note"]["attnc"]
+
+
 # ---- The page ----
 
 def made_up_run():
