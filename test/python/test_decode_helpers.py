@@ -415,6 +415,17 @@ def test_bench_reference_matches_the_float64_one():
     assert bench_decode.relerr(bench_decode.reference_rows(q, k, v, 0.25), ref[0]) < 1e-5
 
 
+@pytest.mark.parametrize("q_len", [1, 8])
+def test_bench_sdpa_peer_computes_what_attnc_does(q_len):
+    """The SDPA peer (its math backend here) is bottom-right causal with GQA, as the rows are."""
+    from torch.nn.attention import SDPBackend
+    row = bench_decode.Row(32, 8, 2, 300, q_len, "contiguous")
+    cache = bench_decode.Cache(row, CPU, 1)
+    out = bench_decode.sdpa_peer(SDPBackend.MATH, cache, row)().transpose(1, 2)
+    ref = bench_decode.reference_rows(cache.q[1], cache.k[1], cache.v[1], 128 ** -0.5)
+    assert bench_decode.relerr(out[1], ref) < 5e-3
+
+
 def test_bench_paged_cache_gathers_to_its_sequences():
     k, v, table, lens = bench_decode.paged_cache(2, 40, 2, 8, 16, CPU, seed=1)
     assert k.shape == (6, 16, 2, 8) and sorted(table.flatten().tolist()) == list(range(6))
