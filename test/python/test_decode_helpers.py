@@ -480,7 +480,7 @@ def test_page_renders_header_once_and_names_missed_targets(tmp_path):
     assert paged["best_peer"] == "cudnn" and abs(paged["vs_contiguous"] - 2800 / 3000) < 1e-9
     path = tmp_path / "decode.json"
     path.write_text(json.dumps(run))
-    text = decode_page.page(run, str(path))
+    text = decode_page.page([run], [str(path)])
     assert text.count("- run: 2030-01-02, Test GPU") == 1 and text.count("# attnc decode") == 1
     assert "| GQA 32/8 B8 kv32K q1 contiguous |" in text
     # 3000 / 3300 = 91% (met); paged 2800 / 3300 = 85% (missed), 0.93x contiguous (missed)
@@ -492,6 +492,20 @@ def test_page_renders_header_once_and_names_missed_targets(tmp_path):
     assert decode_page.main([str(path), "--check", str(page)]) == 0
     page.write_text(page.read_text() + "appended\n")
     assert decode_page.main([str(path), "--check", str(page)]) == 1
+
+
+def test_page_joins_runs_in_order_with_each_command():
+    first, second = made_up_run(), made_up_run()
+    second["facts"]["command"] = "python3 bench/bench_decode.py --only 64/8"
+    second["copy_gbps"] = 3200.0
+    for r in second["results"]:
+        r["row"] = r["row"].replace("32/8", "64/8")
+    second["varlen"] = None
+    text = decode_page.page([first, second], ["a.json", "b.json"])
+    assert "--only 64/8`" in text and "copy bandwidth: 3300, 3200 GB/s" in text
+    assert text.index("GQA 32/8 B8") < text.index("GQA 64/8 B8")
+    assert "decode_page.py docs/perf/a.json docs/perf/b.json -o docs/perf/a.md" in text
+    assert text.count("## Varlen prefill") == 1
 
 
 @pytest.mark.parametrize("script", ["test/gpu/test_decode.py", "bench/bench_decode.py",
