@@ -13,4 +13,6 @@
 #include "attnc/sm80/backward.h"
 #include "attnc/sm80/bwd_config.h"
 #include "attnc/sm80/config.h"
+#include "attnc/sm80/decode.h"
+#include "attnc/sm80/decode_config.h"
 #include "attnc/sm80/forward.h"

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One device call for the decode path (dev/README.md): the quick smoke, the decode suite's tiny
+# subset, the quick decode bench and a memcheck of the sanitizer subset, each time-bounded
+# (dev/gpu-steps.sh), then a short table. Run on the GPU machine from the repository root with the
+# bundle carried (dev/device-bundle.sh); results land in $OUT.
+#   bash dev/gpu-decode.sh [STEP...]   (default: smoke tiny bench memcheck)
+set -u
+source "$(dirname "$0")/gpu-steps.sh"
+export ATTNC_LIB=$PWD/.device/bundle/libattnc.so ATTNC_CACHE_DIR=${ATTNC_CACHE_DIR:-/tmp/ac}
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/python:$PWD/test/gpu
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+steps=("$@")
+[[ ${#steps[@]} -gt 0 ]] || steps=(smoke tiny bench memcheck)
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+for s in "${steps[@]}"; do
+  case "$s" in
+    smoke) step smoke 200 "$OUT/smoke.log" python3 dev/decode_smoke.py ;;
+    tiny) step tiny 150 "$OUT/tiny.log" python3 test/gpu/test_decode.py --subset tiny \
+            --json "$OUT/decode-tiny.json" ;;
+    small) step small 240 "$OUT/small.log" python3 test/gpu/test_decode.py --subset small \
+             --json "$OUT/decode-small.json" ;;
+    bench) step bench 240 "$OUT/bench.log" python3 bench/bench_decode.py --quick --no-flex \
+             --json "$OUT/decode-quick.json" ;;
+    benchflex) step benchflex 400 "$OUT/benchflex.log" python3 bench/bench_decode.py --quick \
+                 --json "$OUT/decode-quick-flex.json" ;;
+    memcheck) step memcheck 200 "$OUT/memcheck.log" compute-sanitizer --tool memcheck \
+                --error-exitcode 1 python3 test/gpu/test_decode.py --sanitize ;;
+    *) echo "gpu-decode: unknown step '$s'" >&2 ;;
+  esac
+done
+for s in "${steps[@]}"; do echo "== $s (tail)"; tail -n 25 "$OUT/$s.log" 2>/dev/null; done
+echo; printf '%s\n' "${summary[@]}"

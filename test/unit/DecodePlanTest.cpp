@@ -1,0 +1,164 @@
+// The decode launch's plan without a GPU (runtime/DecodeLaunch.cpp): which launches take the
+// decode kernel, the row tiles, the split count from split_kv.h at a given SM count and
+// occupancy, num_splits overriding it, the partials' workspace, and DecodeMetadata's text.
+#include "attnc/attnc.h"
+#include "runtime/DecodeLaunch.h"
+
+#include <gtest/gtest.h>
+
+namespace attnc {
+namespace {
+
+// GQA 32/8, head dim 128, bf16, a decode kernel of 32 rows and 64-key tiles.
+KernelMetadata gqaMetadata() {
+  KernelMetadata m;
+  m.name = "gqa";
+  m.entry = "gqa_fwd";
+  m.target = "sm_90a";
+  m.computeMajor = 9;
+  m.threads = 384;
+  m.smemBytes = 150000;
+  m.blockQ = 128;
+  m.blockKV = 128;
+  m.headDim = m.headDimV = 128;
+  m.headsQ = 32;
+  m.headsKV = 8;
+  m.dtype = "bf16";
+  m.scale = 0.0883883476f;
+  m.attncVersion = version();
+  m.decode = DecodeMetadata{"gqa_decode", "gqa_decode_combine", 128, 32, 64, 3, 57344};
+  return m;
+}
+
+ForwardArgs lengths(int64_t batch, int64_t qLen, int64_t kvLen) {
+  ForwardArgs args;
+  args.batch = batch;
+  args.q_len = qLen;
+  args.kv_len = kvLen;
+  return args;
+}
+
+TEST(DecodePlan, AutoTakesTheDecodeKernelForFewPackedRows) {
+  const KernelMetadata m = gqaMetadata();
+  EXPECT_TRUE(takesDecode(m, lengths(8, 1, 32768)));
+  EXPECT_TRUE(takesDecode(m, lengths(8, 16, 32768)));  // 4 x 16 = 64 packed rows
+  EXPECT_FALSE(takesDecode(m, lengths(8, 17, 32768)));
+  ForwardArgs off = lengths(8, 1, 32768);
+  off.decode = DecodeChoice::Off;
+  EXPECT_FALSE(takesDecode(m, off));
+  ForwardArgs on = lengths(8, 1000, 1000);
+  on.decode = DecodeChoice::On;
+  EXPECT_TRUE(takesDecode(m, on));
+  // Varlen and paged launches take it at any length.
+  VarlenArg varlen;
+  ForwardArgs packed = lengths(8, 4096, 4096);
+  packed.varlen = &varlen;
+  EXPECT_TRUE(takesDecode(m, packed));
+  // Without a decode kernel (dropout) Auto keeps the forward.
+  KernelMetadata none = m;
+  none.decode.reset();
+  EXPECT_FALSE(takesDecode(none, lengths(8, 1, 32768)));
+}
+
+// B8, kv_len 32K at 132 SMs x 2 blocks: 64 units take 4 splits of 128 tiles; the partials are 4
+// splits x 32 heads x 8 rows of fp32 O (128) and LSE, each array 256-byte aligned.
+TEST(DecodePlan, SplitsFillTheSlotsAndSizeThePartials) {
+  const KernelMetadata m = gqaMetadata();
+  DecodePlan plan = decodePlanFor(m, lengths(8, 1, 32768), 132, 2);
+  EXPECT_TRUE(plan.decode);
+  EXPECT_EQ(plan.rows, 32);
+  EXPECT_EQ(plan.rowTiles, 1);
+  EXPECT_EQ(plan.blockKV, 64);
+  EXPECT_EQ(plan.splits, 4);
+  EXPECT_EQ(plan.splitTiles, 128);
+  EXPECT_EQ(plan.workspaceBytes, size_t(4 * 32 * 8 * 128 * 4 + 4 * 32 * 8 * 4));  // both 256-aligned
+  // B64 at kv_len 8K fills the slots unsplit: no partials.
+  plan = decodePlanFor(m, lengths(64, 1, 8192), 132, 2);
+  EXPECT_EQ(plan.splits, 1);
+  EXPECT_EQ(plan.workspaceBytes, 0u);
+  // q_len 16: 64 packed rows in two row tiles of 32.
+  plan = decodePlanFor(m, lengths(1, 16, 4096), 132, 2);
+  EXPECT_EQ(plan.rowTiles, 2);
+  // More SMs, more splits (B1 at kv_len 128K: 8 units).
+  EXPECT_LT(decodePlanFor(m, lengths(1, 1, 131072), 66, 2).splits,
+            decodePlanFor(m, lengths(1, 1, 131072), 132, 2).splits);
+}
+
+TEST(DecodePlan, NumSplitsOverridesTheRule) {
+  const KernelMetadata m = gqaMetadata();
+  ForwardArgs args = lengths(8, 1, 32768);
+  args.num_splits = 3;
+  DecodePlan plan = decodePlanFor(m, args, 132, 2);
+  EXPECT_EQ(plan.splits, 3);
+  EXPECT_EQ(plan.splitTiles, 171);  // ceil(512 / 3)
+  args.num_splits = 1;
+  EXPECT_EQ(decodePlanFor(m, args, 132, 2).splits, 1);
+  // More splits than tiles: one tile each.
+  args = lengths(2, 1, 100);
+  args.num_splits = 5;
+  EXPECT_EQ(decodePlanFor(m, args, 132, 2).splits, 2);
+}
+
+// Packed Q: the partials hold total_q rows, not batch x q_len.
+TEST(DecodePlan, PackedQueriesSizeThePartialsByTheirRows) {
+  const KernelMetadata m = gqaMetadata();
+  VarlenArg varlen;
+  int32_t fake = 0;
+  varlen.cu_seqlens_q = &fake;
+  varlen.total_q = 10;
+  ForwardArgs args = lengths(4, 7, 32768);
+  args.varlen = &varlen;
+  args.num_splits = 2;
+  const DecodePlan plan = decodePlanFor(m, args, 132, 2);
+  const size_t rows = 2 * 32 * 10;                      // splits x heads x packed rows
+  const size_t oBytes = (rows * 128 * 4 + 255) / 256 * 256;  // each array 256-byte aligned
+  EXPECT_EQ(plan.workspaceBytes, oBytes + (rows * 4 + 255) / 256 * 256);
+}
+
+TEST(DecodePlan, SeqLayoutTakesThePageShift) {
+  PagedKVArg paged;
+  paged.page_size = 16;
+  paged.max_pages = 9;
+  paged.num_pages = 100;
+  ForwardArgs args = lengths(2, 1, 100);
+  args.paged = &paged;
+  const SeqLayout seq = seqLayoutOf(args);
+  EXPECT_EQ(seq.page_shift, 4);
+  EXPECT_EQ(seq.max_pages, 9);
+  EXPECT_EQ(seq.num_pages, 100);
+  paged.page_size = 1;
+  EXPECT_EQ(seqLayoutOf(args).page_shift, 0);
+  paged.page_size = 256;
+  EXPECT_EQ(seqLayoutOf(args).page_shift, 8);
+}
+
+TEST(KernelMetadata, RoundTripsTheDecodeKernel) {
+  const KernelMetadata m = gqaMetadata();
+  std::string error;
+  std::optional<KernelMetadata> back = KernelMetadata::parse(m.serialize(), &error);
+  ASSERT_TRUE(back) << error;
+  ASSERT_TRUE(back->decode);
+  EXPECT_EQ(back->decode->entry, "gqa_decode");
+  EXPECT_EQ(back->decode->combineEntry, "gqa_decode_combine");
+  EXPECT_EQ(back->decode->rows, 32);
+  EXPECT_EQ(back->decode->smemBytes, 57344);
+  EXPECT_EQ(back->serialize(), m.serialize());
+  // All seven lines or none.
+  KernelMetadata partial = m;
+  partial.decode.reset();
+  EXPECT_FALSE(KernelMetadata::parse(partial.serialize() + "decode_rows 32\n", &error));
+  EXPECT_NE(error.find("decode"), std::string::npos) << error;
+  // Rows are whole m16 fragments.
+  KernelMetadata odd = m;
+  odd.decode->rows = 24;
+  EXPECT_FALSE(KernelMetadata::parse(odd.serialize(), &error));
+  // No decode kernel with dropout.
+  KernelMetadata dropout = m;
+  dropout.dropout = 0.1f;
+  dropout.dropoutRounds = 7;
+  EXPECT_FALSE(KernelMetadata::parse(dropout.serialize(), &error));
+  EXPECT_NE(error.find("dropout"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace attnc
