@@ -18,6 +18,7 @@ namespace attnc {
 Status Kernel::forward(const ForwardArgs& args, void* stream) const {
   if (Status status = validate(args); !status) return status;
   const KernelMetadata& m = metadata();
+  if (takesPerSequence(m, args)) return launchPerSequence(*this, m, args, stream);
   if (takesDecode(m, args))
     return launchDecode(*impl_, m, args, args.prepared ? args.prepared->impl_.get() : nullptr,
                         stream);

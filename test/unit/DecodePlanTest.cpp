@@ -115,6 +115,45 @@ TEST(DecodePlan, PackedQueriesSizeThePartialsByTheirRows) {
   EXPECT_EQ(plan.workspaceBytes, oBytes + (rows * 4 + 255) / 256 * 256);
 }
 
+// A prefill-shaped varlen launch with host copies of its offsets runs the contiguous kernels a
+// sequence at a time; anything that needs the decode kernel's layout handling keeps it.
+TEST(DecodePlan, VarlenPrefillRunsPerSequenceWhereTheHostKnowsTheOffsets) {
+  const KernelMetadata m = gqaMetadata();
+  const int32_t offsets[] = {0, 100, 4196, 4196 + 8000};
+  const int32_t device = 0;  // never read on the host
+  VarlenArg varlen;
+  varlen.cu_seqlens_q = varlen.cu_seqlens_kv = &device;
+  varlen.host_cu_seqlens_q = varlen.host_cu_seqlens_kv = offsets;
+  varlen.total_q = varlen.total_kv = offsets[3];
+  ForwardArgs args = lengths(3, 8000, 8000);
+  args.varlen = &varlen;
+  EXPECT_TRUE(takesPerSequence(m, args));
+  ForwardArgs decodeShaped = lengths(3, 16, 8000);  // 64 packed rows: the decode kernel
+  decodeShaped.varlen = &varlen;
+  EXPECT_FALSE(takesPerSequence(m, decodeShaped));
+  ForwardArgs on = args;
+  on.decode = DecodeChoice::On;
+  EXPECT_FALSE(takesPerSequence(m, on));
+  float lse = 0;
+  ForwardArgs withLse = args;  // the packed LSE [heads_q, total_q] is the decode kernel's
+  withLse.lse = &lse;
+  EXPECT_FALSE(takesPerSequence(m, withLse));
+  VarlenArg deviceOnly = varlen;
+  deviceOnly.host_cu_seqlens_kv = nullptr;
+  ForwardArgs noHost = args;
+  noHost.varlen = &deviceOnly;
+  EXPECT_FALSE(takesPerSequence(m, noHost));
+  // A sequence with queries and no keys writes O = 0 and LSE -inf: the decode kernel's.
+  const int32_t emptyKeys[] = {0, 100, 200, 300};
+  const int32_t sameKeys[] = {0, 100, 100, 300};
+  VarlenArg empty = varlen;
+  empty.host_cu_seqlens_q = emptyKeys;
+  empty.host_cu_seqlens_kv = sameKeys;
+  ForwardArgs withEmpty = args;
+  withEmpty.varlen = &empty;
+  EXPECT_FALSE(takesPerSequence(m, withEmpty));
+}
+
 TEST(DecodePlan, SeqLayoutTakesThePageShift) {
   PagedKVArg paged;
   paged.page_size = 16;
