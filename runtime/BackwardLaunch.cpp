@@ -16,6 +16,7 @@
 #include "runtime/LaunchParams.h"
 #include "runtime/LaunchValidation.h"
 #include "runtime/ModuleLoader.h"
+#include "runtime/PerSequenceLaunch.h"
 #include "runtime/PreparedInputs.h"
 
 #include <climits>
@@ -69,6 +70,10 @@ size_t Kernel::backwardWorkspaceBytes(int64_t batch, int64_t q_len, bool determi
 }
 
 Status Kernel::backward(const BackwardArgs& args, void* stream) const {
+  if (impl_ && args.varlen) {
+    if (!metadata().backward) return validateBackward(args);
+    return backwardPerSequence(*this, *impl_, metadata(), args, stream);
+  }
   if (Status status = validateBackward(args); !status) return status;
   const KernelMetadata& m = metadata();
   std::string error;

@@ -4,6 +4,7 @@
 // (splits, row tiles x heads_kv, batch), DecodeMetadata's threads and shared memory; the combine's
 // attnc::CombineParams, grid ceil(heads_q x rows / kCombineRowsPerBlock).
 #include "runtime/DecodeLaunch.h"
+#include "runtime/PerSequenceLaunch.h"
 
 #include "attnc/common/split_kv.h"
 #include "attnc/sm80/decode_config.h"
@@ -49,58 +50,6 @@ bool takesDecode(const KernelMetadata& m, const ForwardArgs& args) {
   if (args.varlen || args.paged) return true;
   if (!m.decode) return false;
   return int64_t(m.headsQ / m.headsKV) * args.q_len <= kDecodeAutoRows;
-}
-
-bool takesPerSequence(const KernelMetadata& m, const ForwardArgs& args) {
-  const VarlenArg* v = args.varlen;
-  if (!v || args.paged || args.decode == DecodeChoice::On || args.lse || args.prepared)
-    return false;
-  if (int64_t(m.headsQ / m.headsKV) * args.q_len <= kDecodeAutoRows) return false;
-  if ((v->cu_seqlens_q && !v->host_cu_seqlens_q) || (v->cu_seqlens_kv && !v->host_cu_seqlens_kv))
-    return false;
-  for (int64_t b = 0; b < args.batch; ++b) {
-    const int64_t q = v->cu_seqlens_q ? v->host_cu_seqlens_q[b + 1] - v->host_cu_seqlens_q[b]
-                                      : args.q_len;
-    const int64_t kv = v->cu_seqlens_kv ? v->host_cu_seqlens_kv[b + 1] - v->host_cu_seqlens_kv[b]
-                                        : args.kv_len;
-    if (q > 0 && kv == 0) return false;  // its rows are O = 0, LSE -inf: the decode kernel's
-  }
-  return true;
-}
-
-Status launchPerSequence(const Kernel& kernel, const KernelMetadata& m, const ForwardArgs& args,
-                         void* stream) {
-  const VarlenArg& v = *args.varlen;
-  for (int64_t b = 0; b < args.batch; ++b) {
-    ForwardArgs one = args;
-    one.varlen = nullptr;
-    one.batch = 1;
-    const int64_t qFirst = v.cu_seqlens_q ? v.host_cu_seqlens_q[b] : 0;
-    const int64_t kvFirst = v.cu_seqlens_kv ? v.host_cu_seqlens_kv[b] : 0;
-    one.q_len = v.cu_seqlens_q ? v.host_cu_seqlens_q[b + 1] - qFirst : args.q_len;
-    one.kv_len = v.cu_seqlens_kv ? v.host_cu_seqlens_kv[b + 1] - kvFirst : args.kv_len;
-    if (one.q_len == 0) continue;
-    // The sequence's first row: packed tensors by their rows, the others by their batch stride.
-    const auto first = [&](const auto& t, int64_t row, bool packed) {
-      return (packed ? row * t.stride_s : b * t.stride_b) * 2;  // bf16, fp16: 2 bytes
-    };
-    one.q.data = static_cast<const char*>(args.q.data) + first(args.q, qFirst, v.cu_seqlens_q);
-    one.o.data = static_cast<char*>(args.o.data) + first(args.o, qFirst, v.cu_seqlens_q);
-    one.k.data = static_cast<const char*>(args.k.data) + first(args.k, kvFirst, v.cu_seqlens_kv);
-    one.v.data = static_cast<const char*>(args.v.data) + first(args.v, kvFirst, v.cu_seqlens_kv);
-    // Declared inputs indexed by the sequence: its row (4-byte elements: i32 or f32).
-    for (size_t i = 0; i < one.inputs.size(); ++i)
-      if (("," + m.inputs[i].dims + ",").find(",b,") != std::string::npos)
-        one.inputs[i].data = static_cast<const char*>(args.inputs[i].data) +
-                             b * args.inputs[i].stride_b * 4;
-    // A short sequence may itself take the decode kernel, whose partials the caller's workspace
-    // (sized for the whole launch) need not hold: the kernel's own then.
-    if (one.workspace && kernel.forwardWorkspaceBytes(one) > one.workspace_bytes)
-      one.workspace = nullptr, one.workspace_bytes = 0;
-    if (Status status = kernel.forward(one, stream); !status)
-      return Status::error("sequence " + std::to_string(b) + ": " + status.message);
-  }
-  return Status::success();
 }
 
 DecodePlan decodePlanFor(const KernelMetadata& m, const ForwardArgs& args, int numSMs,

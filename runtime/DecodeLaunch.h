@@ -17,17 +17,6 @@ bool takesDecode(const KernelMetadata& m, const ForwardArgs& args);
 // kernel's larger tiles do better.
 constexpr int64_t kDecodeAutoRows = 64;
 
-// Whether a varlen forward runs as one launch per sequence of the contiguous kernels instead
-// (prefill-shaped: more than kDecodeAutoRows packed rows at q_len, decode not On, no paged K/V,
-// host copies of the given cu_seqlens, no LSE, no prepared inputs, and every sequence with
-// queries has keys): the forward kernels' large tiles then do each sequence's work, where the
-// decode kernel's 32-row tiles would read K/V once per row tile.
-bool takesPerSequence(const KernelMetadata& m, const ForwardArgs& args);
-
-// That launch: forward() of each sequence's rows (batch 1, its lengths) on `stream`.
-Status launchPerSequence(const Kernel& kernel, const KernelMetadata& m, const ForwardArgs& args,
-                         void* stream);
-
 // The plan of a decode launch of image `m` on a device of numSMs SMs that holds blocksPerSM decode
 // blocks each (common/split_kv.h's rule, or args.num_splits).
 DecodePlan decodePlanFor(const KernelMetadata& m, const ForwardArgs& args, int numSMs,

@@ -48,6 +48,24 @@ enum TensorMapValue : int {
   kTensorMapZeroFill = 0,     // CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: out-of-bounds elements read 0
 };
 
+// CUDA_MEMCPY2D, the argument of cuMemcpy2DAsync (device to device here: memory type 2).
+struct Memcpy2D {
+  size_t srcXInBytes, srcY;
+  int srcMemoryType;
+  const void* srcHost;
+  DevicePtr srcDevice;
+  void* srcArray;
+  size_t srcPitch;
+  size_t dstXInBytes, dstY;
+  int dstMemoryType;
+  void* dstHost;
+  DevicePtr dstDevice;
+  void* dstArray;
+  size_t dstPitch;
+  size_t widthInBytes, height;
+};
+constexpr int kMemoryTypeDevice = 2;  // CU_MEMORYTYPE_DEVICE
+
 // CUfunction_attribute values for cuFuncSetAttribute.
 enum FunctionAttribute : int {
   kMaxDynamicSharedSizeBytes = 8,
@@ -92,6 +110,7 @@ struct DriverApi {
   cu::Result (*cuMemcpyHtoD)(cu::DevicePtr destination, const void* source, size_t bytes);
   cu::Result (*cuMemcpyDtoH)(void* destination, cu::DevicePtr source, size_t bytes);
   cu::Result (*cuStreamSynchronize)(cu::Stream stream);
+  cu::Result (*cuMemcpy2DAsync)(const cu::Memcpy2D* copy, cu::Stream stream);
 
   // CUDA 12.0 and later; null with an older driver (only the sm_90a forward needs it). The enum
   // arguments are passed as their int values (cu::TensorMap* below).

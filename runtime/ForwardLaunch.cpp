@@ -7,6 +7,7 @@
 #include "attnc/attnc.h"
 
 #include "runtime/DecodeLaunch.h"
+#include "runtime/PerSequenceLaunch.h"
 #include "runtime/InputWork.h"
 #include "runtime/LaunchGrid.h"
 #include "runtime/LaunchParams.h"
@@ -18,7 +19,7 @@ namespace attnc {
 Status Kernel::forward(const ForwardArgs& args, void* stream) const {
   if (Status status = validate(args); !status) return status;
   const KernelMetadata& m = metadata();
-  if (takesPerSequence(m, args)) return launchPerSequence(*this, m, args, stream);
+  if (takesPerSequence(m, args)) return launchPerSequence(*this, *impl_, m, args, stream);
   if (takesDecode(m, args))
     return launchDecode(*impl_, m, args, args.prepared ? args.prepared->impl_.get() : nullptr,
                         stream);

@@ -4,6 +4,7 @@
 #include "attnc/attnc.h"
 
 #include "runtime/LaunchValidation.h"
+#include "runtime/PerSequenceLaunch.h"
 #include "runtime/PreparedInputs.h"
 #include "runtime/SeqLayoutValidation.h"
 
@@ -381,6 +382,7 @@ Status Kernel::validateBackward(const BackwardArgs& args) const {
                          "': this kernel was compiled without backward kernels: compile with "
                          "backward enabled (JitCompiler::compile(..., withBackward = true), "
                          "attnc_compile_*_ex with ATTNC_COMPILE_BACKWARD)");
+  if (args.varlen) return validateBackwardVarlen(*this, args);
   Checker check;
   check.prefix = "BackwardArgs.";
   check.tensor("q", args.q, false);

@@ -77,6 +77,9 @@ struct Kernel::Impl {
   // The decode's split partials when the caller passes no workspace: one per (context, stream),
   // grow-only, under workspaceMutex (the combine reads them later in the same stream).
   std::map<std::pair<cu::Context, cu::Stream>, DeviceBuffer> decodeWorkspaces;
+  // One sequence's [heads_q, q_len] LSE for the launches a packed batch runs a sequence at a time
+  // (PerSequenceLaunch.h): per (context, stream), grow-only, under workspaceMutex.
+  std::map<std::pair<cu::Context, cu::Stream>, DeviceBuffer> lseScratch;
   // Block-summary buffers, one per (context, stream), grow-only. Per stream because the summary
   // entry writes them and the attention kernels read them later in the same stream: launches on
   // other streams must not overwrite them in between.

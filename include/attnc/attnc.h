@@ -175,6 +175,11 @@ struct BackwardArgs {
   // with backward kernels prepares theirs too); backward() then skips the launches that summarize
   // the declared inputs and classify the dK/dV kernel's tiles.
   const PreparedInputs* prepared = nullptr;
+  // Optional: a packed batch (VarlenArg, as the forward's; its host copies of cu_seqlens are
+  // required here). dq and d_o are packed like q and o, dk and dv like k and v; lse is the
+  // forward's ([heads_q, total_q] for packed Q). batch, q_len and kv_len as in the forward. The
+  // sequences run one after another, each as a contiguous backward (prepared must be null).
+  const VarlenArg* varlen = nullptr;
 };
 
 // How to launch the backward kernels (entries <entryStem><backwardEntrySuffix(BackwardEntry)>:

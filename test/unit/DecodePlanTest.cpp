@@ -1,8 +1,9 @@
-// The decode launch's plan without a GPU (runtime/DecodeLaunch.cpp): which launches take the
-// decode kernel, the row tiles, the split count from split_kv.h at a given SM count and
+// The decode launch's plan without a GPU (runtime/DecodeLaunch.cpp, PerSequenceLaunch.cpp): which
+// launches take the decode kernel or run a sequence at a time, the row tiles, the split count from split_kv.h at a given SM count and
 // occupancy, num_splits overriding it, the partials' workspace, and DecodeMetadata's text.
 #include "attnc/attnc.h"
 #include "runtime/DecodeLaunch.h"
+#include "runtime/PerSequenceLaunch.h"
 
 #include <gtest/gtest.h>
 
@@ -135,9 +136,9 @@ TEST(DecodePlan, VarlenPrefillRunsPerSequenceWhereTheHostKnowsTheOffsets) {
   on.decode = DecodeChoice::On;
   EXPECT_FALSE(takesPerSequence(m, on));
   float lse = 0;
-  ForwardArgs withLse = args;  // the packed LSE [heads_q, total_q] is the decode kernel's
+  ForwardArgs withLse = args;  // the packed LSE goes through a scratch, a sequence at a time
   withLse.lse = &lse;
-  EXPECT_FALSE(takesPerSequence(m, withLse));
+  EXPECT_TRUE(takesPerSequence(m, withLse));
   VarlenArg deviceOnly = varlen;
   deviceOnly.host_cu_seqlens_kv = nullptr;
   ForwardArgs noHost = args;
