@@ -91,6 +91,7 @@ struct DriverApi {
   cu::Result (*cuMemFree)(cu::DevicePtr pointer);
   cu::Result (*cuMemcpyHtoD)(cu::DevicePtr destination, const void* source, size_t bytes);
   cu::Result (*cuMemcpyDtoH)(void* destination, cu::DevicePtr source, size_t bytes);
+  cu::Result (*cuMemcpyDtoD)(cu::DevicePtr destination, cu::DevicePtr source, size_t bytes);
   cu::Result (*cuStreamSynchronize)(cu::Stream stream);
 
   // CUDA 12.0 and later; null with an older driver (only the sm_90a forward needs it). The enum

@@ -434,6 +434,10 @@ public:
   size_t size() const { return size_; }
   Status upload(const void* host, size_t bytes);
   Status download(void* host, size_t bytes) const;
+  // Copies `bytes` bytes from `source` at byte `sourceOffset` to this buffer at byte `offset`,
+  // device to device (cuMemcpyDtoD: ordered with the legacy default stream's work). Both ranges
+  // must lie inside their buffers, and not overlap where source is this buffer.
+  Status copyFrom(size_t offset, const DeviceBuffer& source, size_t sourceOffset, size_t bytes);
 
 private:
   unsigned long long pointer_ = 0;
