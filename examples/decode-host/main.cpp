@@ -517,10 +517,6 @@ int run(const Options& options) {
     if (!s) return s;
     paged = cache.arg();
     args.kv_len = cache.longest();
-    // Sized without the last step's workspace: forwardWorkspaceBytes validates args, and a given
-    // workspace too small for the new lengths would fail that (and give 0).
-    args.workspace = nullptr;
-    args.workspace_bytes = 0;
     const size_t needed = kernel.forwardWorkspaceBytes(args);
     if (needed > workspace.size()) {
       if (!(s = attnc::synchronize())) return s;  // the old one may still be in use

@@ -348,7 +348,8 @@ public:
   // What forward(args) would launch on a device of `numSMs` SMs (0: the current device's): the
   // decode kernel or not, its rows, splits and workspace. An error for arguments forward() refuses.
   Status decodePlan(const ForwardArgs& args, int numSMs, DecodePlan* out) const;
-  // Bytes of ForwardArgs::workspace forward(args) needs on the current device (0: none).
+  // Bytes of ForwardArgs::workspace forward(args) needs on the current device (0: none), whatever
+  // args.workspace holds (a workspace too small for args included).
   size_t forwardWorkspaceBytes(const ForwardArgs& args) const;
   // Whether the kernel has a decode kernel (every spec without dropout).
   bool hasDecode() const;
