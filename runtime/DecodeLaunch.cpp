@@ -139,8 +139,13 @@ Status Kernel::decodePlan(const ForwardArgs& args, int numSMs, DecodePlan* out) 
 }
 
 size_t Kernel::forwardWorkspaceBytes(const ForwardArgs& args) const {
+  // Sized without the workspace args may hold: one sized for shorter lengths would fail
+  // validation, and a caller growing it step by step would be told 0.
+  ForwardArgs sizing = args;
+  sizing.workspace = nullptr;
+  sizing.workspace_bytes = 0;
   DecodePlan plan;
-  if (!impl_ || !takesDecode(metadata(), args) || !decodePlan(args, 0, &plan)) return 0;
+  if (!impl_ || !takesDecode(metadata(), sizing) || !decodePlan(sizing, 0, &plan)) return 0;
   return plan.workspaceBytes;
 }
 

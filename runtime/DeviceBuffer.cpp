@@ -84,6 +84,32 @@ Status DeviceBuffer::download(void* host, size_t bytes) const {
   return Status::success();
 }
 
+Status DeviceBuffer::copyFrom(size_t offset, const DeviceBuffer& source, size_t sourceOffset,
+                              size_t bytes) {
+  auto outside = [&](const char* name, size_t start, size_t size) {
+    return Status::error("DeviceBuffer::copyFrom: " + std::string(name) + " + bytes = " +
+                         std::to_string(start) + " + " + std::to_string(bytes) +
+                         ": expected at most the buffer's " + std::to_string(size) + " bytes");
+  };
+  if (offset > size_ || bytes > size_ - offset) return outside("offset", offset, size_);
+  if (sourceOffset > source.size_ || bytes > source.size_ - sourceOffset)
+    return outside("sourceOffset", sourceOffset, source.size_);
+  if (&source == this && bytes > 0 && offset < sourceOffset + bytes &&
+      sourceOffset < offset + bytes)
+    return Status::error("DeviceBuffer::copyFrom: offset " + std::to_string(offset) +
+                         " and sourceOffset " + std::to_string(sourceOffset) +
+                         " in one buffer: expected ranges of " + std::to_string(bytes) +
+                         " bytes that do not overlap");
+  if (bytes == 0) return Status::success();
+  std::string error;
+  const DriverApi* driver = DriverApi::get(&error);
+  if (!driver || !driver->check(driver->cuMemcpyDtoD(pointer_ + offset,
+                                                     source.pointer_ + sourceOffset, bytes),
+                                "cuMemcpyDtoD", &error))
+    return Status::error("DeviceBuffer::copyFrom: " + error);
+  return Status::success();
+}
+
 Status synchronize() {
   std::string error;
   const DriverApi* driver = DriverApi::get(&error);

@@ -51,6 +51,7 @@ struct DriverLoader {
         lib.resolve(api.cuMemFree, "cuMemFree_v2", error) &&
         lib.resolve(api.cuMemcpyHtoD, "cuMemcpyHtoD_v2", error) &&
         lib.resolve(api.cuMemcpyDtoH, "cuMemcpyDtoH_v2", error) &&
+        lib.resolve(api.cuMemcpyDtoD, "cuMemcpyDtoD_v2", error) &&
         lib.resolve(api.cuStreamSynchronize, "cuStreamSynchronize", error) &&
         lib.resolve(api.cuMemcpy2DAsync, "cuMemcpy2DAsync_v2", error);
     std::string optional;

@@ -109,6 +109,7 @@ struct DriverApi {
   cu::Result (*cuMemFree)(cu::DevicePtr pointer);
   cu::Result (*cuMemcpyHtoD)(cu::DevicePtr destination, const void* source, size_t bytes);
   cu::Result (*cuMemcpyDtoH)(void* destination, cu::DevicePtr source, size_t bytes);
+  cu::Result (*cuMemcpyDtoD)(cu::DevicePtr destination, cu::DevicePtr source, size_t bytes);
   cu::Result (*cuStreamSynchronize)(cu::Stream stream);
   cu::Result (*cuMemcpy2DAsync)(const cu::Memcpy2D* copy, cu::Stream stream);
 

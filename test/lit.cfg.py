@@ -18,5 +18,6 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.with_environment("ATTNC_CACHE_DIR", os.path.join(config.test_exec_root, "cache"))
 # A missing tool is an error, never a silent fallback to some other PATH entry.
 llvm_config.add_tool_substitutions(
-    [ToolSubst(tool, unresolved="fatal") for tool in ("attnc-opt", "attnc", "jit-host")],
+    [ToolSubst(tool, unresolved="fatal")
+     for tool in ("attnc-opt", "attnc", "jit-host", "decode-host")],
     [config.attnc_tools_dir])

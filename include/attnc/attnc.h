@@ -353,7 +353,8 @@ public:
   // What forward(args) would launch on a device of `numSMs` SMs (0: the current device's): the
   // decode kernel or not, its rows, splits and workspace. An error for arguments forward() refuses.
   Status decodePlan(const ForwardArgs& args, int numSMs, DecodePlan* out) const;
-  // Bytes of ForwardArgs::workspace forward(args) needs on the current device (0: none).
+  // Bytes of ForwardArgs::workspace forward(args) needs on the current device (0: none), whatever
+  // args.workspace holds (a workspace too small for args included).
   size_t forwardWorkspaceBytes(const ForwardArgs& args) const;
   // Whether the kernel has a decode kernel (every spec without dropout).
   bool hasDecode() const;
@@ -439,6 +440,10 @@ public:
   size_t size() const { return size_; }
   Status upload(const void* host, size_t bytes);
   Status download(void* host, size_t bytes) const;
+  // Copies `bytes` bytes from `source` at byte `sourceOffset` to this buffer at byte `offset`,
+  // device to device (cuMemcpyDtoD: ordered with the legacy default stream's work). Both ranges
+  // must lie inside their buffers, and not overlap where source is this buffer.
+  Status copyFrom(size_t offset, const DeviceBuffer& source, size_t sourceOffset, size_t bytes);
 
 private:
   unsigned long long pointer_ = 0;

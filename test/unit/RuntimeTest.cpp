@@ -863,6 +863,25 @@ TEST(Target, FromDeviceWithoutGpuIsAnError) {
   EXPECT_NE(status.message.find("Target::fromDevice(4096)"), std::string::npos) << status.message;
 }
 
+// copyFrom checks both ranges before it touches the driver (empty buffers: no GPU needed).
+TEST(DeviceBuffer, CopyFromChecksBothRangesFirst) {
+  DeviceBuffer destination, source;
+  EXPECT_TRUE(destination.copyFrom(0, source, 0, 0).ok);
+  Status status = destination.copyFrom(0, source, 0, 1);
+  EXPECT_FALSE(status.ok);
+  EXPECT_NE(status.message.find("DeviceBuffer::copyFrom: offset + bytes = 0 + 1: expected at "
+                                "most the buffer's 0 bytes"),
+            std::string::npos)
+      << status.message;
+  status = destination.copyFrom(0, source, 1, 0);
+  EXPECT_FALSE(status.ok);
+  EXPECT_NE(status.message.find("sourceOffset + bytes = 1 + 0"), std::string::npos)
+      << status.message;
+  status = destination.copyFrom(1, source, 0, 0);
+  EXPECT_NE(status.message.find("copyFrom: offset + bytes = 1 + 0"), std::string::npos)
+      << status.message;
+}
+
 std::string readFile(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};

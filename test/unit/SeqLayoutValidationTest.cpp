@@ -382,6 +382,8 @@ TEST(SeqLayoutValidation, WorkspaceIsAlignedLargeEnoughAndApart) {
     EXPECT_EQ(kernel.validate(launch->args).message,
               "ForwardArgs.workspace_bytes: expected at least " + std::to_string(needed) +
                   " (forwardWorkspaceBytes(args)), got " + std::to_string(needed - 1));
+    // The size it needs is what a caller growing its workspace asks with the short one in args.
+    EXPECT_EQ(kernel.forwardWorkspaceBytes(launch->args), needed);
     launch->args.workspace = slot(1);  // O's bytes
     launch->args.workspace_bytes = needed;
     EXPECT_PRED2(startsWith, kernel.validate(launch->args).message,
