@@ -74,7 +74,7 @@ MIXED_Q, MIXED_KV = [1, 4, 16, 2], [300, 0, 17, 1100]
 
 def plan():
     cases = [Case(f, "paged_varlen", MIXED_Q, MIXED_KV) for f in (
-        "none", "causal", "window", "prefix", "document causal", "custom mask", "softcap",
+        "none", "causal", "window", "document causal", "custom mask", "softcap",
         "alibi slopes", "custom score")]
     cases += [
         Case("causal", "varlen", [5, 1, 16], [17, 300, 64]),

@@ -380,3 +380,14 @@ def test_a_spec_with_other_heads_is_refused_before_launch(kernel):
         torch_ops._prepare_forward_ex(kernel, q, k, v, [], kwargs["cu_seqlens_q"], None,
                                       kwargs["block_table"], kwargs["seq_lens_kv"], 6, 64,
                                       "doc:b,pos", "bshd", 0, 0)
+
+
+def test_c_api_refusals_are_argument_errors_before_launch(kernel):
+    """What only the C API checks (decode="off" with a layout) is raised while the launch is
+    prepared, before anything could be launched."""
+    q, k, v, kwargs, _, _ = _host_case("paged_varlen", "bshd")
+    doc = torch.zeros(3, MAX_PAGES * PAGE, dtype=torch.int32)
+    with pytest.raises(attnc.ArgumentError, match=r"^ForwardArgs\.decode = Off"):
+        torch_ops._prepare_forward_ex(kernel, q, k, v, [doc], kwargs["cu_seqlens_q"], None,
+                                      kwargs["block_table"], kwargs["seq_lens_kv"], 6, 64,
+                                      "doc:b,pos", "bshd", 0, _capi.ATTNC_DECODE_OFF)
