@@ -1,6 +1,7 @@
 """attnc.attention on torch tensors: argument checks, the spec the tensors imply, and the custom
 ops torch.ops.attnc.forward / backward / philox_state (register_fake and register_autograd), so
-that eager mode, autograd, torch.compile(fullgraph=True) and CUDA graphs all take the call.
+that eager mode, autograd, torch.compile(fullgraph=True) and CUDA graphs all take the call; and
+torch.ops.attnc.forward_ex, the forward of varlen and paged K/V calls (at the end).
 
 Inside the ops the kernel is found from the call's variant (a tuple of constants without sizes,
 carried as its repr) and the tensors' sizes, dtype and device, so a traced graph holds no Python
@@ -287,8 +288,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Any = None, score: Any =
     layout_args = {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_kv": cu_seqlens_kv,
                    "max_seqlen_q": max_seqlen_q, "max_seqlen_kv": max_seqlen_kv,
                    "block_table": block_table, "seq_lens_kv": seq_lens_kv}
-    if (num_splits is not None and not isinstance(num_splits, bool) and num_splits == 0
-            and decode == "auto" and all(a is None for a in layout_args.values())):
+    if (type(num_splits) is int and num_splits == 0 and decode == "auto"
+            and all(a is None for a in layout_args.values())):
         batch, heads_q, q_len, head_dim, heads_kv, kv_len, head_dim_v = _check_qkv(q, k, v,
                                                                                     layout)
         text, description, has_dropout, tensors = _plan_call(
