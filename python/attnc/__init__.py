@@ -11,7 +11,9 @@ __all__ = ["AttncError", "ArgumentError", "CompileError", "SpecError", "Spec", "
 
 
 def attention(q, k, v, *, mask=None, score=None, inputs=None, dropout_p=0.0, scale=None,
-              layout="bhsd", deterministic=False, return_lse=False, spec=None):
+              layout="bhsd", deterministic=False, return_lse=False, spec=None,
+              cu_seqlens_q=None, cu_seqlens_kv=None, max_seqlen_q=None, max_seqlen_kv=None,
+              block_table=None, seq_lens_kv=None, num_splits=0, decode="auto"):
     """Attention of q, k, v under a variant (mask, score, dropout), differentiable in q, k, v.
 
     q: [B, Hq, Sq, D] (layout "bhsd", as SDPA and FlexAttention) or [B, Sq, Hq, D] ("bshd", as
@@ -29,6 +31,15 @@ def attention(q, k, v, *, mask=None, score=None, inputs=None, dropout_p=0.0, sca
     backward without atomics. spec: an attnc.Spec whose given fields are used; the others come
     from the tensors. Argument errors raise ArgumentError before anything is launched.
 
+    Varlen and paged K/V (forward only, no dropout; docs/python.md): cu_seqlens_q (int32
+    [B + 1] on q's device) makes q packed rows [total_q, Hq, D], out [total_q, Hq, Dv] and the
+    LSE [Hq, total_q]; cu_seqlens_kv makes k, v [total_kv, Hkv, D]; block_table (int32
+    [B, max_pages]) with seq_lens_kv (int32 [B]) makes k, v pools of pages, [pages, page_size,
+    Hkv, D] in layout "bshd" ([pages, Hkv, page_size, D] in "bhsd"). max_seqlen_q, max_seqlen_kv:
+    the longest sequence's lengths (required with cu_seqlens_*; paged: default max_pages x
+    page_size). Masks align per sequence (bottom-right causal), positions count within it.
+    num_splits: the decode kernel's kv splits (0: derived); decode: "auto", "on" or "off".
+
     Runs on torch.cuda.current_stream(). Under CUDA graph capture (after a warm-up call on the
     capture stream) forward and backward replay; dropout under capture raises AttncError, since
     every replay would repeat the captured mask.
@@ -36,4 +47,8 @@ def attention(q, k, v, *, mask=None, score=None, inputs=None, dropout_p=0.0, sca
     from . import torch_ops
     return torch_ops.attention(q, k, v, mask=mask, score=score, inputs=inputs,
                                dropout_p=dropout_p, scale=scale, layout=layout,
-                               deterministic=deterministic, return_lse=return_lse, spec=spec)
+                               deterministic=deterministic, return_lse=return_lse, spec=spec,
+                               cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
+                               max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
+                               block_table=block_table, seq_lens_kv=seq_lens_kv,
+                               num_splits=num_splits, decode=decode)

@@ -57,9 +57,11 @@ class Kernel:
             dropout=raw.dropout, dropout_rounds=raw.dropout_rounds,
             has_backward=bool(raw.has_backward))
         # The torch integration's per-kernel state (attnc.torch_ops): launch plans per inputs
-        # description, and the devices this kernel was offered to its kernel cache for.
+        # description, the devices this kernel was offered to its kernel cache for, and the
+        # split partials' bytes per inference launch shape.
         self._torch_state = None
         self._torch_devices = set()
+        self._torch_workspaces = {}
 
     def __del__(self) -> None:
         handle = getattr(self, "_handle", None)
@@ -71,12 +73,19 @@ class Kernel:
         return f"<attnc.Kernel {self.info.name} {self.info.target} {self.info.dtype}>"
 
     def __call__(self, q: Any, k: Any, v: Any, *, inputs: Optional[dict] = None,
-                 layout: str = "bhsd", deterministic: bool = False,
-                 return_lse: bool = False) -> Any:
+                 layout: str = "bhsd", deterministic: bool = False, return_lse: bool = False,
+                 cu_seqlens_q: Any = None, cu_seqlens_kv: Any = None,
+                 max_seqlen_q: Optional[int] = None, max_seqlen_kv: Optional[int] = None,
+                 block_table: Any = None, seq_lens_kv: Any = None, num_splits: int = 0,
+                 decode: str = "auto") -> Any:
         """attnc.attention(q, k, v, ...) with this kernel's spec (see its docstring)."""
         from . import torch_ops
         return torch_ops.call_kernel(self, q, k, v, inputs=inputs, layout=layout,
-                                     deterministic=deterministic, return_lse=return_lse)
+                                     deterministic=deterministic, return_lse=return_lse,
+                                     cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
+                                     max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
+                                     block_table=block_table, seq_lens_kv=seq_lens_kv,
+                                     num_splits=num_splits, decode=decode)
 
     def backward_workspace_bytes(self, batch: int, q_len: int,
                                  deterministic: bool = False) -> int:
@@ -105,6 +114,39 @@ class Kernel:
         error = ctypes.c_void_p()
         self._check(self._lib.attnc_kernel_forward(self._handle, ctypes.byref(args), stream,
                                                    ctypes.byref(error)), error)
+
+    def validate_ex(self, args: "_capi.ForwardArgsEx") -> None:
+        """attnc_kernel_validate_ex: the inference launch's checks (no GPU); raises
+        ArgumentError."""
+        error = ctypes.c_void_p()
+        self._check(self._lib.attnc_kernel_validate_ex(self._handle, ctypes.byref(args),
+                                                       ctypes.byref(error)), error)
+
+    def launch_ex(self, args: "_capi.ForwardArgsEx", stream: int) -> None:
+        """attnc_kernel_forward_ex on `stream`; raises on the C API's error."""
+        error = ctypes.c_void_p()
+        self._check(self._lib.attnc_kernel_forward_ex(self._handle, ctypes.byref(args), stream,
+                                                      ctypes.byref(error)), error)
+
+    def forward_workspace_bytes(self, args: "_capi.ForwardArgsEx") -> int:
+        """Bytes the split partials of this inference launch need on the current device (0:
+        none); raises the C API's error where it refuses the arguments."""
+        size = self._lib.attnc_kernel_forward_workspace_bytes(self._handle, ctypes.byref(args))
+        if size < 0:
+            self.validate_ex(args)
+            raise error_from_message("attnc_kernel_forward_workspace_bytes refused arguments "
+                                     "that attnc_kernel_validate_ex accepts")
+        return size
+
+    def decode_plan(self, args: "_capi.ForwardArgsEx", num_sms: int = 0) -> "_capi.DecodePlan":
+        """attnc_kernel_decode_plan: what the launch runs (decode kernel or not, rows, splits)
+        on a device of num_sms SMs (0: the current device's)."""
+        plan = _capi.DecodePlan()
+        error = ctypes.c_void_p()
+        self._check(self._lib.attnc_kernel_decode_plan(self._handle, ctypes.byref(args), num_sms,
+                                                       ctypes.byref(plan), ctypes.byref(error)),
+                    error)
+        return plan
 
     def launch_backward(self, args: "_capi.BackwardArgs", stream: int) -> None:
         """attnc_kernel_backward on `stream`; raises on the C API's error."""

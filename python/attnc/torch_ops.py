@@ -1,6 +1,7 @@
 """attnc.attention on torch tensors: argument checks, the spec the tensors imply, and the custom
 ops torch.ops.attnc.forward / backward / philox_state (register_fake and register_autograd), so
-that eager mode, autograd, torch.compile(fullgraph=True) and CUDA graphs all take the call.
+that eager mode, autograd, torch.compile(fullgraph=True) and CUDA graphs all take the call; and
+torch.ops.attnc.forward_ex, the forward of varlen and paged K/V calls (at the end).
 
 Inside the ops the kernel is found from the call's variant (a tuple of constants without sizes,
 carried as its repr) and the tensors' sizes, dtype and device, so a traced graph holds no Python
@@ -62,24 +63,26 @@ def _axes(layout: str) -> tuple:
     return (1, 2) if layout == "bhsd" else (2, 1)
 
 
-def _check_tensor(name: str, t: Any, layout: str) -> tuple:
-    """t's shape after its own checks (rank, device, dtype, strides)."""
+def _check_tensor(name: str, t: Any, layout: str, dims: Optional[str] = None,
+                  rank: int = 4) -> tuple:
+    """t's shape after its own checks (rank, device, dtype, strides). dims: the `rank` dims it
+    must have, in words (default: those of `layout`)."""
     if not isinstance(t, Tensor):
         _fail(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     shape = t.shape
-    if len(shape) != 4:
-        _fail(f"{name}: expected 4 dims ({'B, H, S, D' if layout == 'bhsd' else 'B, S, H, D'} "
-              f"for layout '{layout}'), got shape {tuple(shape)}")
+    if dims is None:
+        dims = f"{'B, H, S, D' if layout == 'bhsd' else 'B, S, H, D'} for layout '{layout}'"
+    if len(shape) != rank:
+        _fail(f"{name}: expected {rank} dims ({dims}), got shape {tuple(shape)}")
     if not (t.is_cuda or t.is_meta):
         _fail(f"{name}: expected a CUDA tensor, got one on {t.device}")
     if t.dtype not in _DTYPES:
         _fail(f"{name}: expected dtype torch.bfloat16 or torch.float16, got {t.dtype}")
     strides = t.stride()
-    if strides[3] != 1:
+    if strides[-1] != 1:
         _fail(f"{name}: expected a contiguous last dim (stride 1), got strides "
               f"{tuple(strides)}; pass {name}.contiguous()")
-    if (shape[0] > 1 and strides[0] % _STRIDE_MULTIPLE or shape[1] > 1
-            and strides[1] % _STRIDE_MULTIPLE or shape[2] > 1 and strides[2] % _STRIDE_MULTIPLE):
+    if any(n > 1 and stride % _STRIDE_MULTIPLE for n, stride in zip(shape[:-1], strides)):
         _fail(f"{name}: expected strides that are multiples of {_STRIDE_MULTIPLE} elements, "
               f"got strides {tuple(strides)}; pass {name}.contiguous()")
     return shape
@@ -276,9 +279,38 @@ _plan_constant = torch._dynamo.assume_constant_result(_make_plan)
 def attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Any = None, score: Any = None,
               inputs: Optional[dict] = None, dropout_p: float = 0.0,
               scale: Optional[float] = None, layout: str = "bhsd", deterministic: bool = False,
-              return_lse: bool = False, spec: Optional[Spec] = None) -> Any:
+              return_lse: bool = False, spec: Optional[Spec] = None,
+              cu_seqlens_q: Optional[Tensor] = None, cu_seqlens_kv: Optional[Tensor] = None,
+              max_seqlen_q: Optional[int] = None, max_seqlen_kv: Optional[int] = None,
+              block_table: Optional[Tensor] = None, seq_lens_kv: Optional[Tensor] = None,
+              num_splits: int = 0, decode: str = "auto") -> Any:
     """attnc.attention (see its docstring in attnc/__init__.py)."""
-    batch, heads_q, q_len, head_dim, heads_kv, kv_len, head_dim_v = _check_qkv(q, k, v, layout)
+    layout_args = {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_kv": cu_seqlens_kv,
+                   "max_seqlen_q": max_seqlen_q, "max_seqlen_kv": max_seqlen_kv,
+                   "block_table": block_table, "seq_lens_kv": seq_lens_kv}
+    if (type(num_splits) is int and num_splits == 0 and decode == "auto"
+            and all(a is None for a in layout_args.values())):
+        batch, heads_q, q_len, head_dim, heads_kv, kv_len, head_dim_v = _check_qkv(q, k, v,
+                                                                                    layout)
+        text, description, has_dropout, tensors = _plan_call(
+            q, batch, heads_q, q_len, head_dim, heads_kv, kv_len, head_dim_v, mask, score,
+            inputs, dropout_p, scale, spec, deterministic, return_lse)
+        return _attention(q, k, v, tensors, text, description, has_dropout, layout,
+                          deterministic, return_lse)
+    sizes = _check_ex(q, k, v, layout, num_splits=num_splits, decode=decode, **layout_args)
+    text, description, has_dropout, tensors = _plan_call(q, *sizes[:7], mask, score, inputs,
+                                                         dropout_p, scale, spec, deterministic,
+                                                         return_lse)
+    return _attention_ex(q, k, v, tensors, text, description, has_dropout, layout, sizes,
+                         layout_args, num_splits, decode, return_lse)
+
+
+def _plan_call(q: Tensor, batch: int, heads_q: int, q_len: int, head_dim: int, heads_kv: int,
+               kv_len: int, head_dim_v: int, mask: Any, score: Any, inputs: Any,
+               dropout_p: Any, scale: Any, spec: Any, deterministic: Any,
+               return_lse: Any) -> tuple:
+    """(plan text, inputs description, has dropout, input tensors) of a call whose q, k, v are
+    checked and have these sizes, after the checks of the other arguments."""
     if not isinstance(dropout_p, (int, float)) or isinstance(dropout_p, bool) or not (
             0.0 <= dropout_p < 1.0):
         _fail(f"dropout_p: expected a probability in [0, 1), got {dropout_p!r}")
@@ -323,6 +355,12 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Any = None, score: Any =
         text, description, has_dropout = _plan_constant(key)
     else:
         text, description, has_dropout = _make_plan(key)
+    return text, description, has_dropout, tensors
+
+
+def _attention(q: Tensor, k: Tensor, v: Tensor, tensors: list, text: str, description: str,
+               has_dropout: bool, layout: str, deterministic: bool, return_lse: bool) -> Any:
+    """attention() of contiguous q, k, v through attnc::forward (or its eager path)."""
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad
                                               or v.requires_grad)
     if _eager(q):
@@ -341,7 +379,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Any = None, score: Any =
 
 
 def call_kernel(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, *, inputs: Optional[dict],
-                layout: str, deterministic: bool, return_lse: bool) -> Any:
+                layout: str, deterministic: bool, return_lse: bool, **inference: Any) -> Any:
     """Kernel.__call__: attention() with the kernel's spec, reusing the kernel itself on a GPU
     of its target."""
     if isinstance(q, Tensor) and q.is_cuda:
@@ -353,7 +391,7 @@ def call_kernel(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, *, inputs: Opti
                                         kernel)
             kernel._torch_devices.add(device)
     return attention(q, k, v, inputs=inputs, layout=layout, deterministic=deterministic,
-                     return_lse=return_lse, spec=kernel.spec)
+                     return_lse=return_lse, spec=kernel.spec, **inference)
 
 
 def _device_target(device: int) -> str:
@@ -368,8 +406,14 @@ def _kernel(text: str, q: Tensor, k: Tensor, v: Tensor, layout: str, device: int
     """The kernel of plan `text` for these tensors on `device`: one compiled with backward
     serves forward calls too."""
     h_axis, _ = _axes(layout)
-    spec, spec_key = _resolve(text, _DTYPES[q.dtype], q.shape[3], v.shape[3], q.shape[h_axis],
-                              k.shape[h_axis])
+    return _kernel_sized(text, _DTYPES[q.dtype], q.shape[3], v.shape[3], q.shape[h_axis],
+                         k.shape[h_axis], device, backward)
+
+
+def _kernel_sized(text: str, dtype: str, head_dim: int, head_dim_v: int, heads_q: int,
+                  heads_kv: int, device: int, backward: bool) -> Kernel:
+    """_kernel for tensors of these sizes."""
+    spec, spec_key = _resolve(text, dtype, head_dim, head_dim_v, heads_q, heads_kv)
     found = _kernels.get((spec_key, device, True))
     if found is None and not backward:
         found = _kernels.get((spec_key, device, False))
@@ -718,3 +762,343 @@ def _eager(q: Tensor) -> bool:
     """Whether a call may skip the custom ops: eager, a plain CUDA tensor, no dispatch mode."""
     return (type(q) is Tensor and q.is_cuda and not torch.compiler.is_compiling()
             and _current_dispatch_mode() is None)
+
+
+# ---- varlen, paged K/V and the decode options: attnc::forward_ex (attnc_kernel_forward_ex) ----
+#
+# A second op, so that attnc::forward's schema stays as it is. Forward only: the decode kernel,
+# which every varlen or paged launch takes, has no backward and no dropout.
+
+_DECODE_CHOICES = {"auto": _capi.ATTNC_DECODE_AUTO, "off": _capi.ATTNC_DECODE_OFF,
+                   "on": _capi.ATTNC_DECODE_ON}
+_MAX_SPLITS = 128  # attnc_forward_args_ex.num_splits: 0 (derived) or 1..128
+_MAX_PAGE_SIZE = 256  # PagedKVArg.page_size: a power of two in [1, 256]
+_MAX_BATCH = 65535  # the grid's z extent: sequences a launch takes
+
+
+def _check_index(name: str, t: Any, q: Tensor, rank: int, what: str) -> tuple:
+    """The shape of an int32 index tensor (cu_seqlens_*, block_table, seq_lens_kv) on q's device
+    with a contiguous last dim; `what` says its shape in words."""
+    if not isinstance(t, Tensor):
+        _fail(f"{name}: expected a torch.Tensor ({what}), got {type(t).__name__}")
+    if t.dtype != torch.int32:
+        _fail(f"{name}: expected dtype torch.int32, got {t.dtype}")
+    if t.device != q.device:
+        _fail(f"{name}: expected a tensor on q's device {q.device} (the kernels read it; no host "
+              f"copy is taken), got one on {t.device}")
+    if t.dim() != rank:
+        _fail(f"{name}: expected {rank} dim{'s' if rank > 1 else ''} ({what}), got shape "
+              f"{tuple(t.shape)}")
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
+        _fail(f"{name}: expected a contiguous last dim (stride 1), got strides "
+              f"{tuple(t.stride())}; pass {name}.contiguous()")
+    return tuple(t.shape)
+
+
+def _check_length(name: str, value: Any, required: bool, tensor_len: Optional[int],
+                  bound: Optional[int], bound_text: str) -> Optional[int]:
+    """max_seqlen_q or max_seqlen_kv: an int >= 1 (symbolic under dynamic shapes), required with
+    packed rows, equal to the tensor's length on a contiguous side, at most `bound`."""
+    if value is None:
+        if required:
+            _fail(f"{name}: expected the longest sequence's length (an int >= 1; it sizes the "
+                  f"grid without reading the lengths on the host), got None")
+        return tensor_len
+    if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)):
+        _fail(f"{name}: expected None or an int >= 1, got {value!r}")
+    if isinstance(value, int):
+        if value < 1:
+            _fail(f"{name}: expected None or an int >= 1, got {value}")
+        if tensor_len is not None and value != tensor_len:
+            _fail(f"{name}: expected None or the tensor's length {tensor_len}, got {value}")
+        if bound is not None and value > bound:
+            _fail(f"{name}: expected at most {bound_text} = {bound}, got {value}")
+    return value
+
+
+def _check_ex(q: Any, k: Any, v: Any, layout: str, cu_seqlens_q: Any, cu_seqlens_kv: Any,
+              max_seqlen_q: Any, max_seqlen_kv: Any, block_table: Any, seq_lens_kv: Any,
+              num_splits: Any, decode: Any) -> tuple:
+    """(batch, heads_q, q_len, head_dim, heads_kv, kv_len, head_dim_v, total_q, page_size) of an
+    inference call after every check of its tensors and options; q_len, kv_len the longest
+    sequence's; total_q q's rows when packed (else 0), page_size 0 unless paged."""
+    if layout != "bhsd" and layout != "bshd":
+        _fail(f"layout: expected 'bhsd' or 'bshd', got {layout!r}")
+    if not isinstance(decode, str) or decode not in _DECODE_CHOICES:
+        _fail(f"decode: expected 'auto', 'on' or 'off', got {decode!r}")
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not (
+            0 <= num_splits <= _MAX_SPLITS):
+        _fail(f"num_splits: expected an int in [0, {_MAX_SPLITS}] (0: derived from the device "
+              f"and the lengths), got {num_splits!r}")
+    h_axis, s_axis = _axes(layout)
+    packed_q = cu_seqlens_q is not None
+    packed_kv = cu_seqlens_kv is not None
+    paged = block_table is not None or seq_lens_kv is not None
+    if packed_kv and paged:
+        _fail("cu_seqlens_kv: expected None with block_table (K/V are either packed or paged), "
+              "got a tensor")
+    if block_table is None and seq_lens_kv is not None:
+        _fail("block_table: expected an int32 tensor [B, max_pages] with seq_lens_kv, got None")
+    if block_table is not None and seq_lens_kv is None:
+        _fail("seq_lens_kv: expected an int32 tensor [B] (each sequence's kv length) with "
+              "block_table, got None")
+    pool = "pages, page_size, H, D" if layout == "bshd" else "pages, H, page_size, D"
+    shapes = {}
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if name == "q" and packed_q or name != "q" and packed_kv:
+            rows = "total_q" if name == "q" else "total_kv"
+            shapes[name] = _check_tensor(name, t, layout, f"{rows}, H, D: packed rows, as "
+                                         f"cu_seqlens_{'q' if name == 'q' else 'kv'} is given",
+                                         rank=3)
+        elif name != "q" and paged:
+            shapes[name] = _check_tensor(name, t, layout, f"{pool}: a paged pool for layout "
+                                         f"'{layout}'")
+        else:
+            shapes[name] = _check_tensor(name, t, layout)
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        _fail(f"k, v: expected q's dtype {q.dtype}, got k {k.dtype} and v {v.dtype}")
+    if k.device != q.device or v.device != q.device:
+        _fail(f"k, v: expected q's device {q.device}, got k on {k.device} and v on {v.device}")
+    q_shape, k_shape, v_shape = shapes["q"], shapes["k"], shapes["v"]
+    heads_q = q_shape[1] if packed_q else q_shape[h_axis]
+    kv_h = 1 if packed_kv else h_axis
+    kv_s = 0 if packed_kv else s_axis  # packed rows, or a pool's page rows
+    heads_kv, head_dim, head_dim_v = k_shape[kv_h], q_shape[-1], v_shape[-1]
+    if k_shape[-1] != head_dim:
+        _fail(f"k: expected head dim {head_dim} (q's), got {k_shape[-1]}")
+    if tuple(v_shape[:-1]) != tuple(k_shape[:-1]):
+        _fail(f"v: expected k's shape but the head dim, {list(k_shape[:-1])} + [Dv], got "
+              f"{list(v_shape)}")
+    if any(n == 0 for n in (*q_shape, *k_shape, *v_shape)):
+        _fail(f"q, k, v: expected non-empty tensors, got q {tuple(q_shape)}, k {tuple(k_shape)} "
+              f"and v {tuple(v_shape)}")
+    if heads_q % heads_kv:
+        _fail(f"k: expected a head count that divides q's {heads_q}, got {heads_kv}")
+
+    # The number of sequences: every tensor that has it must agree with the first.
+    batch, first = None, None
+    sources = []
+    if packed_q:
+        n = _check_index("cu_seqlens_q", cu_seqlens_q, q, 1, "[B + 1] row offsets")[0]
+        sources.append(("cu_seqlens_q", n - 1, f"{n} entries"))
+    else:
+        sources.append(("q", q_shape[0], f"batch {q_shape[0]}"))
+    if packed_kv:
+        n = _check_index("cu_seqlens_kv", cu_seqlens_kv, q, 1, "[B + 1] row offsets")[0]
+        sources.append(("cu_seqlens_kv", n - 1, f"{n} entries"))
+    elif paged:
+        rows, max_pages = _check_index("block_table", block_table, q, 2, "[B, max_pages] page ids")
+        sources.append(("block_table", rows, f"{rows} rows"))
+        n = _check_index("seq_lens_kv", seq_lens_kv, q, 1, "[B] kv lengths")[0]
+        sources.append(("seq_lens_kv", n, f"{n} entries"))
+    else:
+        sources.append(("k", k_shape[0], f"batch {k_shape[0]}"))
+    for name, n, given in sources:
+        if batch is None:
+            batch, first = n, name
+            if not 1 <= n <= _MAX_BATCH:
+                _fail(f"{name}: expected 1 to {_MAX_BATCH} sequences, got {given}")
+        elif n != batch:
+            _fail(f"{name}: expected {batch} sequences ({first}'s), got {given}")
+
+    total_q = q_shape[0] if packed_q else 0
+    q_len = _check_length("max_seqlen_q", max_seqlen_q, packed_q,
+                          None if packed_q else q_shape[s_axis], total_q or None, "q's rows")
+    page_size = 0
+    if packed_kv:
+        kv_len = _check_length("max_seqlen_kv", max_seqlen_kv, True, None, k_shape[0],
+                               "k's rows")
+    elif paged:
+        page_size = k_shape[s_axis]
+        if page_size > _MAX_PAGE_SIZE or page_size & (page_size - 1):
+            _fail(f"k: expected a page size (dim {s_axis} of a pool in layout '{layout}') that "
+                  f"is a power of two in [1, {_MAX_PAGE_SIZE}], got {page_size}")
+        # Without max_seqlen_kv: the table's capacity, which sizes the splits for the longest
+        # possible sequence (shorter ones skip the splits past their keys).
+        capacity = max_pages * page_size
+        kv_len = _check_length("max_seqlen_kv", max_seqlen_kv, False, None, capacity,
+                               "block_table's max_pages x page_size")
+        kv_len = capacity if kv_len is None else kv_len
+    else:
+        kv_len = _check_length("max_seqlen_kv", max_seqlen_kv, False, k_shape[s_axis], None, "")
+    return (batch, heads_q, q_len, head_dim, heads_kv, kv_len, head_dim_v, total_q, page_size)
+
+
+def _attention_ex(q: Tensor, k: Tensor, v: Tensor, tensors: list, text: str, description: str,
+                  has_dropout: bool, layout: str, sizes: tuple, layout_args: dict,
+                  num_splits: int, decode: str, return_lse: bool) -> Any:
+    """attention() with varlen, paged K/V or decode options, through attnc::forward_ex (or its
+    eager path) after the checks only this path has."""
+    given = [n for n, a in layout_args.items() if a is not None]
+    given += [n for n, a in (("num_splits", num_splits), ("decode", decode != "auto")) if a]
+    if has_dropout:
+        _fail(f"dropout_p, spec: expected no dropout with {', '.join(given)} (the decode kernel "
+              f"these launches take has none), got a variant with dropout")
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        _fail(f"q, k, v: backward for {', '.join(given)} is not available yet (forward only), "
+              f"got tensors that require grad; call under torch.no_grad() or pass detached "
+              f"tensors")
+    q_len, kv_len = sizes[2], sizes[5]
+    choice = _DECODE_CHOICES[decode]
+    cu_q, cu_kv = layout_args["cu_seqlens_q"], layout_args["cu_seqlens_kv"]
+    table, lens = layout_args["block_table"], layout_args["seq_lens_kv"]
+    if _eager(q):
+        return _forward_ex_impl(q, k, v, tensors, cu_q, cu_kv, table, lens, q_len, kv_len, text,
+                                description, layout, num_splits, choice, return_lse)
+    out, lse = torch.ops.attnc.forward_ex(q, k, v, tensors, cu_q, cu_kv, table, lens, q_len,
+                                          kv_len, text, description, layout, num_splits, choice)
+    return (out, lse) if return_lse else out
+
+
+def _packed_fields(t: Tensor) -> tuple:
+    """attnc_tensor's fields of packed rows [total, H, D] (stride_b is not used); extent-1 dims
+    as in _tensor_fields."""
+    rows, heads = t.shape[0], t.shape[1]
+    return (t.data_ptr(), 0, t.stride(1) if heads > 1 else 0, t.stride(0) if rows > 1 else 0)
+
+
+def _pool_fields(pool: Tensor, layout: str) -> tuple:
+    """(attnc_tensor's fields, the page stride) of a paged pool: its page axis is the batch
+    axis, which the C API does not use."""
+    ptr, _, stride_h, stride_s = _tensor_fields(pool, layout)
+    pages, page_size, heads = pool.shape[0], pool.shape[_axes(layout)[1]], pool.shape[_axes(
+        layout)[0]]
+    if pages > 1:
+        stride_page = pool.stride(0)
+    else:  # never stepped: the page's footprint, rounded up to the stride rule
+        footprint = (page_size - 1) * stride_s + (heads - 1) * stride_h + pool.shape[3]
+        stride_page = -(-footprint // _STRIDE_MULTIPLE) * _STRIDE_MULTIPLE
+    return (ptr, 0, stride_h, stride_s), stride_page
+
+
+# attnc_seq_layout and attnc_forward_args_ex field by field, as _FORWARD_FORMAT.
+_SEQ_LAYOUT_FORMAT = struct.Struct("<II" + "QQ" + "qq" + "QQ" + "qqqq" + "qq" + "QQQQ")
+_FORWARD_EX_FORMAT = struct.Struct("<Ii" + _FORWARD_FORMAT.format.lstrip("<") + "Q" + "ii"
+                                   + "Qq" + "Q")
+
+
+def _ex_structs() -> tuple:
+    structs = getattr(_per_thread, "ex_structs", None)
+    if structs is None:
+        structs = _per_thread.ex_structs = (_capi.ForwardArgsEx(), _capi.SeqLayout())
+    return structs
+
+
+def _prepare_forward_ex(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, inputs: list,
+                        cu_q: Optional[Tensor], cu_kv: Optional[Tensor],
+                        table: Optional[Tensor], lens: Optional[Tensor], q_len: int,
+                        kv_len: int, inputs_desc: str, layout: str, num_splits: int,
+                        decode: int, want_lse: bool = True) -> tuple:
+    """(args, out, lse, what must live until the launch returns): the outputs allocated on q's
+    device, attnc_forward_args_ex and its attnc_seq_layout packed, and the split partials'
+    workspace from torch's allocator (stream-ordered, and capturable)."""
+    info = kernel.info
+    h_axis, _ = _axes(layout)
+    packed_q, packed_kv, paged = cu_q is not None, cu_kv is not None, table is not None
+    heads_q = q.shape[1] if packed_q else q.shape[h_axis]
+    heads_kv = k.shape[1] if packed_kv else k.shape[h_axis]
+    given = (heads_q, heads_kv, q.shape[-1], v.shape[-1], _DTYPES[q.dtype])
+    if given != (info.heads_q, info.heads_kv, info.head_dim, info.head_dim_v, info.dtype):
+        _fail(f"q, k, v: expected the spec's heads ({info.heads_q}, {info.heads_kv}), head_dim "
+              f"{info.head_dim}, head_dim_v {info.head_dim_v} and dtype {info.dtype}, got "
+              f"({given[0]}, {given[1]}), {given[2]}, {given[3]} and {given[4]}")
+    _check_pointer("q", q)
+    _check_pointer("k", k)
+    _check_pointer("v", v)
+    dv = v.shape[-1]
+    if packed_q:
+        batch, total_q = cu_q.shape[0] - 1, q.shape[0]
+        out = torch.empty((total_q, heads_q, dv), dtype=q.dtype, device=q.device)
+        lse = torch.empty((heads_q, total_q), dtype=torch.float32,
+                          device=q.device) if want_lse else None
+        q_fields, o_fields = _packed_fields(q), (out.data_ptr(), 0, out.stride(1),
+                                                 out.stride(0))
+    else:
+        batch, total_q = q.shape[0], 0
+        out = torch.empty(q.shape[:3] + (dv,), dtype=q.dtype, device=q.device)
+        lse = torch.empty((batch, heads_q, q.shape[_axes(layout)[1]]), dtype=torch.float32,
+                          device=q.device) if want_lse else None
+        q_fields, o_fields = _tensor_fields(q, layout), _written_fields(out, layout)
+    stride_pages = (0, 0)
+    if packed_kv:
+        k_fields, v_fields = _packed_fields(k), _packed_fields(v)
+    elif paged:
+        (k_fields, k_page), (v_fields, v_page) = _pool_fields(k, layout), _pool_fields(v, layout)
+        stride_pages = (k_page, v_page)
+    else:
+        k_fields, v_fields = _tensor_fields(k, layout), _tensor_fields(v, layout)
+    array, address, count = _inputs_array(_launch_state(kernel, inputs_desc), inputs)
+    args, seq = _ex_structs()
+    layout_address = 0
+    if packed_q or packed_kv or paged:
+        page_size = k.shape[_axes(layout)[1]] if paged else 0
+        table_stride = (table.stride(0) if table.shape[0] > 1 else table.shape[1]) if paged else 0
+        _SEQ_LAYOUT_FORMAT.pack_into(
+            seq, 0, _SEQ_LAYOUT_FORMAT.size, 0, cu_q.data_ptr() if packed_q else 0,
+            cu_kv.data_ptr() if packed_kv else 0, total_q, k.shape[0] if packed_kv else 0,
+            table.data_ptr() if paged else 0, lens.data_ptr() if paged else 0, table_stride,
+            table.shape[1] if paged else 0, page_size, k.shape[0] if paged else 0,
+            *stride_pages, 0, 0, 0, 0)
+        layout_address = ctypes.addressof(seq)
+    _FORWARD_EX_FORMAT.pack_into(args, 0, _FORWARD_EX_FORMAT.size, decode, *q_fields, *k_fields,
+                                 *v_fields, *o_fields, lse.data_ptr() if want_lse else 0, batch,
+                                 q_len, kv_len, address, count, 0, 0, layout_address, num_splits,
+                                 0, 0, 0, 0)
+    # The partials' bytes follow from the lengths, the options and the device's SMs alone.
+    shape = (q.device, batch, q_len, kv_len, total_q, packed_kv, paged, num_splits, decode)
+    workspace_bytes = kernel._torch_workspaces.get(shape)
+    if workspace_bytes is None:
+        workspace_bytes = kernel.forward_workspace_bytes(args)
+        kernel._torch_workspaces[shape] = workspace_bytes
+    workspace = None
+    if workspace_bytes:
+        workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=q.device)
+        args.workspace, args.workspace_bytes = workspace.data_ptr(), workspace_bytes
+    return args, out, lse, (array, workspace)
+
+
+def _forward_ex_impl(q: Tensor, k: Tensor, v: Tensor, inputs: list, cu_q: Optional[Tensor],
+                     cu_kv: Optional[Tensor], table: Optional[Tensor], lens: Optional[Tensor],
+                     q_len: int, kv_len: int, text: str, inputs_desc: str, layout: str,
+                     num_splits: int, decode: int, want_lse: bool = True) -> tuple:
+    """Launches the inference forward of plan `text` on torch's current stream: (out, lse), lse
+    None without want_lse."""
+    device = _device_of(q)
+    h_axis, _ = _axes(layout)
+    heads_q = q.shape[1] if cu_q is not None else q.shape[h_axis]
+    heads_kv = k.shape[1] if cu_kv is not None else k.shape[h_axis]
+    kernel = _kernel_sized(text, _DTYPES[q.dtype], q.shape[-1], v.shape[-1], heads_q, heads_kv,
+                           device, False)
+    args, out, lse, alive = _prepare_forward_ex(kernel, q, k, v, inputs, cu_q, cu_kv, table,
+                                                lens, q_len, kv_len, inputs_desc, layout,
+                                                num_splits, decode, want_lse)
+    _on_device(device, kernel.launch_ex, args)
+    return out, lse
+
+
+@torch.library.custom_op("attnc::forward_ex", mutates_args=(), device_types="cuda")
+def _forward_ex(q: Tensor, k: Tensor, v: Tensor, inputs: list[Tensor],
+                cu_seqlens_q: Optional[Tensor], cu_seqlens_kv: Optional[Tensor],
+                block_table: Optional[Tensor], seq_lens_kv: Optional[Tensor], max_seqlen_q: int,
+                max_seqlen_kv: int, spec: str, inputs_desc: str, layout: str, num_splits: int,
+                decode: int) -> tuple[Tensor, Tensor]:
+    """out and LSE of an inference launch (attnc_kernel_forward_ex): packed q [total_q, Hq, D]
+    gives out [total_q, Hq, Dv] and LSE [Hq, total_q], else out shaped like q with Dv and LSE
+    [B, Hq, Sq]; max_seqlen_*: the longest sequence's lengths; decode: attnc_forward_args_ex's."""
+    return _forward_ex_impl(q, k, v, inputs, cu_seqlens_q, cu_seqlens_kv, block_table,
+                            seq_lens_kv, max_seqlen_q, max_seqlen_kv, spec, inputs_desc, layout,
+                            num_splits, decode)
+
+
+@_forward_ex.register_fake
+def _forward_ex_fake(q: Tensor, k: Tensor, v: Tensor, inputs: list[Tensor],
+                     cu_seqlens_q: Optional[Tensor], cu_seqlens_kv: Optional[Tensor],
+                     block_table: Optional[Tensor], seq_lens_kv: Optional[Tensor],
+                     max_seqlen_q: int, max_seqlen_kv: int, spec: str, inputs_desc: str,
+                     layout: str, num_splits: int, decode: int) -> tuple[Tensor, Tensor]:
+    if q.dim() == 3:
+        out = q.new_empty((q.shape[0], q.shape[1], v.shape[-1]))
+        return out, q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+    h_axis, s_axis = _axes(layout)
+    out = q.new_empty(q.shape[:3] + (v.shape[-1],))
+    return out, q.new_empty((q.shape[0], q.shape[h_axis], q.shape[s_axis]), dtype=torch.float32)
