@@ -113,7 +113,9 @@ ATTNC_DEVICE void loadRowsAsync(u32 tileBase, const RowAddress& rowAddress, int 
   constexpr int kValidChunks = Cols / 8;
   constexpr int kChunks = Rows * kChunksPerRow;
   constexpr int kIters = ceilDiv(kChunks, Threads);
-#pragma unroll
+  // Two copies at a time: the decode kernel issues these while it holds every row's O, and a
+  // fully unrolled loop's addresses (a page lookup each) made it spill at head dim 256.
+#pragma unroll 2
   for (int i = 0; i < kIters; ++i) {
     const int idx = tid + i * Threads;
     if (kChunks % Threads != 0 && idx >= kChunks) break;
