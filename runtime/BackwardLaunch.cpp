@@ -105,24 +105,11 @@ Status Kernel::backward(const BackwardArgs& args, void* stream) const {
   if (!workspace) {
     workspaceLock = std::unique_lock<std::mutex>(impl_->workspaceMutex);
     DeviceBuffer& buffer = impl_->workspaces[context];
-    if (buffer.size() < layout.total && driver->capturing(static_cast<cu::Stream>(stream)))
-      return Status::error("Kernel::backward: the stream is capturing a CUDA graph, and the "
-                           "kernel's workspace must first grow to " +
-                           std::to_string(layout.total) +
-                           " bytes, which a capture cannot hold: pass BackwardArgs::workspace, or "
-                           "launch once with these sizes before capturing");
-    bool waitFailed = false;
-    Status grown = growBuffer(
-        buffer, layout.total,
-        [&](std::string* why) {
-          return driver->check(driver->cuCtxSynchronize(), "cuCtxSynchronize", why);
-        },
-        &waitFailed);
-    if (!grown)
-      return Status::error(waitFailed ? "Kernel::backward: growing the workspace: " + grown.message
-                                      : "Kernel::backward: allocating a " +
-                                            std::to_string(layout.total) + "-byte workspace: " +
-                                            grown.message + " (or pass BackwardArgs::workspace)");
+    if (Status grown = growKernelBuffer(*driver, static_cast<cu::Stream>(stream), buffer,
+                                        layout.total, "Kernel::backward", "workspace",
+                                        "BackwardArgs::workspace");
+        !grown)
+      return grown;
     workspace = static_cast<char*>(buffer.data());
   }
 

@@ -194,26 +194,11 @@ Status launchDecode(Kernel::Impl& impl, const KernelMetadata& m, const ForwardAr
   if (plan.splits > 1 && !workspace) {
     workspaceLock = std::unique_lock<std::mutex>(impl.workspaceMutex);
     DeviceBuffer& buffer = impl.decodeWorkspaces[{at.context, cuStream}];
-    if (buffer.size() < plan.workspaceBytes && driver.capturing(cuStream))
-      return Status::error("Kernel::forward: the stream is capturing a CUDA graph, and the "
-                           "kernel's decode workspace must first grow to " +
-                           std::to_string(plan.workspaceBytes) +
-                           " bytes, which a capture cannot hold: pass ForwardArgs::workspace, or "
-                           "launch once with these sizes before capturing");
-    bool waitFailed = false;
-    Status grown = growBuffer(
-        buffer, plan.workspaceBytes,
-        [&](std::string* why) {
-          return driver.check(driver.cuCtxSynchronize(), "cuCtxSynchronize", why);
-        },
-        &waitFailed);
-    if (!grown)
-      return Status::error(waitFailed ? "Kernel::forward: growing the decode workspace: " +
-                                            grown.message
-                                      : "Kernel::forward: allocating a " +
-                                            std::to_string(plan.workspaceBytes) +
-                                            "-byte decode workspace: " + grown.message +
-                                            " (or pass ForwardArgs::workspace)");
+    if (Status grown = growKernelBuffer(driver, cuStream, buffer, plan.workspaceBytes,
+                                        "Kernel::forward", "decode workspace",
+                                        "ForwardArgs::workspace");
+        !grown)
+      return grown;
     workspace = static_cast<char*>(buffer.data());
   }
   if (plan.splits > 1) {

@@ -118,4 +118,26 @@ Status synchronize() {
   return Status::success();
 }
 
+Status growKernelBuffer(const DriverApi& driver, cu::Stream stream, DeviceBuffer& buffer,
+                        size_t bytes, const std::string& who, const std::string& what,
+                        const std::string& instead) {
+  if (buffer.size() < bytes && driver.capturing(stream))
+    return Status::error(who + ": the stream is capturing a CUDA graph, and the kernel's " + what +
+                         " must first grow to " + std::to_string(bytes) +
+                         " bytes, which a capture cannot hold: " +
+                         (instead.empty() ? "" : "pass " + instead + ", or ") +
+                         "launch once with these sizes before capturing");
+  bool waitFailed = false;
+  Status grown = growBuffer(
+      buffer, bytes,
+      [&](std::string* why) {
+        return driver.check(driver.cuCtxSynchronize(), "cuCtxSynchronize", why);
+      },
+      &waitFailed);
+  if (grown) return grown;
+  if (waitFailed) return Status::error(who + ": growing the " + what + ": " + grown.message);
+  return Status::error(who + ": allocating a " + std::to_string(bytes) + "-byte " + what + ": " +
+                       grown.message + (instead.empty() ? "" : " (or pass " + instead + ")"));
+}
+
 }  // namespace attnc

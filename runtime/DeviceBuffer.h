@@ -36,4 +36,18 @@ Status growBuffer(DeviceBuffer& buffer, size_t bytes, Wait wait, bool* waitFaile
   return status;
 }
 
+struct DriverApi;
+namespace cu {
+using Stream = struct CUstream_st*;
+}
+
+// growBuffer for a buffer a kernel keeps for its launches (a workspace, a scratch): refused on a
+// stream that is capturing a CUDA graph when it must grow (a capture cannot allocate), and waits
+// for the context before freeing the old one. Messages start with `who` ("Kernel::backward")
+// and name the buffer (`what`, "workspace"); `instead` says what the caller may pass instead
+// ("BackwardArgs::workspace"), or is empty.
+Status growKernelBuffer(const DriverApi& driver, cu::Stream stream, DeviceBuffer& buffer,
+                        size_t bytes, const std::string& who, const std::string& what,
+                        const std::string& instead);
+
 }  // namespace attnc

@@ -65,20 +65,10 @@ Status lseScratch(Kernel::Impl& impl, size_t bytes, void* stream, const char* wh
   const cu::Stream cuStream = static_cast<cu::Stream>(stream);
   *lock = std::unique_lock<std::mutex>(impl.workspaceMutex);
   DeviceBuffer& buffer = impl.lseScratch[{context, cuStream}];
-  if (buffer.size() < bytes && driver->capturing(cuStream))
-    return Status::error(std::string(who) + ": the stream is capturing a CUDA graph, and the "
-                         "kernel's scratch for a packed LSE must first grow to " +
-                         std::to_string(bytes) +
-                         " bytes, which a capture cannot hold: launch once with these sizes "
-                         "before capturing");
-  bool waitFailed = false;
-  Status grown = growBuffer(
-      buffer, bytes,
-      [&](std::string* why) {
-        return driver->check(driver->cuCtxSynchronize(), "cuCtxSynchronize", why);
-      },
-      &waitFailed);
-  if (!grown) return Status::error(std::string(who) + ": the packed LSE's scratch: " + grown.message);
+  if (Status grown =
+          growKernelBuffer(*driver, cuStream, buffer, bytes, who, "scratch for a packed LSE", "");
+      !grown)
+    return grown;
   *out = static_cast<float*>(buffer.data());
   return Status::success();
 }
