@@ -6,42 +6,10 @@ compares their sizes and offsets with the header's). No torch import: tensors ar
 (data_ptr(), stride()), so the argument building also runs on the CPU."""
 import ctypes
 
-from attnc_ctypes import ATTNC_OK, AttncError, ForwardArgs
+# The structs are the attnc package's (python/attnc/_capi.py), one definition of the C layout.
+from attnc_ctypes import ATTNC_OK, AttncError, DecodePlan, ForwardArgsEx, SeqLayout
 
 DECODE_AUTO, DECODE_OFF, DECODE_ON = 0, 1, 2  # attnc_forward_args_ex.decode (attnc::DecodeChoice)
-
-
-class SeqLayout(ctypes.Structure):
-    """attnc_seq_layout: varlen (cu_seqlens_*) and paged (block_table, seq_lens_kv) K/V."""
-    _fields_ = [("struct_size", ctypes.c_uint32), ("reserved", ctypes.c_uint32),
-                ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_kv", ctypes.c_void_p),
-                ("total_q", ctypes.c_int64), ("total_kv", ctypes.c_int64),
-                ("block_table", ctypes.c_void_p), ("seq_lens_kv", ctypes.c_void_p),
-                ("block_table_stride", ctypes.c_int64), ("max_pages", ctypes.c_int64),
-                ("page_size", ctypes.c_int64), ("num_pages", ctypes.c_int64),
-                ("k_stride_page", ctypes.c_int64), ("v_stride_page", ctypes.c_int64),
-                ("host_cu_seqlens_q", ctypes.c_void_p), ("host_cu_seqlens_kv", ctypes.c_void_p),
-                ("host_block_table", ctypes.c_void_p), ("host_seq_lens_kv", ctypes.c_void_p)]
-
-
-class ForwardArgsEx(ctypes.Structure):
-    """attnc_forward_args_ex: attnc_forward_args with the layout, decode choice and splits."""
-    _fields_ = [("struct_size", ctypes.c_uint32), ("decode", ctypes.c_int32),
-                ("base", ForwardArgs), ("layout", ctypes.POINTER(SeqLayout)),
-                ("num_splits", ctypes.c_int32), ("reserved", ctypes.c_int32),
-                ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_int64),
-                ("prepared", ctypes.c_void_p)]
-
-
-class DecodePlan(ctypes.Structure):
-    """attnc_decode_plan: what attnc_kernel_forward_ex launches for given arguments."""
-    _fields_ = [("decode", ctypes.c_int32), ("rows", ctypes.c_int32),
-                ("row_tiles", ctypes.c_int32), ("splits", ctypes.c_int32),
-                ("split_tiles", ctypes.c_int32), ("block_kv", ctypes.c_int32),
-                ("workspace_bytes", ctypes.c_int64)]
-
-    def as_dict(self):
-        return {name: getattr(self, name) for name, _ in self._fields_}
 
 
 _kernel = ctypes.c_void_p
@@ -100,7 +68,9 @@ def seq_layout(cu_seqlens_q=None, cu_seqlens_kv=None, total_q=0, total_kv=0, blo
     s.k_stride_page, s.v_stride_page = k_stride_page, v_stride_page
     host = host or {}
     for name in ("cu_seqlens_q", "cu_seqlens_kv", "block_table", "seq_lens_kv"):
-        setattr(s, "host_" + name, pointer(host.get(name)))
+        address = pointer(host.get(name))
+        setattr(s, "host_" + name,
+                ctypes.cast(address, ctypes.POINTER(ctypes.c_int32)) if address else None)
     s._keepalive = (cu_seqlens_q, cu_seqlens_kv, block_table, seq_lens_kv, dict(host))
     return s
 
@@ -159,7 +129,7 @@ def decode_plan(kernel, args, num_sms=0):
     block_kv, workspace_bytes); num_sms 0: the current device's."""
     plan = DecodePlan()
     _call(kernel, "attnc_kernel_decode_plan", args, ctypes.c_int32(num_sms), ctypes.byref(plan))
-    return plan.as_dict()
+    return {name: getattr(plan, name) for name, _ in DecodePlan._fields_}
 
 
 def workspace_bytes(kernel, args):

@@ -17,6 +17,7 @@ The case plan, the paging and the per-sequence views need no GPU (test/python/
 test_decode_helpers.py checks them on the CPU)."""
 import argparse
 import concurrent.futures
+import ctypes
 import json
 import math
 import os
@@ -444,7 +445,8 @@ def bad_argument_checks(kern, res, dev=None):
 
     def long_seq(launch):
         lens = torch.tensor([20, launch.kv_len + 1, 5], dtype=torch.int32)
-        launch.seq.host_seq_lens_kv = dx.pointer(lens)
+        launch.seq.host_seq_lens_kv = ctypes.cast(dx.pointer(lens),
+                                                  ctypes.POINTER(ctypes.c_int32))
         device_copy(launch, "seq_lens_kv", lens)
         launch.seq._keepalive += (lens,)
 

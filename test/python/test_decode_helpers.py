@@ -319,7 +319,7 @@ def host_checks(args):
     seq, base = args.layout.contents, args.base
 
     def host(name, n):
-        address = getattr(seq, "host_" + name)
+        address = ctypes.cast(getattr(seq, "host_" + name), ctypes.c_void_p).value
         return list((ctypes.c_int32 * n).from_address(address)) if address else None
     if args.decode == dx.DECODE_OFF:
         return "decode"
@@ -375,7 +375,7 @@ def test_paged_varlen_args_carry_the_layout():
     assert seq.page_size == 16 and seq.k_stride_page == 16 * 2 * 16 == seq.v_stride_page
     assert seq.num_pages == launch.k.shape[0] and seq.total_q == 10
     assert seq.max_pages == 3 and seq.block_table_stride >= seq.max_pages
-    assert seq.host_block_table == launch.table.data_ptr()
+    assert ctypes.cast(seq.host_block_table, ctypes.c_void_p).value == launch.table.data_ptr()
     assert seq.host_cu_seqlens_q and seq.cu_seqlens_q and not seq.cu_seqlens_kv
     assert args.base.lse == launch.lse.data_ptr() and launch.lse.shape == (4, 10)
 
