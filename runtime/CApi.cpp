@@ -213,6 +213,55 @@ int readVersioned(const T* in, const char* what, size_t minimum, const char* las
   return ATTNC_OK;
 }
 
+// *out: the caller's attnc_seq_layout, read as readVersioned reads it, its reserved field checked.
+int readSeqLayout(const attnc_seq_layout* in, attnc_seq_layout* out, char** error) {
+  if (int code = readVersioned(in, "attnc_seq_layout",
+                               offsetof(attnc_seq_layout, v_stride_page) + sizeof(int64_t),
+                               "v_stride_page", out, error);
+      code != ATTNC_OK)
+    return code;
+  if (out->reserved != 0)
+    return failArgument(
+        error, "attnc_seq_layout.reserved: expected 0, got " + std::to_string(out->reserved));
+  return ATTNC_OK;
+}
+
+// A layout's varlen part is given where any of its fields is set, its paged part likewise, so a
+// field set without the array it belongs to is an error naming the array (Kernel::validate)
+// rather than ignored.
+bool hasVarlen(const attnc_seq_layout& l) {
+  return l.cu_seqlens_q || l.cu_seqlens_kv || l.total_q || l.total_kv || l.host_cu_seqlens_q ||
+         l.host_cu_seqlens_kv;
+}
+attnc::VarlenArg varlenOf(const attnc_seq_layout& l) {
+  return {l.cu_seqlens_q,      l.cu_seqlens_kv,     l.total_q, l.total_kv,
+          l.host_cu_seqlens_q, l.host_cu_seqlens_kv};
+}
+
+// The paged part's fields in the struct's order: a pointer's value is 1 where it is set.
+struct PagedField {
+  const char* name;
+  int64_t value;
+  bool pointer;
+};
+std::vector<PagedField> pagedFields(const attnc_seq_layout& l) {
+  return {{"block_table", l.block_table != nullptr, true},
+          {"seq_lens_kv", l.seq_lens_kv != nullptr, true},
+          {"block_table_stride", l.block_table_stride, false},
+          {"max_pages", l.max_pages, false},
+          {"page_size", l.page_size, false},
+          {"num_pages", l.num_pages, false},
+          {"k_stride_page", l.k_stride_page, false},
+          {"v_stride_page", l.v_stride_page, false},
+          {"host_block_table", l.host_block_table != nullptr, true},
+          {"host_seq_lens_kv", l.host_seq_lens_kv != nullptr, true}};
+}
+bool hasPaged(const attnc_seq_layout& l) {
+  for (const PagedField& field : pagedFields(l))
+    if (field.value) return true;
+  return false;
+}
+
 // The C++ arguments of an attnc_forward_args_ex, with the layout descriptions they point to.
 struct ForwardArgsEx : attnc::ForwardArgs {
   attnc::VarlenArg varlenArg;
@@ -222,9 +271,7 @@ struct ForwardArgsEx : attnc::ForwardArgs {
   ForwardArgsEx& operator=(const ForwardArgsEx&) = delete;
 };
 
-// attnc_forward_args_ex (and its attnc_seq_layout) as attnc::ForwardArgs. A layout's varlen part
-// is given where any of its fields is set, its paged part likewise, so a field set without the
-// array it belongs to is an error naming the array (Kernel::validate) rather than ignored.
+// attnc_forward_args_ex (and its attnc_seq_layout) as attnc::ForwardArgs.
 int toForwardArgsEx(const attnc_kernel* kernel, const attnc_forward_args_ex* in,
                     ForwardArgsEx* args, char** error) {
   if (!in) return failArgument(error, "attnc_forward_args_ex: null");
@@ -250,28 +297,56 @@ int toForwardArgsEx(const attnc_kernel* kernel, const attnc_forward_args_ex* in,
   if (ex.prepared) args->prepared = &ex.prepared->prepared;
   if (!ex.layout) return ATTNC_OK;
   attnc_seq_layout l;
-  if (int code = readVersioned(ex.layout, "attnc_seq_layout",
-                               offsetof(attnc_seq_layout, v_stride_page) + sizeof(int64_t),
-                               "v_stride_page", &l, error);
-      code != ATTNC_OK)
-    return code;
-  if (l.reserved != 0)
-    return failArgument(error,
-                        "attnc_seq_layout.reserved: expected 0, got " + std::to_string(l.reserved));
-  if (l.cu_seqlens_q || l.cu_seqlens_kv || l.total_q || l.total_kv || l.host_cu_seqlens_q ||
-      l.host_cu_seqlens_kv) {
-    args->varlenArg = {l.cu_seqlens_q,      l.cu_seqlens_kv,     l.total_q, l.total_kv,
-                       l.host_cu_seqlens_q, l.host_cu_seqlens_kv};
+  if (int code = readSeqLayout(ex.layout, &l, error); code != ATTNC_OK) return code;
+  if (hasVarlen(l)) {
+    args->varlenArg = varlenOf(l);
     args->varlen = &args->varlenArg;
   }
-  if (l.block_table || l.seq_lens_kv || l.block_table_stride || l.max_pages || l.page_size ||
-      l.num_pages || l.k_stride_page || l.v_stride_page || l.host_block_table ||
-      l.host_seq_lens_kv) {
+  if (hasPaged(l)) {
     args->pagedArg = {l.block_table,   l.seq_lens_kv,      l.block_table_stride,
                       l.max_pages,     l.page_size,        l.num_pages,
                       l.k_stride_page, l.v_stride_page,    l.host_block_table,
                       l.host_seq_lens_kv};
     args->paged = &args->pagedArg;
+  }
+  return ATTNC_OK;
+}
+
+// The C++ arguments of an attnc_backward_args_ex, with the varlen description they point to.
+struct BackwardArgsEx : attnc::BackwardArgs {
+  attnc::VarlenArg varlenArg;
+  BackwardArgsEx() = default;
+  BackwardArgsEx(const BackwardArgsEx&) = delete;  // varlen points into it
+  BackwardArgsEx& operator=(const BackwardArgsEx&) = delete;
+};
+
+// attnc_backward_args_ex (and its attnc_seq_layout's varlen part) as attnc::BackwardArgs. A paged
+// field is refused by name here: attnc::BackwardArgs has nowhere to put it.
+int toBackwardArgsEx(const attnc_kernel* kernel, const attnc_backward_args_ex* in,
+                     BackwardArgsEx* args, char** error) {
+  if (!in) return failArgument(error, "attnc_backward_args_ex: null");
+  attnc_backward_args_ex ex;
+  if (int code = readVersioned(in, "attnc_backward_args_ex",
+                               offsetof(attnc_backward_args_ex, layout) + sizeof(void*), "layout",
+                               &ex, error);
+      code != ATTNC_OK)
+    return code;
+  if (ex.reserved != 0)
+    return failArgument(
+        error, "attnc_backward_args_ex.reserved: expected 0, got " + std::to_string(ex.reserved));
+  if (int code = toBackwardArgs(kernel, &ex.base, args, error); code != ATTNC_OK) return code;
+  if (!ex.layout) return ATTNC_OK;
+  attnc_seq_layout l;
+  if (int code = readSeqLayout(ex.layout, &l, error); code != ATTNC_OK) return code;
+  for (const PagedField& field : pagedFields(l))
+    if (field.value)
+      return failArgument(error, std::string("attnc_backward_args_ex.layout->") + field.name +
+                                     (field.pointer ? ": expected null" : ": expected 0") +
+                                     " (the backward takes no paged K/V), got " +
+                                     (field.pointer ? "a pointer" : std::to_string(field.value)));
+  if (hasVarlen(l)) {
+    args->varlenArg = varlenOf(l);
+    args->varlen = &args->varlenArg;
   }
   return ATTNC_OK;
 }
@@ -557,6 +632,20 @@ int attnc_kernel_backward(const attnc_kernel* kernel, const attnc_backward_args*
                           char** error) {
   return callKernel<attnc::BackwardArgs>(
       "attnc_kernel_backward", kernel, args, toBackwardArgs, error, validateBackward(kernel),
+      [&](const attnc::BackwardArgs& a) { return kernel->kernel.backward(a, stream); });
+}
+
+int attnc_kernel_backward_validate_ex(const attnc_kernel* kernel,
+                                      const attnc_backward_args_ex* args, char** error) {
+  return callKernel<BackwardArgsEx>(
+      "attnc_kernel_backward_validate_ex", kernel, args, toBackwardArgsEx, error, noValidation,
+      [&](const attnc::BackwardArgs& a) { return kernel->kernel.validateBackward(a); });
+}
+
+int attnc_kernel_backward_ex(const attnc_kernel* kernel, const attnc_backward_args_ex* args,
+                             void* stream, char** error) {
+  return callKernel<BackwardArgsEx>(
+      "attnc_kernel_backward_ex", kernel, args, toBackwardArgsEx, error, validateBackward(kernel),
       [&](const attnc::BackwardArgs& a) { return kernel->kernel.backward(a, stream); });
 }
 

@@ -125,6 +125,19 @@ typedef struct attnc_forward_args_ex {
   const attnc_prepared* prepared; /* NULL, or as attnc_kernel_forward_prepared's */
 } attnc_forward_args_ex;
 
+/* attnc_backward_args with a packed batch (attnc::BackwardArgs' varlen): layout NULL is the
+ * contiguous backward; else only its varlen part may be set (a paged field is an error: the
+ * backward takes no paged K/V) and the host copies of the cu_seqlens it sets are required (the
+ * sequences run one after another). dq and d_o are packed like q and o, dk and dv like k and v;
+ * lse is the forward's ([heads_q, total_q] for packed Q). struct_size as attnc_forward_args_ex's:
+ * sizeof(attnc_backward_args_ex) of the caller's header, at least up to `layout`. */
+typedef struct attnc_backward_args_ex {
+  uint32_t struct_size;
+  int32_t reserved;               /* 0 */
+  attnc_backward_args base;
+  const attnc_seq_layout* layout; /* NULL: contiguous Q, K, V */
+} attnc_backward_args_ex;
+
 /* What a forward with given arguments launches (attnc::DecodePlan). */
 typedef struct attnc_decode_plan {
   int32_t decode;      /* 1: the decode kernel; 0: the forward kernel */
@@ -231,6 +244,12 @@ int attnc_kernel_backward(const attnc_kernel* kernel, const attnc_backward_args*
 /* Only the argument checks of attnc_kernel_backward (no GPU needed). */
 int attnc_kernel_backward_validate(const attnc_kernel* kernel, const attnc_backward_args* args,
                                    char** error);
+/* attnc_kernel_backward and attnc_kernel_backward_validate with a packed batch. Without a layout
+ * they are the plain calls, code and message. */
+int attnc_kernel_backward_ex(const attnc_kernel* kernel, const attnc_backward_args_ex* args,
+                             void* stream, char** error);
+int attnc_kernel_backward_validate_ex(const attnc_kernel* kernel,
+                                      const attnc_backward_args_ex* args, char** error);
 /* attnc::Kernel::compileDeferred: a JIT kernel compiled with ATTNC_COMPILE_BACKWARD compiles the
  * deterministic mode's kernels on its first deterministic attnc_kernel_backward; this compiles
  * them now instead (no GPU needed), once. *has_deferred (may be NULL) is set to whether there was

@@ -79,6 +79,14 @@ class ForwardArgsEx(ctypes.Structure):
                 ("prepared", ctypes.c_void_p)]
 
 
+class BackwardArgsEx(ctypes.Structure):
+    """attnc_backward_args_ex (360 bytes): BackwardArgs with a packed batch (layout's varlen part
+    only; its host copies of cu_seqlens required); struct_size must be set to
+    ctypes.sizeof(BackwardArgsEx)."""
+    _fields_ = [("struct_size", ctypes.c_uint32), ("reserved", ctypes.c_int32),
+                ("base", BackwardArgs), ("layout", ctypes.POINTER(SeqLayout))]
+
+
 class DecodePlan(ctypes.Structure):
     """attnc_decode_plan (32 bytes): what a forward with given arguments launches."""
     _fields_ = [("decode", ctypes.c_int32), ("rows", ctypes.c_int32),
@@ -150,6 +158,10 @@ _SIGNATURES = {
     "attnc_kernel_backward": (_int, [_kernel, ctypes.POINTER(BackwardArgs), ctypes.c_void_p,
                                      _error]),
     "attnc_kernel_backward_validate": (_int, [_kernel, ctypes.POINTER(BackwardArgs), _error]),
+    "attnc_kernel_backward_ex": (_int, [_kernel, ctypes.POINTER(BackwardArgsEx), ctypes.c_void_p,
+                                        _error]),
+    "attnc_kernel_backward_validate_ex": (_int, [_kernel, ctypes.POINTER(BackwardArgsEx),
+                                                 _error]),
     "attnc_kernel_compile_deferred": (_int, [_kernel, ctypes.POINTER(ctypes.c_int32), _error]),
     "attnc_kernel_backward_workspace_bytes": (ctypes.c_int64, [_kernel, ctypes.c_int64,
                                                                ctypes.c_int64, ctypes.c_int32]),

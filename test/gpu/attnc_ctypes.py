@@ -13,7 +13,8 @@ sys.path.insert(0, os.path.join(_ROOT, "python"))
 # The C API's structs and signatures live in the attnc package; these names stay for the tests.
 from attnc._capi import (  # noqa: E402,F401
     ATTNC_COMPILE_BACKWARD, ATTNC_DECODE_AUTO, ATTNC_DECODE_OFF, ATTNC_DECODE_ON, ATTNC_OK,
-    BackwardArgs, DecodePlan, ForwardArgs, ForwardArgsEx, Info, Input, SeqLayout, Tensor, bind)
+    BackwardArgs, BackwardArgsEx, DecodePlan, ForwardArgs, ForwardArgsEx, Info, Input, SeqLayout,
+    Tensor, bind)
 from attnc._errors import AttncError  # noqa: E402
 
 
@@ -103,30 +104,15 @@ def _host_int32(values):
 _DECODE = {"auto": ATTNC_DECODE_AUTO, "off": ATTNC_DECODE_OFF, "on": ATTNC_DECODE_ON}
 
 
-def make_args_ex(base, cu_seqlens_q=None, cu_seqlens_kv=None, total_q=0, total_kv=0,
-                 block_table=None, seq_lens_kv=None, page_size=0, num_pages=0,
-                 k_stride_page=0, v_stride_page=0, block_table_stride=None, max_pages=None,
-                 host_cu_seqlens_q=None, host_cu_seqlens_kv=None, host_block_table=None,
-                 host_seq_lens_kv=None, decode="auto", num_splits=0, workspace=None,
-                 prepared=None):
-    """An attnc_forward_args_ex over a ready ForwardArgs `base`: device arrays as tensors or
-    addresses; host copies as sequences of ints or CPU tensors (checked before launch); a block
-    table tensor [batch, max_pages] gives block_table_stride and max_pages unless they are given;
-    decode "auto" | "off" | "on" (or 0, 1, 2); workspace a CUDA tensor, or (address, bytes).
-    Without any layout field, no layout (contiguous Q, K, V). The struct keeps everything it
-    points at alive (see _fill_shared)."""
-    ex = ForwardArgsEx()
-    ex.struct_size = ctypes.sizeof(ForwardArgsEx)
-    ex.base = base
-    ex.decode = _DECODE[decode] if isinstance(decode, str) else int(decode)
-    ex.num_splits = num_splits
-    if workspace is not None:
-        if isinstance(workspace, tuple):
-            ex.workspace, ex.workspace_bytes = workspace
-        else:
-            ex.workspace = workspace.data_ptr()
-            ex.workspace_bytes = workspace.numel() * workspace.element_size()
-    ex.prepared = prepared.handle if prepared is not None else None
+def make_seq_layout(cu_seqlens_q=None, cu_seqlens_kv=None, total_q=0, total_kv=0,
+                    block_table=None, seq_lens_kv=None, page_size=0, num_pages=0,
+                    k_stride_page=0, v_stride_page=0, block_table_stride=None, max_pages=None,
+                    host_cu_seqlens_q=None, host_cu_seqlens_kv=None, host_block_table=None,
+                    host_seq_lens_kv=None):
+    """(layout, keepalive): an attnc_seq_layout of device arrays as tensors or addresses and host
+    copies as sequences of ints or CPU tensors (checked before launch), or None for layout where
+    no field is set (contiguous Q, K, V); keepalive holds what it points at. A block table tensor
+    [batch, max_pages] gives block_table_stride and max_pages unless they are given."""
     if block_table is not None and not isinstance(block_table, int) and block_table.dim() == 2:
         block_table_stride = (block_table.stride(0) if block_table_stride is None
                               else block_table_stride)
@@ -144,9 +130,43 @@ def make_args_ex(base, cu_seqlens_q=None, cu_seqlens_kv=None, total_q=0, total_k
         v_stride_page=v_stride_page, host_cu_seqlens_q=host[0], host_cu_seqlens_kv=host[1],
         host_block_table=host[2], host_seq_lens_kv=host[3])
     given = any(getattr(layout, name) for name, _ in SeqLayout._fields_[2:])
-    ex.layout = ctypes.pointer(layout) if given else None
-    ex._keepalive = (getattr(base, "_keepalive", None), layout, hosts, cu_seqlens_q,
-                     cu_seqlens_kv, block_table, seq_lens_kv, workspace, prepared)
+    keepalive = (layout, hosts, cu_seqlens_q, cu_seqlens_kv, block_table, seq_lens_kv)
+    return (layout if given else None), keepalive
+
+
+def make_args_ex(base, decode="auto", num_splits=0, workspace=None, prepared=None, **layout):
+    """An attnc_forward_args_ex over a ready ForwardArgs `base`: `layout` make_seq_layout's
+    keywords; decode "auto" | "off" | "on" (or 0, 1, 2); workspace a CUDA tensor, or (address,
+    bytes). The struct keeps everything it points at alive (see _fill_shared)."""
+    ex = ForwardArgsEx()
+    ex.struct_size = ctypes.sizeof(ForwardArgsEx)
+    ex.base = base
+    ex.decode = _DECODE[decode] if isinstance(decode, str) else int(decode)
+    ex.num_splits = num_splits
+    if workspace is not None:
+        if isinstance(workspace, tuple):
+            ex.workspace, ex.workspace_bytes = workspace
+        else:
+            ex.workspace = workspace.data_ptr()
+            ex.workspace_bytes = workspace.numel() * workspace.element_size()
+    ex.prepared = prepared.handle if prepared is not None else None
+    seq_layout, keepalive = make_seq_layout(**layout)
+    ex.layout = ctypes.pointer(seq_layout) if seq_layout is not None else None
+    ex._keepalive = (getattr(base, "_keepalive", None), keepalive, workspace, prepared)
+    return ex
+
+
+def make_backward_args_ex(base, **layout):
+    """An attnc_backward_args_ex over a ready BackwardArgs `base`: `layout` make_seq_layout's
+    keywords (the library accepts only the varlen ones, with their host copies). Keeps what it
+    points at alive."""
+    ex = BackwardArgsEx()
+    ex.struct_size = ctypes.sizeof(BackwardArgsEx)
+    ex.base = base
+    seq_layout, keepalive = make_seq_layout(**layout)
+    ex.layout = ctypes.pointer(seq_layout) if seq_layout is not None else None
+    ex._keepalive = (getattr(base, "_keepalive", None), getattr(base, "_workspace", None),
+                     keepalive)
     return ex
 
 
@@ -326,13 +346,14 @@ class Kernel:
                            layout="bshd", deterministic=False, workspace=None, batch=None,
                            q_len=None, kv_len=None):
         """The C struct for a backward launch: q, k, v, o (the forward's output), d_o and the
-        gradients dq, dk, dv (written) as 4-d tensors in `layout`; lse the forward's [b, h, q_len]
+        gradients dq, dk, dv (written) as 4-d tensors in `layout` (or 3-d packed rows, for
+        backward_ex); lse the forward's [b, h, q_len]
         float32 LSE (between d_o and the gradients); inputs as in make_args; workspace None (the kernel's own) or a CUDA tensor of
         at least backward_workspace_bytes(...) bytes."""
         s_axis = 1 if layout == "bshd" else 2
         args = BackwardArgs()
         (args.q, args.k, args.v, args.o, args.d_o, args.dq, args.dk, args.dv) = (
-            _tensor(t, layout) for t in (q, k, v, o, d_o, dq, dk, dv))
+            _rows_tensor(t, layout) for t in (q, k, v, o, d_o, dq, dk, dv))
         _fill_shared(args, (q, k, v, o, d_o, dq, dk, dv), lse, inputs, seed, offset,
                      batch if batch is not None else (q if q is not None else dq).shape[0],
                      q_len if q_len is not None else (q if q is not None else dq).shape[s_axis],
@@ -366,3 +387,60 @@ class Kernel:
                                        layout, deterministic, workspace)
         self.launch_backward(args, stream)
         return args
+
+    # ---- varlen backward (attnc_backward_args_ex) ----
+
+    def validate_backward_ex(self, ex):
+        """attnc_kernel_backward_validate_ex on a BackwardArgsEx (make_backward_args_ex): None or
+        the message."""
+        error = ctypes.c_void_p()
+        rc = self.library.lib.attnc_kernel_backward_validate_ex(self.handle, ctypes.byref(ex),
+                                                                ctypes.byref(error))
+        return None if rc == ATTNC_OK else self.library._take_error(error)
+
+    def launch_backward_ex(self, ex, stream=None):
+        """attnc_kernel_backward_ex with a ready BackwardArgsEx; raises AttncError."""
+        self._call(self.library.lib.attnc_kernel_backward_ex, ex, stream)
+
+    def make_backward_args_ex(self, q, k, v, o, d_o, lse, dq, dk, dv, inputs=(), seed=0,
+                              offset=0, layout="bshd", deterministic=False, workspace=None,
+                              batch=None, q_len=None, kv_len=None, **options):
+        """The BackwardArgsEx of backward_ex (no launch), for its arguments."""
+        hosts = {}
+        for side, total, t in (("q", "total_q", q), ("kv", "total_kv", k)):
+            device = options.get("cu_seqlens_" + side)
+            if device is None:
+                continue
+            if options.get("host_cu_seqlens_" + side) is None and hasattr(device, "tolist"):
+                options["host_cu_seqlens_" + side] = device.tolist()  # synchronizes
+            if not options.get(total) and t is not None and t.dim() == 3:
+                options[total] = t.shape[0]
+            host = options.get("host_cu_seqlens_" + side)
+            if host is not None:
+                host = host.tolist() if hasattr(host, "tolist") else list(host)
+                hosts[side] = [int(b) - int(a) for a, b in zip(host, host[1:])]
+        if hosts:
+            if batch is None:
+                batch = len(next(iter(hosts.values())))
+            if q_len is None and "q" in hosts:
+                q_len = max(hosts["q"], default=0)
+            if kv_len is None and "kv" in hosts:
+                kv_len = max(hosts["kv"], default=0)
+        args = self.make_backward_args(q, k, v, o, d_o, lse, dq, dk, dv, inputs, seed, offset,
+                                       layout, deterministic, workspace, batch, q_len, kv_len)
+        return make_backward_args_ex(args, **options)
+
+    def backward_ex(self, q, k, v, o, d_o, lse, dq, dk, dv, inputs=(), seed=0, offset=0,
+                    layout="bshd", deterministic=False, workspace=None, batch=None, q_len=None,
+                    kv_len=None, stream=None, **options):
+        """The backward of a packed batch (make_seq_layout's varlen keywords): q, o, d_o, dq
+        packed [total_q, heads_q, dim] with cu_seqlens_q, k, v, dk, dv [total_kv, heads_kv, dim]
+        with cu_seqlens_kv (else 4-d in `layout`); lse the forward's ([heads_q, total_q] for
+        packed Q). The host copies of cu_seqlens default to the device arrays' contents (a copy
+        that synchronizes); total_q, total_kv to the packed tensors' rows; batch, q_len and kv_len
+        to the number of sequences and the longest one's lengths. Raises AttncError."""
+        ex = self.make_backward_args_ex(q, k, v, o, d_o, lse, dq, dk, dv, inputs, seed, offset,
+                                        layout, deterministic, workspace, batch, q_len, kv_len,
+                                        **options)
+        self.launch_backward_ex(ex, stream)
+        return ex

@@ -266,6 +266,10 @@ static_assert(sizeof(attnc_seq_layout) == 136, "docs/runtime.md: sizeof(attnc_se
 static_assert(sizeof(attnc_forward_args_ex) == 240,
               "docs/runtime.md: sizeof(attnc_forward_args_ex)");
 static_assert(sizeof(attnc_decode_plan) == 32, "docs/runtime.md: sizeof(attnc_decode_plan)");
+static_assert(sizeof(attnc_backward_args_ex) == 360,
+              "docs/runtime.md: sizeof(attnc_backward_args_ex)");
+static_assert(offsetof(attnc_backward_args_ex, layout) == 352,
+              "test/python/test_seq_layout.py: BackwardArgsEx.layout's offset");
 
 // The smallest struct_size of each versioned struct: through `layout`, through `v_stride_page`.
 constexpr uint32_t kMinArgsEx = offsetof(attnc_forward_args_ex, layout) + sizeof(void*);
@@ -496,6 +500,213 @@ TEST(CApi, DecodePlanAndWorkspaceBytesRefuseBadArguments) {
   EXPECT_EQ(attnc_kernel_forward_workspace_bytes(compiled.kernel, nullptr), -1);
   ex.struct_size = 0;
   EXPECT_EQ(attnc_kernel_forward_workspace_bytes(compiled.kernel, &ex), -1);
+}
+
+// Valid backward arguments for CompiledKernel at `base`: forwardAt's tensors, then d_o, dq, dk,
+// dv and the LSE, 4 MiB apart.
+attnc_backward_args backwardAt(uintptr_t base, const attnc_input* doc) {
+  const attnc_forward_args fwd = forwardAt(base, doc);
+  attnc_backward_args bwd{};
+  bwd.q = fwd.q, bwd.k = fwd.k, bwd.v = fwd.v, bwd.o = fwd.o;
+  bwd.d_o = tensorAt(base + (4 << 22));
+  bwd.dq = tensorAt(base + (5 << 22));
+  bwd.dk = tensorAt(base + (6 << 22));
+  bwd.dv = tensorAt(base + (7 << 22));
+  bwd.lse = reinterpret_cast<const float*>(base + (8 << 22));
+  bwd.batch = 2;
+  bwd.q_len = bwd.kv_len = 256;
+  bwd.inputs = doc;
+  bwd.num_inputs = 1;
+  return bwd;
+}
+
+attnc_backward_args_ex backwardExOf(const attnc_backward_args& base) {
+  attnc_backward_args_ex ex{};
+  ex.struct_size = sizeof ex;
+  ex.base = base;
+  return ex;
+}
+
+// attnc_kernel_backward_ex as a validate-shaped call (it refuses bad arguments before it looks
+// for a GPU).
+int backwardExLaunch(const attnc_kernel* kernel, const attnc_backward_args_ex* args,
+                     char** error) {
+  return attnc_kernel_backward_ex(kernel, args, nullptr, error);
+}
+
+// With no layout, attnc_kernel_backward_validate_ex is attnc_kernel_backward_validate on `base`,
+// code and message, whatever is wrong with it.
+TEST(CApi, BackwardExWithoutLayoutIsTheBackwardCall) {
+  CompiledKernel compiled;
+  ASSERT_NE(compiled.kernel, nullptr) << compiled.error;
+  int32_t docIds = 0;
+  attnc_input doc{&docIds, 0, 0, 1};
+  const uintptr_t base = uintptr_t(1) << 20;
+  void (*const mutations[])(attnc_backward_args&) = {
+      [](attnc_backward_args&) {},
+      [](attnc_backward_args& a) { a.q_len = 0; },
+      [](attnc_backward_args& a) { a.inputs = nullptr; },
+      [](attnc_backward_args& a) { a.num_inputs = 3; },
+      [](attnc_backward_args& a) { a.dk = a.dq; },
+      [](attnc_backward_args& a) { a.lse = nullptr; },
+      [](attnc_backward_args& a) { a.deterministic = 2; },
+      [](attnc_backward_args& a) { a.reserved = 1; },
+      [](attnc_backward_args& a) { a.workspace_bytes = -5; },
+  };
+  for (auto mutate : mutations) {
+    attnc_backward_args bwd = backwardAt(base, &doc);
+    mutate(bwd);
+    const attnc_backward_args_ex ex = backwardExOf(bwd);
+    const auto plain = verdictOf(compiled.kernel, &bwd, attnc_kernel_backward_validate);
+    EXPECT_EQ(verdictOf(compiled.kernel, &ex, attnc_kernel_backward_validate_ex), plain);
+    if (plain.first != ATTNC_OK)  // refused before any launch: no GPU needed
+      EXPECT_EQ(verdictOf(compiled.kernel, &ex, backwardExLaunch), plain);
+  }
+  const auto* none = static_cast<const attnc_backward_args_ex*>(nullptr);
+  EXPECT_EQ(verdictOf(compiled.kernel, none, attnc_kernel_backward_validate_ex),
+            std::make_pair(int(ATTNC_ERROR_BAD_ARGUMENT),
+                           std::string("attnc_backward_args_ex: null")));
+  EXPECT_EQ(verdictOf(nullptr, none, attnc_kernel_backward_validate_ex),
+            std::make_pair(int(ATTNC_ERROR_BAD_ARGUMENT),
+                           std::string("attnc_kernel_backward_validate_ex: kernel is null")));
+  EXPECT_EQ(verdictOf(nullptr, none, backwardExLaunch),
+            std::make_pair(int(ATTNC_ERROR_BAD_ARGUMENT),
+                           std::string("attnc_kernel_backward_ex: kernel is null")));
+}
+
+// struct_size as attnc_forward_args_ex's (the same reader): below the fields through `layout` or
+// above 4096 an error naming it; a newer caller's bytes past this library's struct must be 0.
+TEST(CApi, BackwardExStructSizeIsChecked) {
+  CompiledKernel compiled;
+  ASSERT_NE(compiled.kernel, nullptr) << compiled.error;
+  int32_t docIds = 0;
+  attnc_input doc{&docIds, 0, 0, 1};
+  const uintptr_t base = uintptr_t(1) << 20;
+  constexpr uint32_t kMinBackwardEx = offsetof(attnc_backward_args_ex, layout) + sizeof(void*);
+  attnc_backward_args_ex ex = backwardExOf(backwardAt(base, &doc));
+  const std::string tooSmall = "attnc_backward_args_ex.struct_size: expected at least " +
+                               std::to_string(kMinBackwardEx) +
+                               " (through layout; sizeof(attnc_backward_args_ex) = 360) and at "
+                               "most 4096, got ";
+  for (uint32_t size : {0u, 8u, kMinBackwardEx - 1, 4097u}) {
+    ex.struct_size = size;
+    for (auto call : {attnc_kernel_backward_validate_ex, backwardExLaunch})
+      EXPECT_EQ(verdictOf(compiled.kernel, &ex, call),
+                std::make_pair(int(ATTNC_ERROR_BAD_ARGUMENT), tooSmall + std::to_string(size)));
+  }
+  ex.struct_size = kMinBackwardEx;
+  EXPECT_EQ(verdictOf(compiled.kernel, &ex, attnc_kernel_backward_validate_ex).second, "");
+  ex.reserved = 3;
+  EXPECT_EQ(verdictOf(compiled.kernel, &ex, attnc_kernel_backward_validate_ex),
+            std::make_pair(int(ATTNC_ERROR_BAD_ARGUMENT),
+                           std::string("attnc_backward_args_ex.reserved: expected 0, got 3")));
+  ex.reserved = 0;
+  // A newer caller's struct: its fields past this library's must be 0.
+  struct {
+    attnc_backward_args_ex ex;
+    uint64_t newerField;
+  } newer{ex, 0};
+  newer.ex.struct_size = sizeof newer;
+  EXPECT_EQ(verdictOf(compiled.kernel, &newer.ex, attnc_kernel_backward_validate_ex).second, "");
+  newer.newerField = 1;
+  EXPECT_EQ(verdictOf(compiled.kernel, &newer.ex, attnc_kernel_backward_validate_ex),
+            std::make_pair(int(ATTNC_ERROR_BAD_ARGUMENT),
+                           std::string("attnc_backward_args_ex: expected 0 in the bytes past this "
+                                       "library's struct (360: a newer attnc_c.h's field this "
+                                       "library does not know), got byte 360 = 1 of "
+                                       "struct_size 368")));
+}
+
+// A packed batch reaches BackwardArgs::varlen: the host copies of cu_seqlens required and checked,
+// the layout's own struct_size and reserved field read as the forward's.
+TEST(CApi, BackwardExVarlenLayoutIsConvertedAndChecked) {
+  CompiledKernel compiled;
+  ASSERT_NE(compiled.kernel, nullptr) << compiled.error;
+  int32_t docIds = 0;
+  attnc_input doc{&docIds, 0, 0, 1};
+  const uintptr_t base = uintptr_t(1) << 20;
+  attnc_backward_args_ex ex = backwardExOf(backwardAt(base, &doc));
+  // Packed [total, heads, dim] rows (stride_b unused) for every tensor, 2 sequences of 256.
+  for (attnc_tensor* t : {&ex.base.q, &ex.base.k, &ex.base.v, &ex.base.o, &ex.base.d_o,
+                          &ex.base.dq, &ex.base.dk, &ex.base.dv})
+    *t = attnc_tensor{t->data, 0, 64, 2 * 64};
+  const int32_t offsets[3] = {0, 256, 512};
+  attnc_seq_layout layout{};
+  layout.struct_size = sizeof layout;
+  layout.cu_seqlens_q = reinterpret_cast<const int32_t*>(base + (9 << 22));
+  layout.cu_seqlens_kv = reinterpret_cast<const int32_t*>(base + (10 << 22));
+  layout.total_q = layout.total_kv = 512;
+  layout.host_cu_seqlens_q = layout.host_cu_seqlens_kv = offsets;
+  ex.layout = &layout;
+  auto verdict = [&](auto call) { return verdictOf(compiled.kernel, &ex, call); };
+  EXPECT_EQ(verdict(attnc_kernel_backward_validate_ex).second, "");
+  const auto refused = [](const std::string& message) {
+    return std::make_pair(int(ATTNC_ERROR_BAD_ARGUMENT), message);
+  };
+  layout.host_cu_seqlens_q = nullptr;
+  for (auto call : {attnc_kernel_backward_validate_ex, backwardExLaunch})
+    EXPECT_EQ(verdict(call), refused("BackwardArgs.varlen.host_cu_seqlens_q: required with "
+                                     "cu_seqlens_q (the backward runs a launch per sequence), "
+                                     "got null"));
+  layout.host_cu_seqlens_q = offsets;
+  const int32_t beyond[3] = {0, 256, 600};
+  layout.host_cu_seqlens_kv = beyond;
+  EXPECT_EQ(verdict(attnc_kernel_backward_validate_ex),
+            refused("BackwardArgs.varlen.cu_seqlens_kv[2] = 600 > total_kv = 512"));
+  layout.host_cu_seqlens_kv = offsets;
+  // A varlen field without its array is that array missing, not a contiguous batch (of
+  // contiguous tensors, which pass without the layout).
+  ex.base = backwardAt(base, &doc);
+  layout.cu_seqlens_q = nullptr;
+  layout.host_cu_seqlens_q = nullptr;
+  layout.cu_seqlens_kv = nullptr;
+  layout.host_cu_seqlens_kv = nullptr;
+  EXPECT_EQ(verdict(attnc_kernel_backward_validate_ex),
+            refused("BackwardArgs.varlen.cu_seqlens_q = null: an array with cu_seqlens_kv null "
+                    "(or varlen null for contiguous Q, K, V)"));
+  layout = attnc_seq_layout{};
+  layout.struct_size = 8;
+  EXPECT_EQ(verdict(attnc_kernel_backward_validate_ex).second.rfind(
+                "attnc_seq_layout.struct_size: expected at least ", 0),
+            0u);
+  layout.struct_size = sizeof layout;
+  layout.reserved = 1;
+  EXPECT_EQ(verdict(attnc_kernel_backward_validate_ex),
+            refused("attnc_seq_layout.reserved: expected 0, got 1"));
+}
+
+// The backward takes no paged K/V: any field of a layout's paged part is refused by name, the
+// first set in the struct's order.
+TEST(CApi, BackwardExRefusesPagedLayouts) {
+  CompiledKernel compiled;
+  ASSERT_NE(compiled.kernel, nullptr) << compiled.error;
+  int32_t docIds = 0;
+  attnc_input doc{&docIds, 0, 0, 1};
+  const uintptr_t base = uintptr_t(1) << 20;
+  attnc_backward_args_ex ex = backwardExOf(backwardAt(base, &doc));
+  attnc_seq_layout layout = pagedAt(base);
+  ex.layout = &layout;
+  for (auto call : {attnc_kernel_backward_validate_ex, backwardExLaunch})
+    EXPECT_EQ(verdictOf(compiled.kernel, &ex, call),
+              std::make_pair(int(ATTNC_ERROR_BAD_ARGUMENT),
+                             std::string("attnc_backward_args_ex.layout->block_table: expected "
+                                         "null (the backward takes no paged K/V), got a "
+                                         "pointer")));
+  layout = attnc_seq_layout{};
+  layout.struct_size = sizeof layout;
+  layout.page_size = 16;
+  EXPECT_EQ(verdictOf(compiled.kernel, &ex, attnc_kernel_backward_validate_ex).second,
+            "attnc_backward_args_ex.layout->page_size: expected 0 (the backward takes no paged "
+            "K/V), got 16");
+  layout.page_size = 0;
+  const int32_t lens[2] = {256, 256};
+  layout.host_seq_lens_kv = lens;
+  EXPECT_EQ(verdictOf(compiled.kernel, &ex, attnc_kernel_backward_validate_ex).second,
+            "attnc_backward_args_ex.layout->host_seq_lens_kv: expected null (the backward takes "
+            "no paged K/V), got a pointer");
+  // An all-zero layout is the contiguous backward.
+  layout.host_seq_lens_kv = nullptr;
+  EXPECT_EQ(verdictOf(compiled.kernel, &ex, attnc_kernel_backward_validate_ex).second, "");
 }
 
 }  // namespace
