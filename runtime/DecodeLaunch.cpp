@@ -178,7 +178,8 @@ Status launchDecode(Kernel::Impl& impl, const KernelMetadata& m, const ForwardAr
   std::unique_lock<std::mutex> summaryLock;
   if (prepared) {
     if (Status status =
-            usePrepared(*prepared, prepared->forward, at.context, "ForwardArgs.prepared: ", dp.base);
+            usePrepared(*prepared, prepared->forward, at.context, "ForwardArgs.prepared: ",
+                        dp.base);
         !status)
       return status;
   } else if (!image.summaryEntry.empty()) {

@@ -38,12 +38,16 @@ template <class Tensor>
 int64_t firstRow(const Tensor& t, int64_t b, int64_t row, bool packed) {
   return (packed ? row * t.stride_s : b * t.stride_b) * kElementBytes;
 }
+// Points `t` at sequence b's rows (`rows` of them from `row` where packed). A packed tensor's
+// batch stride (ignored in a packed launch) becomes its rows' span: a launch of batch 1 checks
+// it as any other stride.
 template <class Tensor>
-void moveTo(Tensor& t, int64_t b, int64_t row, bool packed) {
+void moveTo(Tensor& t, int64_t b, int64_t row, int64_t rows, bool packed) {
   using Pointer = decltype(t.data);
   using Byte = std::conditional_t<std::is_const_v<std::remove_pointer_t<Pointer>>, const char,
                                   char>;
   t.data = static_cast<Pointer>(static_cast<Byte*>(t.data) + firstRow(t, b, row, packed));
+  if (packed) t.stride_b = std::max<int64_t>(rows, 1) * t.stride_s;
 }
 
 // Declared inputs with a batch dimension: sequence b's row.
@@ -94,6 +98,26 @@ Status copyRows(float* dst, int64_t dstPitch, const float* src, int64_t srcPitch
   return Status::success();
 }
 
+// Sequence b's backward: its rows of every tensor, batch 1, its lengths; the LSE as given
+// (the caller points it at the sequence's rows).
+BackwardArgs sequenceBackward(const BackwardArgs& args, const KernelMetadata& m, int64_t b,
+                              const SequenceRows& r) {
+  const VarlenArg& v = *args.varlen;
+  const bool packedQ = v.cu_seqlens_q != nullptr, packedKV = v.cu_seqlens_kv != nullptr;
+  BackwardArgs one = args;
+  one.varlen = nullptr;
+  one.batch = 1;
+  one.q_len = r.qLen;
+  one.kv_len = r.kvLen;
+  for (TensorArg* t : {&one.q, &one.o, &one.d_o}) moveTo(*t, b, r.qFirst, r.qLen, packedQ);
+  moveTo(one.dq, b, r.qFirst, r.qLen, packedQ);
+  for (TensorArg* t : {&one.k, &one.v}) moveTo(*t, b, r.kvFirst, r.kvLen, packedKV);
+  moveTo(one.dk, b, r.kvFirst, r.kvLen, packedKV);
+  moveTo(one.dv, b, r.kvFirst, r.kvLen, packedKV);
+  moveInputs(one.inputs, m, b);
+  return one;
+}
+
 }  // namespace
 
 bool takesPerSequence(const KernelMetadata& m, const ForwardArgs& args) {
@@ -128,10 +152,10 @@ Status launchPerSequence(const Kernel& kernel, Kernel::Impl& impl, const KernelM
     one.batch = 1;
     one.q_len = r.qLen;
     one.kv_len = r.kvLen;
-    moveTo(one.q, b, r.qFirst, packedQ);
-    moveTo(one.o, b, r.qFirst, packedQ);
-    moveTo(one.k, b, r.kvFirst, packedKV);
-    moveTo(one.v, b, r.kvFirst, packedKV);
+    moveTo(one.q, b, r.qFirst, r.qLen, packedQ);
+    moveTo(one.o, b, r.qFirst, r.qLen, packedQ);
+    moveTo(one.k, b, r.kvFirst, r.kvLen, packedKV);
+    moveTo(one.v, b, r.kvFirst, r.kvLen, packedKV);
     moveInputs(one.inputs, m, b);
     // The LSE: [batch, heads_q, q_len] rows of b (its q_len is the launch's), or the scratch.
     if (args.lse) one.lse = packedQ ? scratch : args.lse + b * m.headsQ * args.q_len;
@@ -186,6 +210,27 @@ Status validateBackwardVarlen(const Kernel& kernel, const BackwardArgs& args) {
     return Status::error(message);
   }
   if (!args.lse) return Status::error("BackwardArgs.lse: required (the forward's), got null");
+  // Each sequence's launch as backward() will check it (dO, the gradients, the workspace), all
+  // before any is launched. Its LSE rows are a scratch's at launch, here the packed LSE's start
+  // (as long, and apart from what is written as the scratch is).
+  const KernelMetadata& m = kernel.metadata();
+  for (int64_t b = 0; b < args.batch; ++b) {
+    const SequenceRows r = sequenceRows(v, b, args.q_len, args.kv_len);
+    if (r.qLen == 0 && r.kvLen == 0) continue;
+    if (r.qLen == 0 || r.kvLen == 0)
+      return Status::error("BackwardArgs.varlen: sequence " + std::to_string(b) + " has " +
+                           std::to_string(r.qLen) + " queries and " + std::to_string(r.kvLen) +
+                           " keys; the backward takes sequences with both or neither");
+    if (!v.cu_seqlens_q && r.qLen != args.q_len)
+      return Status::error("BackwardArgs.varlen: sequence " + std::to_string(b) + " has " +
+                           std::to_string(r.qLen) + " queries of an unpacked Q of q_len " +
+                           std::to_string(args.q_len));
+    BackwardArgs one = sequenceBackward(args, m, b, r);
+    one.lse = v.cu_seqlens_q ? args.lse : args.lse + b * m.headsQ * args.q_len;
+    one.workspace = nullptr, one.workspace_bytes = 0;  // (checked at launch, or the kernel's)
+    if (Status status = kernel.validateBackward(one); !status)
+      return Status::error("sequence " + std::to_string(b) + ": " + status.message);
+  }
   return Status::success();
 }
 
@@ -193,7 +238,7 @@ Status backwardPerSequence(const Kernel& kernel, Kernel::Impl& impl, const Kerne
                            const BackwardArgs& args, void* stream) {
   if (Status status = validateBackwardVarlen(kernel, args); !status) return status;
   const VarlenArg& v = *args.varlen;
-  const bool packedQ = v.cu_seqlens_q != nullptr, packedKV = v.cu_seqlens_kv != nullptr;
+  const bool packedQ = v.cu_seqlens_q != nullptr;
   std::unique_lock<std::mutex> scratchLock;
   float* scratch = nullptr;
   if (packedQ)
@@ -204,21 +249,7 @@ Status backwardPerSequence(const Kernel& kernel, Kernel::Impl& impl, const Kerne
   for (int64_t b = 0; b < args.batch; ++b) {
     const SequenceRows r = sequenceRows(v, b, args.q_len, args.kv_len);
     if (r.qLen == 0 && r.kvLen == 0) continue;
-    if (r.qLen == 0 || r.kvLen == 0)
-      return Status::error("BackwardArgs.varlen: sequence " + std::to_string(b) + " has " +
-                           std::to_string(r.qLen) + " queries and " + std::to_string(r.kvLen) +
-                           " keys; the backward takes sequences with both or neither");
-    BackwardArgs one = args;
-    one.varlen = nullptr;
-    one.batch = 1;
-    one.q_len = r.qLen;
-    one.kv_len = r.kvLen;
-    for (TensorArg* t : {&one.q, &one.o, &one.d_o}) moveTo(*t, b, r.qFirst, packedQ);
-    moveTo(one.dq, b, r.qFirst, packedQ);
-    for (TensorArg* t : {&one.k, &one.v}) moveTo(*t, b, r.kvFirst, packedKV);
-    moveTo(one.dk, b, r.kvFirst, packedKV);
-    moveTo(one.dv, b, r.kvFirst, packedKV);
-    moveInputs(one.inputs, m, b);
+    BackwardArgs one = sequenceBackward(args, m, b, r);
     if (packedQ) {
       if (Status status = copyRows(scratch, r.qLen, args.lse + r.qFirst, v.total_q, m.headsQ,
                                    r.qLen, stream, "Kernel::backward");
@@ -226,10 +257,6 @@ Status backwardPerSequence(const Kernel& kernel, Kernel::Impl& impl, const Kerne
         return status;
       one.lse = scratch;
     } else {
-      if (r.qLen != args.q_len)
-        return Status::error("Kernel::backward: sequence " + std::to_string(b) + " has " +
-                             std::to_string(r.qLen) + " queries of an unpacked Q of q_len " +
-                             std::to_string(args.q_len));
       one.lse = args.lse + b * m.headsQ * args.q_len;
     }
     if (one.workspace &&

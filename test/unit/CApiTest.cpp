@@ -654,6 +654,21 @@ TEST(CApi, BackwardExVarlenLayoutIsConvertedAndChecked) {
   EXPECT_EQ(verdict(attnc_kernel_backward_validate_ex),
             refused("BackwardArgs.varlen.cu_seqlens_kv[2] = 600 > total_kv = 512"));
   layout.host_cu_seqlens_kv = offsets;
+  // What only the backward reads and writes is checked a sequence at a time, before any launch.
+  const void* dO = ex.base.d_o.data;
+  ex.base.d_o.data = nullptr;
+  EXPECT_EQ(verdict(attnc_kernel_backward_validate_ex).first, int(ATTNC_ERROR_BAD_ARGUMENT));
+  const std::string noDo = verdict(attnc_kernel_backward_validate_ex).second;
+  EXPECT_EQ(noDo.rfind("sequence 0: BackwardArgs.d_o", 0), 0u)
+      << noDo;
+  ex.base.d_o.data = dO;
+  attnc_tensor dv = ex.base.dv;
+  ex.base.dv = ex.base.dq;  // dV's rows over dQ's
+  EXPECT_NE(verdict(attnc_kernel_backward_validate_ex).second.find("sequence 0: "),
+            std::string::npos)
+      << verdict(attnc_kernel_backward_validate_ex).second;
+  ex.base.dv = dv;
+  EXPECT_EQ(verdict(attnc_kernel_backward_validate_ex).second, "");
   // A varlen field without its array is that array missing, not a contiguous batch (of
   // contiguous tensors, which pass without the layout).
   ex.base = backwardAt(base, &doc);

@@ -1,6 +1,7 @@
 // The decode launch's plan without a GPU (runtime/DecodeLaunch.cpp, PerSequenceLaunch.cpp): which
-// launches take the decode kernel or run a sequence at a time, the row tiles, the split count from split_kv.h at a given SM count and
-// occupancy, num_splits overriding it, the partials' workspace, and DecodeMetadata's text.
+// launches take the decode kernel or run a sequence at a time, the row tiles, the split count
+// from split_kv.h at a given SM count and occupancy, num_splits overriding it, the partials'
+// workspace, and DecodeMetadata's text.
 #include "attnc/attnc.h"
 #include "runtime/DecodeLaunch.h"
 #include "runtime/PerSequenceLaunch.h"
@@ -72,7 +73,8 @@ TEST(DecodePlan, SplitsFillTheSlotsAndSizeThePartials) {
   EXPECT_EQ(plan.blockKV, 64);
   EXPECT_EQ(plan.splits, 4);
   EXPECT_EQ(plan.splitTiles, 128);
-  EXPECT_EQ(plan.workspaceBytes, size_t(4 * 32 * 8 * 128 * 4 + 4 * 32 * 8 * 4));  // both 256-aligned
+  // (Both arrays are whole multiples of 256 bytes here.)
+  EXPECT_EQ(plan.workspaceBytes, size_t(4 * 32 * 8 * 128 * 4 + 4 * 32 * 8 * 4));
   // B64 at kv_len 8K fills the slots unsplit: no partials.
   plan = decodePlanFor(m, lengths(64, 1, 8192), 132, 2);
   EXPECT_EQ(plan.splits, 1);

@@ -427,7 +427,8 @@ ATTNC_DEVICE void decodeCombine(const CombineParams& p) {
   const i64 splitStride = i64(p.heads_q) * p.rows;
   const float* lse = p.lse_part + index;
   const float* o = p.o_part + index * HeadDimV;
-  Element* out = static_cast<Element*>(p.o) + b * p.o_stride_b + h * p.o_stride_h + q * p.o_stride_s;
+  Element* out =
+      static_cast<Element*>(p.o) + b * p.o_stride_b + h * p.o_stride_h + q * p.o_stride_s;
   const auto store = [&](int d, float value) { out[d] = Convert<Element>::fromFloat(value); };
   const float rowLse =
       combineRow(lse, splitStride, o, splitStride * HeadDimV, p.splits, HeadDimV, lane, 32, store);
