@@ -564,10 +564,14 @@ def facts_of(lib, argv):
 
 
 def write_json(path, facts, copy_gbps, results, varlen):
+    """The run as JSON with one result a line: a full run has over a hundred rows of nested
+    fields, which an indented dump spreads over thousands of lines."""
     if path:
         with open(path, "w") as f:
-            json.dump({"facts": facts, "copy_gbps": copy_gbps, "results": results,
-                       "varlen": varlen}, f, indent=1)
+            f.write('{"facts": %s,\n "copy_gbps": %s,\n "results": [\n' %
+                    (json.dumps(facts), json.dumps(copy_gbps)))
+            f.write(",\n".join("  " + json.dumps(r) for r in results))
+            f.write('\n ],\n "varlen": %s}\n' % json.dumps(varlen))
 
 
 def main(argv=None):
