@@ -102,14 +102,13 @@ SeqLayout seqLayoutOf(const ForwardArgs& args) {
 
 bool Kernel::hasDecode() const { return impl_ && metadata().decode.has_value(); }
 
-Status Kernel::decodePlan(const ForwardArgs& args, int numSMs, DecodePlan* out) const {
-  if (!impl_) return Status::error("Kernel::decodePlan: the kernel is empty");
-  if (!out) return Status::error("Kernel::decodePlan: out is null");
-  if (Status status = validate(args); !status) return status;
-  const KernelMetadata& m = metadata();
-  if (numSMs < 0)
-    return Status::error("Kernel::decodePlan: numSMs = " + std::to_string(numSMs) +
-                         ": 0 (the current device's) or more");
+namespace {
+
+// Kernel::decodePlan without its validation (for arguments validate() accepts, or at least whose
+// lengths are in range): the plan on a device of numSMs SMs, 0 the current device's (without a
+// device, the target's reference part at the 2 blocks an SM the tile rule aims for).
+Status planOf(Kernel::Impl& impl, const KernelMetadata& m, const ForwardArgs& args, int numSMs,
+              DecodePlan* out) {
   if (takesPerSequence(m, args)) {  // the forward kernels, a launch a sequence
     *out = DecodePlan{};
     return Status::success();
@@ -118,34 +117,48 @@ Status Kernel::decodePlan(const ForwardArgs& args, int numSMs, DecodePlan* out) 
   const KernelMetadata* image = &m;
   if (numSMs == 0 && takesDecode(m, args) && m.decode) {
     InContext at;
-    if (Status status = loadedInContext(*impl_, "Kernel::decodePlan", &at); !status) {
-      // No device here: the reference part of the kernel's target (attnc::Target::known).
+    if (Status status = loadedInContext(impl, "Kernel::decodePlan", &at); !status) {
       std::optional<Target> target = Target::byName(m.target, nullptr);
       if (!target || target->numSMs < 1) return status;
       numSMs = target->numSMs;
     } else {
       std::string error;
-      const Impl::Loaded* loaded = impl_->decodeFunctions(*at.driver, at.context, &error);
+      const Kernel::Impl::Loaded* loaded = impl.decodeFunctions(*at.driver, at.context, &error);
       if (!loaded) return Status::error(error);
       numSMs = loaded->numSMs;
       blocksPerSM = loaded->decodeBlocksPerSM;
       image = &loaded->image->metadata;
     }
   }
-  // Without a device's occupancy: the 2 blocks an SM the tile rule aims for.
   if (blocksPerSM == 0) blocksPerSM = 2;
   *out = decodePlanFor(*image, args, std::max(numSMs, 1), std::max(blocksPerSM, 1));
   return Status::success();
 }
 
+}  // namespace
+
+Status Kernel::decodePlan(const ForwardArgs& args, int numSMs, DecodePlan* out) const {
+  if (!impl_) return Status::error("Kernel::decodePlan: the kernel is empty");
+  if (!out) return Status::error("Kernel::decodePlan: out is null");
+  if (Status status = validate(args); !status) return status;
+  if (numSMs < 0)
+    return Status::error("Kernel::decodePlan: numSMs = " + std::to_string(numSMs) +
+                         ": 0 (the current device's) or more");
+  return planOf(*impl_, metadata(), args, numSMs, out);
+}
+
 size_t Kernel::forwardWorkspaceBytes(const ForwardArgs& args) const {
-  // Sized without the workspace args may hold: one sized for shorter lengths would fail
-  // validation, and a caller growing it step by step would be told 0.
+  // Sized without the workspace args may hold (one sized for shorter lengths would fail
+  // validation, and a caller growing it step by step would be told 0), and without validating
+  // args again: validate() asks for it once its other checks passed. Lengths out of range: 0.
+  if (!impl_ || args.batch < 1 || args.batch > kMaxGridYZ || args.q_len < 1 ||
+      args.q_len > kMaxLength || args.kv_len < 1 || args.kv_len > kMaxLength)
+    return 0;
   ForwardArgs sizing = args;
   sizing.workspace = nullptr;
   sizing.workspace_bytes = 0;
   DecodePlan plan;
-  if (!impl_ || !takesDecode(metadata(), sizing) || !decodePlan(sizing, 0, &plan)) return 0;
+  if (!takesDecode(metadata(), sizing) || !planOf(*impl_, metadata(), sizing, 0, &plan)) return 0;
   return plan.workspaceBytes;
 }
 

@@ -313,15 +313,11 @@ Status Kernel::validate(const ForwardArgs& args) const {
   check.inputs(m, args.inputs);
   if (!check.status.ok) return check.status;
   if (Status status = validateSeqLayout(m, args); !status) return status;
-  // The split partials' workspace, the caller's: sized on a copy without it, so that a
-  // forwardWorkspaceBytes that validates its arguments does not come back here.
+  // The split partials' workspace, the caller's (forwardWorkspaceBytes sizes it without it).
   size_t workspaceBytes = 0;
   if (args.workspace) {
     check.pointer("workspace", args.workspace, 16);
-    ForwardArgs sizing = args;
-    sizing.workspace = nullptr;
-    sizing.workspace_bytes = 0;
-    workspaceBytes = forwardWorkspaceBytes(sizing);
+    workspaceBytes = forwardWorkspaceBytes(args);
     if (check.status.ok && args.workspace_bytes < workspaceBytes)
       check.fail("workspace_bytes",
                  "at least " + std::to_string(workspaceBytes) + " (forwardWorkspaceBytes(args))",

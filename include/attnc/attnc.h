@@ -354,7 +354,8 @@ public:
   // decode kernel or not, its rows, splits and workspace. An error for arguments forward() refuses.
   Status decodePlan(const ForwardArgs& args, int numSMs, DecodePlan* out) const;
   // Bytes of ForwardArgs::workspace forward(args) needs on the current device (0: none), whatever
-  // args.workspace holds (a workspace too small for args included).
+  // args.workspace holds (a workspace too small for args included), for arguments validate()
+  // accepts: it does not validate them again (lengths out of range give 0).
   size_t forwardWorkspaceBytes(const ForwardArgs& args) const;
   // Whether the kernel has a decode kernel (every spec without dropout).
   bool hasDecode() const;
