@@ -84,4 +84,85 @@ ATTNC_HD float combineRow(const float* lse, i64 lseStride, const float* o, i64 o
   return weights.lse;
 }
 
+#ifdef __CUDA_ARCH__
+// combineRow spread over a warp, for the device: lane l holds the LSEs of splits l, l + 32, ...
+// (the maximum and the sum reduced across the warp), and each lane sums its own 4-column chunks of
+// O over all splits, kUnroll splits' loads in flight at once. A warp walking the splits one
+// dependent load at a time left a 29-split row latency-bound for tens of microseconds. `o` and
+// oStride are 16-byte aligned (dv a multiple of 4); store4(d, x, y, z, w) writes columns d..d+3.
+template <int Dv, int MaxSplits, class Store4>
+ATTNC_DEVICE float combineRowWarp(const float* lse, i64 lseStride, const float* o, i64 oStride,
+                                  int splits, int lane, const Store4& store4) {
+  static_assert(Dv % 4 == 0, "whole 16-byte chunks of O");
+  constexpr int kLseSlots = (MaxSplits + 31) / 32;
+  constexpr int kChunks = (Dv / 4 + 31) / 32;  // a lane's chunks: columns 4 (lane + 32 c) ..
+  constexpr int kUnroll = 8;                     // splits' loads in flight a lane
+  float weight[kLseSlots];
+  float rowMax = -kInfinity;
+#pragma unroll
+  for (int j = 0; j < kLseSlots; ++j) {
+    const int s = lane + 32 * j;
+    weight[j] = s < splits ? lse[s * lseStride] : -kInfinity;
+    rowMax = fmaxf(rowMax, weight[j]);
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    rowMax = fmaxf(rowMax, __shfl_xor_sync(0xffffffffu, rowMax, offset));
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kLseSlots; ++j) {
+    weight[j] = weight[j] == -kInfinity ? 0.0f : combineExp(weight[j] - rowMax);
+    sum += weight[j];
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  const float invSum = sum > 0.0f ? 1.0f / sum : 0.0f;
+
+  float4 acc[kChunks];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) acc[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+  for (int j = 0; j < kLseSlots; ++j) {
+    const int n = minOf(32, splits - 32 * j);
+    const float w = weight[j] * invSum;
+    for (int s0 = 0; s0 < n; s0 += kUnroll) {
+      // All kUnroll splits' loads first, then their sums: loads guarded by the weight were
+      // issued two at a time.
+      float ws[kUnroll];
+      float4 x[kUnroll][kChunks];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        // Splits past n load split n - 1's slot again with weight 0: every load unconditional.
+        const int s = minOf(s0 + u, n - 1);
+        ws[u] = s0 + u < n ? __shfl_sync(0xffffffffu, w, s) : 0.0f;
+        const float* part = o + (32 * j + s) * oStride;
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          const int d = minOf(4 * (lane + 32 * c), Dv - 4);
+          x[u][c] = *reinterpret_cast<const float4*>(part + d);
+        }
+      }
+      // An unused split's slot (weight 0) may hold anything, NaN included: selected out.
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          const bool use = ws[u] != 0.0f;
+          acc[c].x += use ? ws[u] * x[u][c].x : 0.0f;
+          acc[c].y += use ? ws[u] * x[u][c].y : 0.0f;
+          acc[c].z += use ? ws[u] * x[u][c].z : 0.0f;
+          acc[c].w += use ? ws[u] * x[u][c].w : 0.0f;
+        }
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int d = 4 * (lane + 32 * c);
+    if (Dv % 128 == 0 || d < Dv) store4(d, acc[c]);
+  }
+  return rowMax == -kInfinity ? -kInfinity : rowMax + combineLog(sum);
+}
+#endif
+
 }  // namespace attnc

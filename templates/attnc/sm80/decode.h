@@ -6,7 +6,7 @@
 // batch still fills the GPU; a combine kernel (decodeCombine, below) merges the splits' partials.
 // Docs: docs/design/decode.md.
 //
-// A block is (split, row tile x kv head, sequence). Stages, top to bottom:
+// A block is (split, kv head x row tile, sequence). Stages, top to bottom:
 //   view      the sequence's lengths and rows (common/seq_params.h): positions in hooks are the
 //             sequence's own, so bottom-right causal aligns per sequence;
 //   producer  Q's packed rows, then K and V tiles alternating through a ring of shared buffers (as
@@ -25,6 +25,7 @@
 #include "attnc/common/seq_params.h"
 #include "attnc/common/softmax.h"
 #include "attnc/common/split_combine.h"
+#include "attnc/common/split_kv.h"
 #include "attnc/common/types.h"
 #include "attnc/sm80/decode_config.h"
 
@@ -104,6 +105,9 @@ struct KvRows {
     const int page = minOf(maxOf(table[minOf(j >> pageShift, maxPages - 1)], 0), numPages - 1);
     return base + page * stridePage + (j & ((1 << pageShift) - 1)) * strideS;
   }
+  // Whether the `rows` rows from j0 (a multiple of `rows`, a power of two) are evenly strided
+  // from row(j0): always where contiguous, and where a page holds whole tiles.
+  ATTNC_DEVICE bool strided(int rows) const { return table == nullptr || (1 << pageShift) >= rows; }
 };
 
 template <class Element>
@@ -293,8 +297,11 @@ ATTNC_DEVICE void decode(const DecodeParams& dp, unsigned char* smem) {
   const FwdParams& p = dp.base;
 
   // The view: this block's sequence, kv head and packed rows.
+  // A kv head's row tiles are neighbours along y, so their blocks run together and the second
+  // reads the K/V tiles the first brought into L2.
   const int split = int(blockIdx.x), b = int(blockIdx.z);
-  const int hKv = int(blockIdx.y) % p.heads_kv, rowTile = int(blockIdx.y) / p.heads_kv;
+  const int rowTiles = int(gridDim.y) / p.heads_kv;
+  const int hKv = int(blockIdx.y) / rowTiles, rowTile = int(blockIdx.y) % rowTiles;
   const SeqView<FwdParams> view = seqView(p, dp.seq, b);
   const int packedRows = Rows::rows(view.q_len);
   const int row0 = rowTile * Config::kRows;
@@ -414,24 +421,28 @@ ATTNC_DEVICE void decode(const DecodeParams& dp, unsigned char* smem) {
                         log2Scale);
 }
 
-// The combine: a warp per (query head, row) merges the row's splits (split_combine.h) into O and
-// the LSE. Grid ceil(heads_q x rows / kCombineRowsPerBlock), kCombineThreads threads.
+// The combine: a warp per (query head, row) merges the row's splits (split_combine.h's
+// combineRowWarp) into O and the LSE. Grid ceil(heads_q x rows / kCombineRowsPerBlock),
+// kCombineThreads threads.
 template <class Element, int HeadDimV>
 ATTNC_DEVICE void decodeCombine(const CombineParams& p) {
   const i64 index = i64(blockIdx.x) * kCombineRowsPerBlock + (threadIdx.x >> 5);
-  if (index >= i64(p.heads_q) * p.rows) return;
+  if (index >= i64(p.heads_q) * p.rows) return;  // (whole warps)
   const int lane = int(threadIdx.x & 31);
   const int h = int(index / p.rows);
   const i64 row = index % p.rows;
   const i64 b = row / p.q_len, q = row % p.q_len;
   const i64 splitStride = i64(p.heads_q) * p.rows;
-  const float* lse = p.lse_part + index;
-  const float* o = p.o_part + index * HeadDimV;
   Element* out =
       static_cast<Element*>(p.o) + b * p.o_stride_b + h * p.o_stride_h + q * p.o_stride_s;
-  const auto store = [&](int d, float value) { out[d] = Convert<Element>::fromFloat(value); };
-  const float rowLse =
-      combineRow(lse, splitStride, o, splitStride * HeadDimV, p.splits, HeadDimV, lane, 32, store);
+  const auto store4 = [&](int d, const float4& x) {
+    u32* at = reinterpret_cast<u32*>(out + d);
+    at[0] = Convert<Element>::pack2(x.x, x.y);
+    at[1] = Convert<Element>::pack2(x.z, x.w);
+  };
+  const float rowLse = combineRowWarp<HeadDimV, kMaxSplits>(
+      p.lse_part + index, splitStride, p.o_part + index * HeadDimV, splitStride * HeadDimV,
+      p.splits, lane, store4);
   if (p.lse != nullptr && lane == 0) p.lse[(b * p.heads_q + h) * p.q_len + q] = rowLse;
 }
 
