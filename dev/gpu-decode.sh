@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call for the decode path (dev/README.md): the quick smoke, the decode suite's tiny
-# subset, the quick decode bench and a memcheck of the sanitizer subset, each time-bounded
+# subset, the quick decode bench and a memcheck of the sanitizer subset by default (also: small,
+# probe (dev/decode_probe.py), full and fullflex benches), each time-bounded
 # (dev/gpu-steps.sh), then a short table. Run on the GPU machine from the repository root with the
 # bundle carried (dev/device-bundle.sh); results land in $OUT.
 #   bash dev/gpu-decode.sh [STEP...]   (default: smoke tiny bench memcheck)
@@ -24,6 +25,11 @@ for s in "${steps[@]}"; do
              --json "$OUT/decode-quick.json" ;;
     benchflex) step benchflex 400 "$OUT/benchflex.log" python3 bench/bench_decode.py --quick \
                  --json "$OUT/decode-quick-flex.json" ;;
+    probe) step probe 240 "$OUT/probe.log" python3 dev/decode_probe.py ;;
+    full) step full 300 "$OUT/full.log" python3 bench/bench_decode.py --no-flex \
+            --json "$OUT/decode-full.json" ;;
+    fullflex) step fullflex 540 "$OUT/fullflex.log" python3 bench/bench_decode.py \
+                --json "$OUT/decode-full.json" ;;
     memcheck) step memcheck 200 "$OUT/memcheck.log" compute-sanitizer --tool memcheck \
                 --error-exitcode 1 python3 test/gpu/test_decode.py --sanitize ;;
     *) echo "gpu-decode: unknown step '$s'" >&2 ;;
