@@ -127,6 +127,32 @@ ATTNC_DEVICE void loadRowsAsync(u32 tileBase, const RowAddress& rowAddress, int 
   }
 }
 
+// loadRowsAsync for a rowAddress that the lanes of a warp must call together (it may shuffle):
+// every lane calls it on every iteration, for rows at and past `validRows` too (whose address is
+// computed but never read).
+template <class Tile, class Element, int Rows, int Cols, int LoadCols, int Threads, class RowAddress>
+ATTNC_DEVICE void loadRowsAsyncConverged(u32 tileBase, const RowAddress& rowAddress,
+                                         int validRows, const Element* anyRow, int tid) {
+  static_assert(Cols % 8 == 0 && LoadCols % 8 == 0 && Cols <= LoadCols && LoadCols <= Tile::kWidth,
+                "columns are whole 16-byte chunks inside the tile");
+  static_assert(Threads % 32 == 0, "whole warps");
+  constexpr int kChunksPerRow = LoadCols / 8;
+  constexpr int kValidChunks = Cols / 8;
+  constexpr int kChunks = Rows * kChunksPerRow;
+  constexpr int kIters = ceilDiv(kChunks, Threads);
+  // Two copies at a time, as loadRowsAsync.
+#pragma unroll 2
+  for (int i = 0; i < kIters; ++i) {
+    const int idx = tid + i * Threads;
+    const int row = idx / kChunksPerRow;
+    const int chunk = idx % kChunksPerRow;
+    const Element* address = rowAddress(row) + chunk * 8;
+    const bool valid = row < validRows && chunk < kValidChunks;
+    if (kChunks % Threads == 0 || idx < kChunks)  // (past the tile: no copy, not even a zero fill)
+      cpAsync16(tileBase + Tile::chunkOffset(row, chunk), valid ? address : anyRow, valid);
+  }
+}
+
 }  // namespace block
 }  // namespace sm80
 }  // namespace attnc

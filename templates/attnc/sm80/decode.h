@@ -90,6 +90,14 @@ struct PackedKvTiles {
   }
 };
 
+// The page ids of the pages one kv tile's rows fall in, a lane each: lane l holds the tile's
+// l-th page in `lo` and its (32 + l)-th in `hi` (pages of one row take 64 of them), so that a row's
+// address takes a shuffle where a load of the block table would stall each copy.
+struct TilePages {
+  int first;   // the tile's first page, as an index into the sequence's table row
+  int lo, hi;  // page ids (clamped), 0 on lanes past the tile's pages
+};
+
 // Where a sequence's K or V rows are: contiguous (b's rows from its batch stride), packed (rows
 // from cu_seqlens_kv[b]) or paged (row j in page block_table[b][j >> shift]). Page ids and table
 // columns are clamped, so a wrong table reads wrong rows of the pool, never outside it.
@@ -100,14 +108,25 @@ struct KvRows {
   const int* table;     // the sequence's row of the block table, or null
   int pageShift, maxPages, numPages;
 
-  ATTNC_DEVICE const Element* row(int j) const {
-    if (table == nullptr) return base + j * strideS;
-    const int page = minOf(maxOf(table[minOf(j >> pageShift, maxPages - 1)], 0), numPages - 1);
-    return base + page * stridePage + (j & ((1 << pageShift) - 1)) * strideS;
+  ATTNC_DEVICE int pageAt(int column) const {
+    return minOf(maxOf(table[minOf(column, maxPages - 1)], 0), numPages - 1);
   }
-  // Whether the `rows` rows from j0 (a multiple of `rows`, a power of two) are evenly strided
-  // from row(j0): always where contiguous, and where a page holds whole tiles.
-  ATTNC_DEVICE bool strided(int rows) const { return table == nullptr || (1 << pageShift) >= rows; }
+  // The pages of the `rows` rows from j0 (rows <= 64), for rowIn; a load a lane, none contiguous.
+  ATTNC_DEVICE TilePages pagesOf(int j0, int rows, int lane) const {
+    if (table == nullptr) return {0, 0, 0};
+    const int first = j0 >> pageShift;
+    const int count = ((j0 + rows - 1) >> pageShift) - first + 1;
+    return {first, lane < count ? pageAt(first + lane) : 0,
+            lane + 32 < count ? pageAt(first + lane + 32) : 0};
+  }
+  // Row j of the rows `pages` covers. Every lane of the warp calls it together (a shuffle).
+  ATTNC_DEVICE const Element* rowIn(const TilePages& pages, int j) const {
+    if (table == nullptr) return base + j * strideS;
+    const int i = (j >> pageShift) - pages.first;
+    const int lo = __shfl_sync(0xffffffffu, pages.lo, i & 31);
+    const int hi = __shfl_sync(0xffffffffu, pages.hi, i & 31);
+    return base + (i < 32 ? lo : hi) * stridePage + (j & ((1 << pageShift) - 1)) * strideS;
+  }
 };
 
 template <class Element>
@@ -136,6 +155,8 @@ struct DecodeProducer {
   int buffer = 0;
   bool nextIsV = false;
 
+  static_assert(Config::kBlockKV <= 64, "a tile's pages fit TilePages' two ids a lane");
+
   ATTNC_DEVICE void issue(int tid) {
     if (tile <= last) {
       const u32 dst = buffers + u32(buffer * Config::kSlotBytes);
@@ -143,14 +164,17 @@ struct DecodeProducer {
       const int rows = minOf(Config::kBlockKV, tiles.p.kv_len - kv0);
       // (Two branches, not a reference chosen at run time: that would put the producer on the
       // stack.)
+      const int lane = tid & 31;
       if (!nextIsV) {
-        block::loadRowsAsync<typename Config::KTile, Element, Config::kBlockKV, Config::kHeadDim,
-                             Config::kHeadDimPadded, Config::kThreads>(
-            dst, [&](int r) { return k.row(kv0 + r); }, rows, k.base, tid);
+        const TilePages pages = k.pagesOf(kv0, Config::kBlockKV, lane);
+        block::loadRowsAsyncConverged<typename Config::KTile, Element, Config::kBlockKV,
+                                      Config::kHeadDim, Config::kHeadDimPadded, Config::kThreads>(
+            dst, [&](int r) { return k.rowIn(pages, kv0 + r); }, rows, k.base, tid);
       } else {
-        block::loadRowsAsync<typename Config::VTile, Element, Config::kBlockKV,
-                             Config::kHeadDimV, Config::kHeadDimV, Config::kThreads>(
-            dst, [&](int r) { return v.row(kv0 + r); }, rows, v.base, tid);
+        const TilePages pages = v.pagesOf(kv0, Config::kBlockKV, lane);
+        block::loadRowsAsyncConverged<typename Config::VTile, Element, Config::kBlockKV,
+                                      Config::kHeadDimV, Config::kHeadDimV, Config::kThreads>(
+            dst, [&](int r) { return v.rowIn(pages, kv0 + r); }, rows, v.base, tid);
         expr::Tri unused;
         tile = tiles.nextLive(tile + 1, last, unused);
       }
