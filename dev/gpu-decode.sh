@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# One device call for the decode path (dev/README.md): the quick smoke, the decode suite's tiny
-# subset, the quick decode bench and a memcheck of the sanitizer subset by default (also: small,
-# probe (dev/decode_probe.py), full and fullflex benches), each time-bounded
-# (dev/gpu-steps.sh), then a short table. Run on the GPU machine from the repository root with the
-# bundle carried (dev/device-bundle.sh); results land in $OUT.
+# One device call for the decode path (dev/README.md), each step time-bounded (dev/gpu-steps.sh),
+# then a short table. Steps: smoke (dev/decode_smoke.py), tiny, small and fullsubset (the decode
+# suite's subsets), bench (quick), full and fullflex (every row), probe (dev/decode_probe.py),
+# memcheck and racecheck (the sanitizer subset). Run on the GPU machine from the repository root
+# with the bundle carried (dev/device-bundle.sh); results land in $OUT.
 #   bash dev/gpu-decode.sh [STEP...]   (default: smoke tiny bench memcheck)
 set -u
 source "$(dirname "$0")/gpu-steps.sh"
@@ -30,6 +30,10 @@ for s in "${steps[@]}"; do
             --json "$OUT/decode-full.json" ;;
     fullflex) step fullflex 540 "$OUT/fullflex.log" python3 bench/bench_decode.py \
                 --json "$OUT/decode-full.json" ;;
+    racecheck) step racecheck 300 "$OUT/racecheck.log" compute-sanitizer --tool racecheck \
+                 --error-exitcode 1 python3 test/gpu/test_decode.py --sanitize ;;
+    fullsubset) step fullsubset 400 "$OUT/fullsubset.log" python3 test/gpu/test_decode.py \
+                  --subset full --json "$OUT/decode-fullsubset.json" ;;
     memcheck) step memcheck 200 "$OUT/memcheck.log" compute-sanitizer --tool memcheck \
                 --error-exitcode 1 python3 test/gpu/test_decode.py --sanitize ;;
     *) echo "gpu-decode: unknown step '$s'" >&2 ;;
