@@ -101,7 +101,12 @@ def test_fake_shapes_on_cuda(case):
     assert dq.device.type == "cuda"
 
 
-def test_inference_does_not_record_a_backward():
+def test_inference_takes_no_host_copy(monkeypatch):
+    """Without a gradient (grad mode off, or no tensor requiring it) nothing is copied to the
+    host: an inference call does not synchronize."""
+    def copies(*args):
+        raise AssertionError("a host copy without a gradient")
+    monkeypatch.setattr(torch_ops, "_host_copies", copies)
     q, k, v, kwargs = layouts()["varlen"]
     with torch.no_grad():
         assert not attnc.attention(q, k, v, layout="bshd", **kwargs).requires_grad
@@ -345,6 +350,21 @@ def test_training_call_passes_host_copies_to_both_launches(kernel, recorded, cas
     kernel.validate_ex(fwd)
     bwd.layout = ctypes.pointer(bwd_seq)
     kernel.validate_backward_ex(bwd)
+
+
+def test_training_call_checks_the_offsets_before_the_sequences(kernel, recorded):
+    """Offsets that do not increase are the C API's error, named by element, before the
+    per-sequence check reads them as lengths; nothing is launched."""
+    q, k, v, kwargs = layouts("cpu", requires_grad=False)["varlen"]
+    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+    kwargs["cu_seqlens_q"] = torch.tensor([0, 3, 1, 10], dtype=torch.int32)
+    kwargs["cu_seqlens_kv"] = torch.tensor([0, 40, 40, 62], dtype=torch.int32)
+    with pytest.raises(attnc.ArgumentError) as error:
+        attnc.attention(q, k, v, layout="bshd", mask={"document": "doc", "causal": True},
+                        inputs={"doc": torch.zeros(3, 40, dtype=torch.int32)}, **kwargs)
+    assert str(error.value) == ("ForwardArgs.varlen.cu_seqlens_q[2] = 1 < cu_seqlens_q[1] = 3: "
+                                "not increasing")
+    assert recorded == []
 
 
 def _backward_args(kernel, host_q=None, host_kv=None):
