@@ -988,9 +988,9 @@ def _host_copies(cu_q: Optional[Tensor], cu_kv: Optional[Tensor]) -> tuple:
     if not given or given[0].is_meta:
         return cu_q, cu_kv
     host = torch.stack(given).cpu() if len(given) == 2 else given[0].cpu()[None]
-    rows = iter(host)
-    return (next(rows) if cu_q is not None else None), (next(rows) if cu_kv is not None
-                                                        else None)
+    if cu_q is None:
+        return None, host[0]
+    return host[0], (host[1] if cu_kv is not None else None)
 
 
 def _check_host(name: str, host: Optional[Tensor], device_array: Optional[Tensor]) -> None:

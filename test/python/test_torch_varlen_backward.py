@@ -422,3 +422,4 @@ def test_host_copies_are_one_transfer():
     assert host_q.untyped_storage().data_ptr() == host_kv.untyped_storage().data_ptr()
     assert torch_ops._host_copies(None, cu_kv)[0] is None
     assert torch_ops._host_copies(None, cu_kv)[1].tolist() == [0, 7, 9]
+
