@@ -1,7 +1,8 @@
 """attnc.attention on torch tensors: argument checks, the spec the tensors imply, and the custom
 ops torch.ops.attnc.forward / backward / philox_state (register_fake and register_autograd), so
 that eager mode, autograd, torch.compile(fullgraph=True) and CUDA graphs all take the call; and
-torch.ops.attnc.forward_ex, the forward of varlen and paged K/V calls (at the end).
+torch.ops.attnc.forward_ex, the forward of varlen and paged K/V calls, with backward_ex, the
+backward of packed batches (at the end).
 
 Inside the ops the kernel is found from the call's variant (a tuple of constants without sizes,
 carried as its repr) and the tensors' sizes, dtype and device, so a traced graph holds no Python
