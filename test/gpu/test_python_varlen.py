@@ -270,7 +270,7 @@ def run_backward_case(case, res, dev=None, attention=None):
     if case.deterministic and not all(torch.equal(a, b) for a, b in zip(*runs)):
         problems.append("deterministic gradients differ between two runs")
     res.add(f"backward {case.family.name} {case.layout}", not problems, case.name()
-            + ("" if not problems else "  <- " + "; ".join(problems[:4])), out_err=worst)
+            + ("" if not problems else "  <- " + "; ".join(problems[:4])), grad_err=worst)
     return problems
 
 
@@ -446,10 +446,11 @@ def main():
             except Exception:  # noqa: BLE001 (a sticky CUDA error: the next steps report it)
                 pass
     elapsed = time.time() - start
-    print(f"\n{'group':34s} {'cases':>5s} {'pass':>5s} {'out err':>9s} {'lse err':>9s}")
+    print(f"\n{'group':34s} {'cases':>5s} {'pass':>5s} {'out err':>9s} {'lse err':>9s} "
+          f"{'grad err':>9s}")
     for group, r in res.rows.items():
         print(f"{group:34s} {r['cases']:5d} {r['pass']:5d} {fmt(r['out']):>9s} "
-              f"{fmt(r['lse']):>9s}")
+              f"{fmt(r['lse']):>9s} {fmt(r['grad']):>9s}")
     cases = sum(r["cases"] for r in res.rows.values())
     passed = sum(r["pass"] for r in res.rows.values())
     print(f"\n{passed}/{cases} passed, {cases - passed} failed, {elapsed:.0f} s")
