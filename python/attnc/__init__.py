@@ -31,7 +31,7 @@ def attention(q, k, v, *, mask=None, score=None, inputs=None, dropout_p=0.0, sca
     backward without atomics. spec: an attnc.Spec whose given fields are used; the others come
     from the tensors. Argument errors raise ArgumentError before anything is launched.
 
-    Varlen and paged K/V (forward only, no dropout; docs/python.md): cu_seqlens_q (int32
+    Varlen and paged K/V (no dropout; docs/python.md): cu_seqlens_q (int32
     [B + 1] on q's device) makes q packed rows [total_q, Hq, D], out [total_q, Hq, Dv] and the
     LSE [Hq, total_q]; cu_seqlens_kv makes k, v [total_kv, Hkv, D]; block_table (int32
     [B, max_pages]) with seq_lens_kv (int32 [B]) makes k, v pools of pages, [pages, page_size,
@@ -39,6 +39,8 @@ def attention(q, k, v, *, mask=None, score=None, inputs=None, dropout_p=0.0, sca
     the longest sequence's lengths (required with cu_seqlens_*; paged: default max_pages x
     page_size). Masks align per sequence (bottom-right causal), positions count within it.
     num_splits: the decode kernel's kv splits (0: derived); decode: "auto", "on" or "off".
+    Gradients of packed (not paged) calls without num_splits or decode: the call then copies
+    cu_seqlens to the host once (a sync), for the backward's launch per sequence.
 
     Runs on torch.cuda.current_stream(). Under CUDA graph capture (after a warm-up call on the
     capture stream) forward and backward replay; dropout under capture raises AttncError, since

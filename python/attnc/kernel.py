@@ -148,6 +148,20 @@ class Kernel:
                     error)
         return plan
 
+    def validate_backward_ex(self, args: "_capi.BackwardArgsEx") -> None:
+        """attnc_kernel_backward_validate_ex: the varlen backward's checks, every sequence's
+        (no GPU); raises ArgumentError."""
+        error = ctypes.c_void_p()
+        self._check(self._lib.attnc_kernel_backward_validate_ex(
+            self._handle, ctypes.byref(args), ctypes.byref(error)), error)
+
+    def launch_backward_ex(self, args: "_capi.BackwardArgsEx", stream: int) -> None:
+        """attnc_kernel_backward_ex on `stream` (a launch a sequence); raises on the C API's
+        error."""
+        error = ctypes.c_void_p()
+        self._check(self._lib.attnc_kernel_backward_ex(self._handle, ctypes.byref(args), stream,
+                                                       ctypes.byref(error)), error)
+
     def launch_backward(self, args: "_capi.BackwardArgs", stream: int) -> None:
         """attnc_kernel_backward on `stream`; raises on the C API's error."""
         error = ctypes.c_void_p()

@@ -1,7 +1,8 @@
 """attnc.attention on torch tensors: argument checks, the spec the tensors imply, and the custom
 ops torch.ops.attnc.forward / backward / philox_state (register_fake and register_autograd), so
 that eager mode, autograd, torch.compile(fullgraph=True) and CUDA graphs all take the call; and
-torch.ops.attnc.forward_ex, the forward of varlen and paged K/V calls (at the end).
+torch.ops.attnc.forward_ex, the forward of varlen and paged K/V calls, with backward_ex, the
+backward of packed batches (at the end).
 
 Inside the ops the kernel is found from the call's variant (a tuple of constants without sizes,
 carried as its repr) and the tensors' sizes, dtype and device, so a traced graph holds no Python
@@ -302,7 +303,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Any = None, score: Any =
                                                          dropout_p, scale, spec, deterministic,
                                                          return_lse)
     return _attention_ex(q, k, v, tensors, text, description, has_dropout, layout, sizes,
-                         layout_args, num_splits, decode, return_lse)
+                         layout_args, num_splits, decode, deterministic, return_lse)
 
 
 def _plan_call(q: Tensor, batch: int, heads_q: int, q_len: int, head_dim: int, heads_kv: int,
@@ -604,10 +605,10 @@ def _forward_impl(q: Tensor, k: Tensor, v: Tensor, inputs: list, seed: int, offs
 
 
 def _launchable(t: Tensor) -> Tensor:
-    """t, or a contiguous copy where its layout breaks the C API's rules (an incoming gradient
-    may be a broadcast or a view)."""
-    strides_ok = t.stride(3) == 1 and all(
-        t.shape[a] <= 1 or t.stride(a) % _STRIDE_MULTIPLE == 0 for a in range(3))
+    """t (4-d, or 3-d packed rows), or a contiguous copy where its layout breaks the C API's
+    rules (an incoming gradient may be a broadcast or a view)."""
+    strides_ok = t.stride(-1) == 1 and all(
+        t.shape[a] <= 1 or t.stride(a) % _STRIDE_MULTIPLE == 0 for a in range(t.dim() - 1))
     if strides_ok and t.data_ptr() % _TENSOR_ALIGN == 0:
         return t
     return t.clone(memory_format=torch.contiguous_format)
@@ -766,8 +767,12 @@ def _eager(q: Tensor) -> bool:
 
 # ---- varlen, paged K/V and the decode options: attnc::forward_ex (attnc_kernel_forward_ex) ----
 #
-# A second op, so that attnc::forward's schema stays as it is. Forward only: the decode kernel,
-# which every varlen or paged launch takes, has no backward and no dropout.
+# A second op, so that attnc::forward's schema stays as it is. No dropout: the decode kernel,
+# which inference launches take, has none. Training on packed batches (q, k or v requiring grad
+# with cu_seqlens_q/kv) takes one host copy of the cu_seqlens before the forward: with it the
+# forward runs the forward kernels a sequence at a time (runtime/PerSequenceLaunch.cpp) where the
+# decode kernel would not, and attnc::backward_ex (attnc_kernel_backward_ex) launches each
+# sequence's backward from the same copy. Paged K/V and the decode options are inference only.
 
 _DECODE_CHOICES = {"auto": _capi.ATTNC_DECODE_AUTO, "off": _capi.ATTNC_DECODE_OFF,
                    "on": _capi.ATTNC_DECODE_ON}
@@ -926,7 +931,7 @@ def _check_ex(q: Any, k: Any, v: Any, layout: str, cu_seqlens_q: Any, cu_seqlens
 
 def _attention_ex(q: Tensor, k: Tensor, v: Tensor, tensors: list, text: str, description: str,
                   has_dropout: bool, layout: str, sizes: tuple, layout_args: dict,
-                  num_splits: int, decode: str, return_lse: bool) -> Any:
+                  num_splits: int, decode: str, deterministic: bool, return_lse: bool) -> Any:
     """attention() with varlen, paged K/V or decode options, through attnc::forward_ex (or its
     eager path) after the checks only this path has."""
     given = [n for n, a in layout_args.items() if a is not None]
@@ -934,20 +939,90 @@ def _attention_ex(q: Tensor, k: Tensor, v: Tensor, tensors: list, text: str, des
     if has_dropout:
         _fail(f"dropout_p, spec: expected no dropout with {', '.join(given)} (the decode kernel "
               f"these launches take has none), got a variant with dropout")
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        _fail(f"q, k, v: backward for {', '.join(given)} is not available yet (forward only), "
-              f"got tensors that require grad; call under torch.no_grad() or pass detached "
-              f"tensors")
     q_len, kv_len = sizes[2], sizes[5]
     choice = _DECODE_CHOICES[decode]
     cu_q, cu_kv = layout_args["cu_seqlens_q"], layout_args["cu_seqlens_kv"]
     table, lens = layout_args["block_table"], layout_args["seq_lens_kv"]
+    needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad
+                                              or v.requires_grad)
+    host_q = host_kv = None
+    if needs_grad:
+        _check_trainable(table is not None, num_splits, decode)
+        host_q, host_kv = _host_copies(cu_q, cu_kv)
     if _eager(q):
-        return _forward_ex_impl(q, k, v, tensors, cu_q, cu_kv, table, lens, q_len, kv_len, text,
-                                description, layout, num_splits, choice, return_lse)
+        if needs_grad:
+            out, lse = _EagerAttentionEx.apply(q, k, v, tensors, cu_q, cu_kv, host_q, host_kv,
+                                               q_len, kv_len, text, description, layout,
+                                               deterministic)
+        else:
+            out, lse = _forward_ex_impl(q, k, v, tensors, cu_q, cu_kv, table, lens, q_len,
+                                        kv_len, text, description, layout, num_splits, choice,
+                                        return_lse)
+        return (out, lse) if return_lse else out
     out, lse = torch.ops.attnc.forward_ex(q, k, v, tensors, cu_q, cu_kv, table, lens, q_len,
-                                          kv_len, text, description, layout, num_splits, choice)
+                                          kv_len, text, description, layout, num_splits, choice,
+                                          host_q, host_kv, needs_grad, deterministic)
     return (out, lse) if return_lse else out
+
+
+def _check_trainable(paged: bool, num_splits: int, decode: str) -> None:
+    """The inference-only arguments are refused when a gradient is needed: the backward takes no
+    paged K/V, and the decode options choose among inference kernels (a training call's forward
+    is chosen as the backward needs it)."""
+    advice = "; call under torch.no_grad() (or pass detached tensors) for inference"
+    if paged:
+        _fail(f"block_table: expected None when q, k or v requires grad (the backward takes no "
+              f"paged K/V; pack K/V with cu_seqlens_kv to train), got a tensor{advice}")
+    if num_splits:
+        _fail(f"num_splits: expected 0 when q, k or v requires grad (split-KV is an inference "
+              f"option), got {num_splits}{advice}")
+    if decode != "auto":
+        _fail(f"decode: expected 'auto' when q, k or v requires grad (the decode kernel is an "
+              f"inference option), got {decode!r}{advice}")
+
+
+def _host_copies(cu_q: Optional[Tensor], cu_kv: Optional[Tensor]) -> tuple:
+    """(host cu_seqlens_q, host cu_seqlens_kv): CPU copies of those given, made by one
+    device-to-host copy, which synchronizes with the device. Meta tensors stand for their own
+    copies (nothing is launched from them)."""
+    given = [t for t in (cu_q, cu_kv) if t is not None]
+    if not given or given[0].is_meta:
+        return cu_q, cu_kv
+    host = torch.stack(given).cpu() if len(given) == 2 else given[0].cpu()[None]
+    if cu_q is None:
+        return None, host[0]
+    return host[0], (host[1] if cu_kv is not None else None)
+
+
+def _check_host(name: str, host: Optional[Tensor], device_array: Optional[Tensor]) -> None:
+    """A host copy of a cu_seqlens array, as the ops take it: int32 on the CPU, contiguous,
+    shaped as the device array, and given exactly where it is."""
+    if device_array is None:
+        if host is not None:
+            _fail(f"{name}: expected None without {name[5:]}, got a tensor")
+        return
+    if host is None:
+        return
+    if not isinstance(host, Tensor) or host.dtype != torch.int32 or host.device.type != "cpu" or \
+            not host.is_contiguous() or host.shape != device_array.shape:
+        given = (f"{type(host).__name__}" if not isinstance(host, Tensor) else
+                 f"{host.dtype} {tuple(host.shape)} on {host.device}")
+        _fail(f"{name}: expected a contiguous int32 CPU tensor of {name[5:]}'s shape "
+              f"{tuple(device_array.shape)}, got {given}")
+
+
+def _check_sequences_trainable(host_q: Optional[Tensor], host_kv: Optional[Tensor], batch: int,
+                               q_len: int, kv_len: int) -> None:
+    """Each sequence has both queries and keys, or neither: the backward of a sequence with
+    queries over no keys (or keys under no queries) is refused, so the forward refuses it."""
+    q_rows = (host_q[1:] - host_q[:-1]).tolist() if host_q is not None else [q_len] * batch
+    kv_rows = (host_kv[1:] - host_kv[:-1]).tolist() if host_kv is not None else [kv_len] * batch
+    for b, (nq, nkv) in enumerate(zip(q_rows, kv_rows)):
+        if (nq == 0) != (nkv == 0):
+            name = "cu_seqlens_kv" if nkv == 0 else "cu_seqlens_q"
+            _fail(f"{name}: expected sequences with both queries and keys (or neither) when q, "
+                  f"k or v requires grad (the backward takes no others), got sequence {b} with "
+                  f"{nq} queries and {nkv} keys")
 
 
 def _packed_fields(t: Tensor) -> tuple:
@@ -977,6 +1052,29 @@ _FORWARD_EX_FORMAT = struct.Struct("<Ii" + _FORWARD_FORMAT.format.lstrip("<") + 
                                    + "Qq" + "Q")
 
 
+def _address(t: Optional[Tensor]) -> int:
+    return t.data_ptr() if t is not None else 0
+
+
+def _check_ex_kernel(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, packed_q: bool,
+                     packed_kv: bool, layout: str) -> int:
+    """heads_q, after the tensors' heads, head dims and dtype against the kernel's and their
+    pointers' alignment."""
+    info = kernel.info
+    h_axis, _ = _axes(layout)
+    heads_q = q.shape[1] if packed_q else q.shape[h_axis]
+    heads_kv = k.shape[1] if packed_kv else k.shape[h_axis]
+    given = (heads_q, heads_kv, q.shape[-1], v.shape[-1], _DTYPES[q.dtype])
+    if given != (info.heads_q, info.heads_kv, info.head_dim, info.head_dim_v, info.dtype):
+        _fail(f"q, k, v: expected the spec's heads ({info.heads_q}, {info.heads_kv}), head_dim "
+              f"{info.head_dim}, head_dim_v {info.head_dim_v} and dtype {info.dtype}, got "
+              f"({given[0]}, {given[1]}), {given[2]}, {given[3]} and {given[4]}")
+    _check_pointer("q", q)
+    _check_pointer("k", k)
+    _check_pointer("v", v)
+    return heads_q
+
+
 def _ex_structs() -> tuple:
     structs = getattr(_per_thread, "ex_structs", None)
     if structs is None:
@@ -988,23 +1086,17 @@ def _prepare_forward_ex(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, inputs:
                         cu_q: Optional[Tensor], cu_kv: Optional[Tensor],
                         table: Optional[Tensor], lens: Optional[Tensor], q_len: int,
                         kv_len: int, inputs_desc: str, layout: str, num_splits: int,
-                        decode: int, want_lse: bool = True) -> tuple:
+                        decode: int, want_lse: bool = True, host_q: Optional[Tensor] = None,
+                        host_kv: Optional[Tensor] = None) -> tuple:
     """(args, out, lse, what must live until the launch returns): the outputs allocated on q's
     device, attnc_forward_args_ex and its attnc_seq_layout packed, and the split partials'
-    workspace from torch's allocator (stream-ordered, and capturable)."""
-    info = kernel.info
-    h_axis, _ = _axes(layout)
+    workspace from torch's allocator (stream-ordered, and capturable). host_q, host_kv: host
+    copies of cu_seqlens_q/kv (checked by the C API, and with them a long sequence takes the
+    forward kernels)."""
     packed_q, packed_kv, paged = cu_q is not None, cu_kv is not None, table is not None
-    heads_q = q.shape[1] if packed_q else q.shape[h_axis]
-    heads_kv = k.shape[1] if packed_kv else k.shape[h_axis]
-    given = (heads_q, heads_kv, q.shape[-1], v.shape[-1], _DTYPES[q.dtype])
-    if given != (info.heads_q, info.heads_kv, info.head_dim, info.head_dim_v, info.dtype):
-        _fail(f"q, k, v: expected the spec's heads ({info.heads_q}, {info.heads_kv}), head_dim "
-              f"{info.head_dim}, head_dim_v {info.head_dim_v} and dtype {info.dtype}, got "
-              f"({given[0]}, {given[1]}), {given[2]}, {given[3]} and {given[4]}")
-    _check_pointer("q", q)
-    _check_pointer("k", k)
-    _check_pointer("v", v)
+    heads_q = _check_ex_kernel(kernel, q, k, v, packed_q, packed_kv, layout)
+    _check_host("host_cu_seqlens_q", host_q, cu_q)
+    _check_host("host_cu_seqlens_kv", host_kv, cu_kv)
     dv = v.shape[-1]
     if packed_q:
         batch, total_q = cu_q.shape[0] - 1, q.shape[0]
@@ -1038,14 +1130,15 @@ def _prepare_forward_ex(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, inputs:
             cu_kv.data_ptr() if packed_kv else 0, total_q, k.shape[0] if packed_kv else 0,
             table.data_ptr() if paged else 0, lens.data_ptr() if paged else 0, table_stride,
             table.shape[1] if paged else 0, page_size, k.shape[0] if paged else 0,
-            *stride_pages, 0, 0, 0, 0)
+            *stride_pages, _address(host_q), _address(host_kv), 0, 0)
         layout_address = ctypes.addressof(seq)
     _FORWARD_EX_FORMAT.pack_into(args, 0, _FORWARD_EX_FORMAT.size, decode, *q_fields, *k_fields,
                                  *v_fields, *o_fields, lse.data_ptr() if want_lse else 0, batch,
                                  q_len, kv_len, address, count, 0, 0, layout_address, num_splits,
                                  0, 0, 0, 0)
     # The partials' bytes follow from the lengths, the options and the device's SMs alone.
-    shape = (q.device, batch, q_len, kv_len, total_q, packed_kv, paged, num_splits, decode)
+    shape = (q.device, batch, q_len, kv_len, total_q, packed_kv, paged, num_splits, decode,
+             host_q is not None)
     workspace_bytes = kernel._torch_workspaces.get(shape)
     if workspace_bytes is None:
         workspace_bytes = kernel.forward_workspace_bytes(args)
@@ -1060,18 +1153,26 @@ def _prepare_forward_ex(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, inputs:
 def _forward_ex_impl(q: Tensor, k: Tensor, v: Tensor, inputs: list, cu_q: Optional[Tensor],
                      cu_kv: Optional[Tensor], table: Optional[Tensor], lens: Optional[Tensor],
                      q_len: int, kv_len: int, text: str, inputs_desc: str, layout: str,
-                     num_splits: int, decode: int, want_lse: bool = True) -> tuple:
-    """Launches the inference forward of plan `text` on torch's current stream: (out, lse), lse
-    None without want_lse."""
+                     num_splits: int, decode: int, want_lse: bool = True,
+                     host_q: Optional[Tensor] = None, host_kv: Optional[Tensor] = None,
+                     backward: bool = False) -> tuple:
+    """Launches the forward of plan `text` through attnc_kernel_forward_ex on torch's current
+    stream: (out, lse), lse None without want_lse. backward: a gradient will be needed (the
+    kernel is compiled with its backward, and what the backward refuses is refused now)."""
     device = _device_of(q)
     h_axis, _ = _axes(layout)
     heads_q = q.shape[1] if cu_q is not None else q.shape[h_axis]
     heads_kv = k.shape[1] if cu_kv is not None else k.shape[h_axis]
     kernel = _kernel_sized(text, _DTYPES[q.dtype], q.shape[-1], v.shape[-1], heads_q, heads_kv,
-                           device, False)
+                           device, backward)
+    if backward:
+        _check_trainable(table is not None, 0, "auto")
     args, out, lse, alive = _prepare_forward_ex(kernel, q, k, v, inputs, cu_q, cu_kv, table,
                                                 lens, q_len, kv_len, inputs_desc, layout,
-                                                num_splits, decode, want_lse)
+                                                num_splits, decode, want_lse, host_q, host_kv)
+    if backward and (host_q is not None or host_kv is not None):
+        kernel.validate_ex(args)  # the offsets themselves before they are read as lengths
+        _check_sequences_trainable(host_q, host_kv, args.base.batch, q_len, kv_len)
     _on_device(device, kernel.launch_ex, args)
     return out, lse
 
@@ -1081,13 +1182,20 @@ def _forward_ex(q: Tensor, k: Tensor, v: Tensor, inputs: list[Tensor],
                 cu_seqlens_q: Optional[Tensor], cu_seqlens_kv: Optional[Tensor],
                 block_table: Optional[Tensor], seq_lens_kv: Optional[Tensor], max_seqlen_q: int,
                 max_seqlen_kv: int, spec: str, inputs_desc: str, layout: str, num_splits: int,
-                decode: int) -> tuple[Tensor, Tensor]:
-    """out and LSE of an inference launch (attnc_kernel_forward_ex): packed q [total_q, Hq, D]
-    gives out [total_q, Hq, Dv] and LSE [Hq, total_q], else out shaped like q with Dv and LSE
-    [B, Hq, Sq]; max_seqlen_*: the longest sequence's lengths; decode: attnc_forward_args_ex's."""
+                decode: int, host_cu_seqlens_q: Optional[Tensor],
+                host_cu_seqlens_kv: Optional[Tensor], backward: bool,
+                deterministic: bool) -> tuple[Tensor, Tensor]:
+    """out and LSE of a varlen, paged or decode launch (attnc_kernel_forward_ex): packed q
+    [total_q, Hq, D] gives out [total_q, Hq, Dv] and LSE [Hq, total_q], else out shaped like q
+    with Dv and LSE [B, Hq, Sq]; max_seqlen_*: the longest sequence's lengths; decode:
+    attnc_forward_args_ex's. host_cu_seqlens_*: CPU copies of cu_seqlens_* (or None), which the
+    backward needs; `backward`: compile the kernel with its backward kernels; `deterministic` is
+    the backward's. No defaults: the dispatcher drops trailing arguments equal to theirs, which
+    would change the count of gradients the autograd formula must return."""
     return _forward_ex_impl(q, k, v, inputs, cu_seqlens_q, cu_seqlens_kv, block_table,
                             seq_lens_kv, max_seqlen_q, max_seqlen_kv, spec, inputs_desc, layout,
-                            num_splits, decode)
+                            num_splits, decode, True, host_cu_seqlens_q, host_cu_seqlens_kv,
+                            backward)
 
 
 @_forward_ex.register_fake
@@ -1095,10 +1203,171 @@ def _forward_ex_fake(q: Tensor, k: Tensor, v: Tensor, inputs: list[Tensor],
                      cu_seqlens_q: Optional[Tensor], cu_seqlens_kv: Optional[Tensor],
                      block_table: Optional[Tensor], seq_lens_kv: Optional[Tensor],
                      max_seqlen_q: int, max_seqlen_kv: int, spec: str, inputs_desc: str,
-                     layout: str, num_splits: int, decode: int) -> tuple[Tensor, Tensor]:
+                     layout: str, num_splits: int, decode: int,
+                     host_cu_seqlens_q: Optional[Tensor], host_cu_seqlens_kv: Optional[Tensor],
+                     backward: bool, deterministic: bool) -> tuple[Tensor, Tensor]:
     if q.dim() == 3:
         out = q.new_empty((q.shape[0], q.shape[1], v.shape[-1]))
         return out, q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
     h_axis, s_axis = _axes(layout)
     out = q.new_empty(q.shape[:3] + (v.shape[-1],))
     return out, q.new_empty((q.shape[0], q.shape[h_axis], q.shape[s_axis]), dtype=torch.float32)
+
+
+# ---- the varlen backward: attnc::backward_ex (attnc_kernel_backward_ex) ----
+
+# attnc_backward_args_ex field by field, as _FORWARD_EX_FORMAT.
+_BACKWARD_EX_FORMAT = struct.Struct("<Ii" + _BACKWARD_FORMAT.format.lstrip("<") + "Q")
+
+
+def _backward_ex_structs() -> tuple:
+    structs = getattr(_per_thread, "backward_ex_structs", None)
+    if structs is None:
+        structs = _per_thread.backward_ex_structs = (_capi.BackwardArgsEx(), _capi.SeqLayout())
+    return structs
+
+
+def _prepare_backward_ex(kernel: Kernel, grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor,
+                         out: Tensor, lse: Tensor, inputs: list, cu_q: Optional[Tensor],
+                         cu_kv: Optional[Tensor], host_q: Optional[Tensor],
+                         host_kv: Optional[Tensor], q_len: int, kv_len: int, inputs_desc: str,
+                         layout: str, deterministic: bool) -> tuple:
+    """(args, dq, dk, dv, what must live until the launch returns): the gradients allocated like
+    q, k, v, attnc_backward_args_ex and its attnc_seq_layout (the varlen part, with the host
+    copies) packed, and the workspace from torch's allocator, sized for the longest sequence
+    (each sequence's launch reuses it in stream order)."""
+    packed_q, packed_kv = cu_q is not None, cu_kv is not None
+    _check_ex_kernel(kernel, q, k, v, packed_q, packed_kv, layout)
+    for name, host, array in (("host_cu_seqlens_q", host_q, cu_q),
+                              ("host_cu_seqlens_kv", host_kv, cu_kv)):
+        _check_host(name, host, array)
+        if array is not None and host is None:
+            _fail(f"{name}: expected a CPU copy of {name[5:]} (the backward launches each "
+                  f"sequence from it), got None")
+    grad_out = _launchable(grad_out)
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+
+    def read(t: Tensor, packed: bool) -> tuple:
+        return _packed_fields(t) if packed else _tensor_fields(t, layout)
+
+    def written(t: Tensor, packed: bool) -> tuple:
+        return ((t.data_ptr(), 0, t.stride(1), t.stride(0)) if packed else
+                _written_fields(t, layout))
+    batch = (cu_q.shape[0] - 1 if packed_q else cu_kv.shape[0] - 1 if packed_kv
+             else q.shape[0])
+    array, address, count = _inputs_array(_launch_state(kernel, inputs_desc), inputs)
+    # With a layout each sequence is a launch of batch 1 (runtime/PerSequenceLaunch.cpp).
+    workspace_bytes = kernel.backward_workspace_bytes(1 if packed_q or packed_kv else batch,
+                                                      q_len, deterministic)
+    workspace = torch.empty(max(workspace_bytes, 1), dtype=torch.uint8, device=q.device)
+    args, seq = _backward_ex_structs()
+    layout_address = 0
+    if packed_q or packed_kv:
+        _SEQ_LAYOUT_FORMAT.pack_into(
+            seq, 0, _SEQ_LAYOUT_FORMAT.size, 0, _address(cu_q), _address(cu_kv),
+            q.shape[0] if packed_q else 0, k.shape[0] if packed_kv else 0, 0, 0, 0, 0, 0, 0, 0,
+            0, _address(host_q), _address(host_kv), 0, 0)
+        layout_address = ctypes.addressof(seq)
+    _BACKWARD_EX_FORMAT.pack_into(
+        args, 0, _BACKWARD_EX_FORMAT.size, 0, *read(q, packed_q), *read(k, packed_kv),
+        *read(v, packed_kv), *read(out, packed_q), *read(grad_out, packed_q),
+        *written(dq, packed_q), *written(dk, packed_kv), *written(dv, packed_kv),
+        lse.data_ptr(), batch, q_len, kv_len, address, count, 0, 0, int(deterministic), 0,
+        workspace.data_ptr(), workspace_bytes, layout_address)
+    return args, dq, dk, dv, (array, workspace, grad_out)
+
+
+def _backward_ex_impl(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
+                      lse: Tensor, inputs: list, cu_q: Optional[Tensor], cu_kv: Optional[Tensor],
+                      host_q: Optional[Tensor], host_kv: Optional[Tensor], q_len: int,
+                      kv_len: int, text: str, inputs_desc: str, layout: str,
+                      deterministic: bool) -> tuple:
+    """Launches the backward of a forward_ex call on torch's current stream: (dq, dk, dv)."""
+    device = _device_of(q)
+    h_axis, _ = _axes(layout)
+    heads_q = q.shape[1] if cu_q is not None else q.shape[h_axis]
+    heads_kv = k.shape[1] if cu_kv is not None else k.shape[h_axis]
+    kernel = _kernel_sized(text, _DTYPES[q.dtype], q.shape[-1], v.shape[-1], heads_q, heads_kv,
+                           device, True)
+    args, dq, dk, dv, alive = _prepare_backward_ex(kernel, grad_out, q, k, v, out, lse, inputs,
+                                                   cu_q, cu_kv, host_q, host_kv, q_len, kv_len,
+                                                   inputs_desc, layout, deterministic)
+    _on_device(device, kernel.launch_backward_ex, args)
+    return dq, dk, dv
+
+
+@torch.library.custom_op("attnc::backward_ex", mutates_args=(), device_types="cuda")
+def _backward_ex(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                 inputs: list[Tensor], cu_seqlens_q: Optional[Tensor],
+                 cu_seqlens_kv: Optional[Tensor], host_cu_seqlens_q: Optional[Tensor],
+                 host_cu_seqlens_kv: Optional[Tensor], max_seqlen_q: int, max_seqlen_kv: int,
+                 spec: str, inputs_desc: str, layout: str,
+                 deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """dq, dk, dv of attnc::forward_ex's out (packed or contiguous Q and K/V, no paged K/V),
+    given its gradient grad_out; host_cu_seqlens_*: CPU copies of the cu_seqlens given
+    (required with them: each sequence is a launch)."""
+    return _backward_ex_impl(grad_out, q, k, v, out, lse, inputs, cu_seqlens_q, cu_seqlens_kv,
+                             host_cu_seqlens_q, host_cu_seqlens_kv, max_seqlen_q, max_seqlen_kv,
+                             spec, inputs_desc, layout, deterministic)
+
+
+@_backward_ex.register_fake
+def _backward_ex_fake(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
+                      lse: Tensor, inputs: list[Tensor], cu_seqlens_q: Optional[Tensor],
+                      cu_seqlens_kv: Optional[Tensor], host_cu_seqlens_q: Optional[Tensor],
+                      host_cu_seqlens_kv: Optional[Tensor], max_seqlen_q: int,
+                      max_seqlen_kv: int, spec: str, inputs_desc: str, layout: str,
+                      deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context_ex(ctx: Any, inputs: tuple, output: tuple) -> None:
+    (q, k, v, input_tensors, cu_q, cu_kv, table, _, q_len, kv_len, spec, inputs_desc, layout, _,
+     _, host_q, host_kv, _, deterministic) = inputs
+    out, lse = output
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_kv, host_q, host_kv, *input_tensors)
+    ctx.paged = table is not None
+    ctx.plan = (q_len, kv_len, spec, inputs_desc, layout, deterministic)
+
+
+def _autograd_backward_ex(ctx: Any, grad_out: Tensor, grad_lse: Optional[Tensor]) -> tuple:
+    if ctx.paged:
+        _check_trainable(True, 0, "auto")
+    q, k, v, out, lse, cu_q, cu_kv, host_q, host_kv, *input_tensors = ctx.saved_tensors
+    if (cu_q is not None and host_q is None) or (cu_kv is not None and host_kv is None):
+        # A direct call of the op without the host copies: they are taken here (a sync).
+        host_q, host_kv = _host_copies(cu_q, cu_kv)
+    dq, dk, dv = torch.ops.attnc.backward_ex(grad_out, q, k, v, out, lse, input_tensors, cu_q,
+                                             cu_kv, host_q, host_kv, *ctx.plan)
+    return (dq, dk, dv, [None] * len(input_tensors)) + (None,) * 15
+
+
+_forward_ex.register_autograd(_autograd_backward_ex, setup_context=_setup_context_ex)
+
+
+class _EagerAttentionEx(torch.autograd.Function):
+    """attnc::forward_ex with its autograd, for eager calls on plain CUDA tensors (as
+    _EagerAttention): packed or contiguous q, k, v, no paged K/V, no decode options."""
+
+    @staticmethod
+    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, inputs: list,
+                cu_q: Optional[Tensor], cu_kv: Optional[Tensor], host_q: Optional[Tensor],
+                host_kv: Optional[Tensor], q_len: int, kv_len: int, text: str,
+                inputs_desc: str, layout: str, deterministic: bool) -> tuple:
+        out, lse = _forward_ex_impl(q, k, v, inputs, cu_q, cu_kv, None, None, q_len, kv_len,
+                                    text, inputs_desc, layout, 0, _capi.ATTNC_DECODE_AUTO, True,
+                                    host_q, host_kv, True)
+        ctx.mark_non_differentiable(lse)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.plan = (inputs, cu_q, cu_kv, host_q, host_kv, q_len, kv_len, text, inputs_desc,
+                    layout, deterministic)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor, grad_lse: Optional[Tensor]) -> tuple:
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = _backward_ex_impl(grad_out, q, k, v, out, lse, *ctx.plan)
+        return (dq, dk, dv) + (None,) * 11

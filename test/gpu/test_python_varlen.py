@@ -4,14 +4,18 @@ contiguous q over a paged cache, and the decode options (num_splits, decode), ea
 against test_forward.py's float64 reference with its own lengths (so bottom-right causal is per
 sequence), output and LSE, for the mask and score families of test_python.py; torch.compile
 (fullgraph=True) bit-identical to eager; a CUDA graph of a decode step replayed after tokens are
-appended in place, bit-identical to eager; argument errors raised before any launch. Prints a
-summary table last; exits non-zero if any check fails.
+appended in place, bit-identical to eager; argument errors raised before any launch. And the
+varlen backward (attnc::backward_ex): dq, dk, dv of packed batches, each sequence against float64
+autograd (test_backward.py's reference and bounds), gradients poisoned before each run, the
+deterministic mode bit-identical twice, torch.compile of a training step bit-identical to eager.
+Prints a summary table last; exits non-zero if any check fails.
 
-  PYTHONPATH=python python3 test/gpu/test_python_varlen.py [--only TEXT]
+  PYTHONPATH=python python3 test/gpu/test_python_varlen.py [--only TEXT] [--list]
 
 test/python/test_python_varlen_dry.py runs the case building and checking on the CPU against a
 simulated op (no GPU)."""
 import argparse
+import functools
 import math
 import os
 import random
@@ -25,12 +29,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 # The checkout's package when none is installed or on PYTHONPATH.
 sys.path.append(os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
+import test_backward as tb  # noqa: E402
 import test_decode as td  # noqa: E402
 import test_forward as tf  # noqa: E402
 from test_python import FAMILIES, Results, fmt, kernels_launched  # noqa: E402
 
 import attnc  # noqa: E402
-from attnc import _loader  # noqa: E402
+from attnc import _loader, torch_ops  # noqa: E402
 
 
 class Case:
@@ -41,12 +46,13 @@ class Case:
 
     def __init__(self, family, layout, q_lens, kv_lens, page_size=16, hq=8, hkv=2, d=64,
                  dtype="bf16", qkv_layout="bshd", num_splits=0, decode="auto", share=False,
-                 max_kv=True, seed=0):
+                 max_kv=True, seed=0, deterministic=False):
         self.family, self.layout = FAMILIES[family], layout
         self.q_lens, self.kv_lens = list(q_lens), list(kv_lens)
         self.page_size, self.hq, self.hkv, self.d, self.dtype = page_size, hq, hkv, d, dtype
         self.qkv_layout, self.num_splits, self.decode = qkv_layout, num_splits, decode
         self.share, self.max_kv, self.seed = share, max_kv, seed
+        self.deterministic = deterministic
 
     @property
     def paged(self):
@@ -62,6 +68,7 @@ class Case:
         opts += [f"decode={self.decode}"] if self.decode != "auto" else []
         opts += ["shared"] if self.share else []
         opts += ["no max_seqlen_kv"] if not self.max_kv else []
+        opts += ["deterministic"] if self.deterministic else []
         return (f"{self.family.name} {self.layout} {self.qkv_layout} {self.dtype} "
                 f"{self.hq}/{self.hkv} hd{self.d} q{'/'.join(map(str, self.q_lens))} "
                 f"kv{'/'.join(map(str, self.kv_lens))} {' '.join(opts)}").rstrip()
@@ -88,6 +95,29 @@ def plan():
              d=128, dtype="fp16", share=True),
     ]
     return cases
+
+
+# The backward's cases: training on packed batches (no paged K/V, no decode options). Four
+# specs, so four compiles with backward kernels on the GPU machine's clock. Causal cases keep
+# q_len <= kv_len per sequence (no row without keys, whose reference gradient is not defined by
+# autograd). Sequences of one row, a partial tile, several tiles.
+TRAIN_LENS = [1, 17, 300, 1000]
+
+
+def backward_plan():
+    return [
+        Case("causal", "varlen", TRAIN_LENS, TRAIN_LENS, hq=8, hkv=2, d=128),
+        Case("none", "varlen", TRAIN_LENS, [17, 1, 1000, 300], hq=8, hkv=8, d=64, dtype="fp16"),
+        Case("causal", "varlen", TRAIN_LENS, TRAIN_LENS, hq=8, hkv=8, d=64, deterministic=True),
+        Case("document causal", "varlen", [17, 300, 1000], [17, 300, 1000], hq=8, hkv=2),
+        # G x max q_len <= 64 packed rows: the decode kernel does the forward, whose LSE the
+        # backward reads.
+        Case("causal", "varlen", [1, 5, 16], [40, 17, 300], hq=8, hkv=2, d=128),
+        # Packed q over contiguous K/V in each layout.
+        Case("causal", "varlen_q", [5, 100, 200], [200, 200, 200], hq=8, hkv=2, d=128,
+             qkv_layout="bhsd"),
+        Case("causal", "varlen_q", [5, 100, 200], [200, 200, 200], hq=8, hkv=2, d=128),
+    ]
 
 
 def build(case, dev):
@@ -185,6 +215,65 @@ def run_case(case, res, dev=None, attention=None, ref_dev=None):
     return problems
 
 
+def sequence_rows(case, t, b, side):
+    """Sequence b's rows of a call's tensor (q-side or kv-side) as [S_b, H, D]."""
+    lens = case.q_lens if side == "q" else case.kv_lens
+    packed = case.packed_q if side == "q" else case.layout == "varlen"
+    if packed:
+        start = sum(lens[:b])
+        return t[start:start + lens[b]]
+    return t[b].transpose(0, 1) if case.qkv_layout == "bhsd" else t[b]
+
+
+def train_step(case, q, k, v, kwargs, inputs, do, attention):
+    """dq, dk, dv of one training call (fresh leaves of q, k, v; `do` the output's gradient),
+    their blocks poisoned between the forward and the backward."""
+    fam = case.family
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    out = attention(*leaves, mask=fam.mask, score=fam.score, inputs=inputs or None,
+                    return_lse=False, deterministic=case.deterministic, **kwargs)
+    poison(q.device, q, k, v)
+    return torch.autograd.grad(out, leaves, do)
+
+
+def run_backward_case(case, res, dev=None, attention=None):
+    """One training call's gradients, each sequence's against float64 autograd of that sequence
+    alone; the deterministic mode twice, bit-identical. Returns the problems found."""
+    dev = dev or torch.device("cuda")
+    attention = attention or attnc.attention
+    qs, ks, vs, q, k, v, kwargs, inputs = build(case, dev)
+    gen = torch.Generator(device=dev).manual_seed(case.seed + 1)
+    do_shape = q.shape[:-1] + (case.d,)
+    do = torch.randn(do_shape, device=dev, dtype=q.dtype, generator=gen)
+    dos = [sequence_rows(case, do, b, "q") for b in range(len(qs))]
+    runs = []
+    for _ in range(2 if case.deterministic else 1):
+        runs.append(train_step(case, q, k, v, kwargs, inputs, do, attention))
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    dq, dk, dv = runs[0]
+    problems, worst = [], 0.0
+    scale = 1.0 / math.sqrt(case.d)
+    tol = tb.TOL[case.dtype]
+    for name, g in zip(("dq", "dk", "dv"), runs[0]):
+        if g.isnan().any():
+            problems.append(f"NaN left in {name}")
+    for b, (ql, kl) in enumerate(zip(case.q_lens, case.kv_lens)):
+        refs = tb.reference_grads(qs[b][None], ks[b][None], vs[b][None], dos[b][None], scale,
+                                  case.family.ref, 1, case.hq, case.hkv, ql, kl,
+                                  td.sequence_inputs(case.family.ref, inputs, b), None, 0.0)
+        for name, g, side, ref in zip(("dq", "dk", "dv"), (dq, dk, dv), ("q", "kv", "kv"), refs):
+            err = tb.gradient_error(sequence_rows(case, g, b, side), ref[0])
+            worst = max(worst, err)
+            if not err <= tol:
+                problems.append(f"seq {b} (q {ql}, kv {kl}): {name} relerr {err:.2e} > {tol:g}")
+    if case.deterministic and not all(torch.equal(a, b) for a, b in zip(*runs)):
+        problems.append("deterministic gradients differ between two runs")
+    res.add(f"backward {case.family.name} {case.layout}", not problems, case.name()
+            + ("" if not problems else "  <- " + "; ".join(problems[:4])), grad_err=worst)
+    return problems
+
+
 # ---- torch.compile, CUDA graphs, errors ----
 
 def compile_check(res):
@@ -207,6 +296,30 @@ def compile_check(res):
     same = all(torch.equal(g[i], eager[i]) for g in got for i in range(2))
     res.add("torch.compile", same, f"fullgraph paged varlen: out and LSE bit-identical to eager "
             f"in two runs: {same}")
+
+
+def compile_backward_check(res):
+    """torch.compile(fullgraph=True) of a varlen training step (forward_ex and backward_ex in
+    aot_autograd's graphs): deterministic gradients bit-identical to eager's."""
+    case = Case("causal", "varlen", TRAIN_LENS, TRAIN_LENS, hq=8, hkv=8, d=64,
+                deterministic=True)
+    dev = torch.device("cuda")
+    _, _, _, q, k, v, kwargs, inputs = build(case, dev)
+    do = torch.randn(q.shape[:-1] + (case.d,), device=dev, dtype=q.dtype)
+    eager = train_step(case, q, k, v, kwargs, inputs, do, attnc.attention)
+    try:
+        # aot_eager: dynamo and aot_autograd trace the ops as inductor would, without its
+        # compile time.
+        compiled = torch.compile(attnc.attention, fullgraph=True, backend="aot_eager")
+        got = [train_step(case, q, k, v, kwargs, inputs, do, compiled) for _ in range(2)]
+    except Exception as e:  # noqa: BLE001
+        res.add("torch.compile backward", False,
+                f"fullgraph compile failed: {str(e).splitlines()[0][:300]}")
+        return
+    torch.cuda.synchronize()
+    same = all(torch.equal(g[i], eager[i]) for g in got for i in range(3))
+    res.add("torch.compile backward", same, f"fullgraph varlen training step, deterministic: "
+            f"dq, dk, dv bit-identical to eager in two runs: {same}")
 
 
 def graph_check(res, family):
@@ -270,7 +383,7 @@ def error_checks(res):
     capacity = kwargs["block_table"].shape[1] * case.page_size
     bad = {"max_seqlen_kv": ({"max_seqlen_kv": capacity + 1}, "max_seqlen_kv: expected at most"),
            "decode off": ({"decode": "off"}, "ForwardArgs.decode"),
-           "requires grad": ({}, "q, k, v: backward for")}
+           "requires grad": ({}, "block_table: expected None when q, k or v requires grad")}
     for name, (change, prefix) in bad.items():
         qq = q.detach().requires_grad_() if name == "requires grad" else q
 
@@ -281,29 +394,50 @@ def error_checks(res):
               and launched == 0)
         res.add("argument errors", ok, f"{name}: {type(error).__name__}: "
                 f"{str(error)[:100]}; {launched} kernels launched")
+    # A training call over a sequence with queries and no keys: refused from the host copies,
+    # before any attnc launch (the copy's own stack and transfer are all that run).
+    case = Case("causal", "varlen", [3, 4, 5], [40, 0, 17])
+    _, _, _, q, k, v, kwargs, _ = build(case, torch.device("cuda"))
+    q = q.detach().requires_grad_()
+    copy, _ = kernels_launched(lambda: torch_ops._host_copies(kwargs["cu_seqlens_q"],
+                                                              kwargs["cu_seqlens_kv"]))
+    launched, error = kernels_launched(lambda: attnc.attention(q, k, v, mask="causal", **kwargs))
+    prefix = "cu_seqlens_kv: expected sequences with both queries and keys"
+    ok = (isinstance(error, attnc.ArgumentError) and str(error).startswith(prefix)
+          and launched == copy)
+    res.add("argument errors", ok, f"training on a sequence without keys: "
+            f"{type(error).__name__}: {str(error)[:100]}; {launched - copy} kernels launched "
+            f"past the host copy")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", action="append", default=[], metavar="TEXT",
                     help="only cases whose name contains TEXT (repeatable)")
+    ap.add_argument("--list", action="store_true", help="print the steps' names and exit "
+                    "(no GPU needed)")
     args = ap.parse_args()
+    steps = [(c.name(), functools.partial(run_case, c)) for c in plan()]
+    steps += [("backward " + c.name(), functools.partial(run_backward_case, c))
+              for c in backward_plan()]
+    steps += [("torch.compile", compile_check),
+              ("torch.compile backward", compile_backward_check),
+              ("CUDA graph causal", lambda res: graph_check(res, "causal")),
+              ("CUDA graph document", lambda res: graph_check(res, "document causal")),
+              ("argument errors", error_checks)]
+    steps = [s for s in steps if not args.only or any(t in s[0] for t in args.only)]
+    if args.list:
+        print("\n".join(name for name, _ in steps))
+        return 0
     start = time.time()
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = False
     print(f"attnc {attnc.__version__} ({_loader.library_path()}); {tf.device_facts()}",
           flush=True)
     res = Results()
-    steps = [(c.name(), run_case, (c, res)) for c in plan()]
-    steps += [("torch.compile", compile_check, (res,)),
-              ("CUDA graph causal", graph_check, (res, "causal")),
-              ("CUDA graph document", graph_check, (res, "document causal")),
-              ("argument errors", error_checks, (res,))]
-    for name, fn, fn_args in steps:
-        if args.only and not any(t in name for t in args.only):
-            continue
+    for name, fn in steps:
         try:
-            fn(*fn_args)
+            fn(res)
         except Exception as e:  # noqa: BLE001
             traceback.print_exc()
             res.add(name, False, f"exception {type(e).__name__}: {str(e).splitlines()[0][:300]}")
@@ -312,10 +446,11 @@ def main():
             except Exception:  # noqa: BLE001 (a sticky CUDA error: the next steps report it)
                 pass
     elapsed = time.time() - start
-    print(f"\n{'group':34s} {'cases':>5s} {'pass':>5s} {'out err':>9s} {'lse err':>9s}")
+    print(f"\n{'group':34s} {'cases':>5s} {'pass':>5s} {'out err':>9s} {'lse err':>9s} "
+          f"{'grad err':>9s}")
     for group, r in res.rows.items():
         print(f"{group:34s} {r['cases']:5d} {r['pass']:5d} {fmt(r['out']):>9s} "
-              f"{fmt(r['lse']):>9s}")
+              f"{fmt(r['lse']):>9s} {fmt(r['grad']):>9s}")
     cases = sum(r["cases"] for r in res.rows.values())
     passed = sum(r["pass"] for r in res.rows.values())
     print(f"\n{passed}/{cases} passed, {cases - passed} failed, {elapsed:.0f} s")

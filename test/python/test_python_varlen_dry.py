@@ -2,7 +2,10 @@
 attnc.attention's checks (on meta copies, with the shapes the GPU run will get), and its
 per-sequence checking passes a simulated op that computes the float64 reference through the
 call's own layout (packed rows, pages through the block table) and fails one that misplaces
-sequences or ignores the block table. No GPU, no library launch."""
+sequences or ignores the block table. The backward cases likewise: their training calls pass the
+op's checks with gradients of the tensors' shapes, and their per-sequence gradient checks pass
+the simulated op (differentiable) and fail one whose gradient is wrong. No GPU, no library
+launch."""
 import math
 import os
 import sys
@@ -21,15 +24,17 @@ import attnc  # noqa: E402
 
 CPU = torch.device("cpu")
 CASES = {case.name(): case for case in tv.plan()}
+BACKWARD_CASES = {case.name(): case for case in tv.backward_plan()}
 
 
 def simulated(var, broken=None):
     """attnc.attention's inference call as the float64 reference of each sequence, read
-    through the call's layout. broken: "order" returns the sequences reversed, "table" reads
-    pages through a shifted block table row."""
+    through the call's layout, differentiable in q, k and v. broken: "order" returns the
+    sequences reversed, "table" reads pages through a shifted block table row, "grad" gives the
+    right output with half its gradient."""
     def attention(q, k, v, *, mask, score, inputs, return_lse, layout, cu_seqlens_q=None,
                   cu_seqlens_kv=None, max_seqlen_q=None, max_seqlen_kv=None, block_table=None,
-                  seq_lens_kv=None, num_splits=0, decode="auto"):
+                  seq_lens_kv=None, num_splits=0, decode="auto", deterministic=False):
         bhsd = layout == "bhsd"
 
         def rows(t):  # a 4-d tensor as [B, S, H, D]
@@ -58,14 +63,17 @@ def simulated(var, broken=None):
                                         1.0 / math.sqrt(q.shape[-1]), var, 1, hq, hkv,
                                         qs[b].shape[0], ks[b].shape[0],
                                         td.sequence_inputs(var, inputs or {}, b), CPU)
-            outs.append(o[0].to(q.dtype))
+            o = o[0].to(q.dtype)
+            outs.append(o.detach() + 0.5 * (o - o.detach()) if broken == "grad" else o)
             lses.append(lse[0].float())
         if broken == "order":
             outs, lses = outs[::-1], lses[::-1]
         if cu_seqlens_q is not None:
-            return torch.cat(outs), torch.cat(lses, 1)
-        out = torch.stack(outs)
-        return (out.transpose(1, 2) if bhsd else out), torch.stack(lses)
+            out, lse = torch.cat(outs), torch.cat(lses, 1)
+        else:
+            out, lse = torch.stack(outs), torch.stack(lses)
+            out = out.transpose(1, 2) if bhsd else out
+        return (out, lse) if return_lse else out
     return attention
 
 
@@ -123,3 +131,33 @@ def test_graph_check_appends_within_each_sequence_pages():
     assert set(written) <= owned
     assert len({(p, (n + s) % 16) for p, n, s in zip(written, [40] * 3 + [17] * 3 + [100] * 3,
                                                      [0, 1, 2] * 3)}) == 9
+
+
+@pytest.mark.parametrize("name", sorted(BACKWARD_CASES))
+def test_each_backward_case_passes_the_op_checks_with_gradients(name):
+    case = BACKWARD_CASES[name]
+    _, _, _, q, k, v, kwargs, inputs = tv.build(case, CPU)
+    leaves = [to_meta(t).requires_grad_() for t in (q, k, v)]
+    out = attnc.attention(*leaves, mask=case.family.mask, score=case.family.score,
+                          inputs={n: to_meta(t) for n, t in inputs.items()} or None,
+                          deterministic=case.deterministic,
+                          **{n: to_meta(a) for n, a in kwargs.items()})
+    grads = torch.autograd.grad(out.float().sum(), leaves)
+    assert [g.shape for g in grads] == [t.shape for t in (q, k, v)]
+
+
+@pytest.mark.parametrize("name", sorted(BACKWARD_CASES))
+def test_each_backward_case_passes_a_correct_op(name):
+    case = BACKWARD_CASES[name]
+    res = tv.Results()
+    problems = tv.run_backward_case(case, res, CPU, simulated(case.family.ref))
+    assert not problems and not res.failures
+
+
+@pytest.mark.parametrize("broken", ["order", "grad"])
+def test_a_wrong_backward_fails(broken):
+    case = next(c for c in BACKWARD_CASES.values() if c.family.name == "causal"
+                and c.layout == "varlen" and len(c.q_lens) == 4 and not c.deterministic)
+    res = tv.Results()
+    problems = tv.run_backward_case(case, res, CPU, simulated(case.family.ref, broken))
+    assert res.failures and any("relerr" in p for p in problems)

@@ -141,7 +141,7 @@ def test_opcheck_forward_ex():
     spec = repr((attnc.Spec(D, heads=(HQ, HKV)).key(), None, None, None, 0.0, ()))
     args = (q, k, v, [], kwargs["cu_seqlens_q"], None, kwargs["block_table"],
             kwargs["seq_lens_kv"], 6, MAX_PAGES * PAGE, spec, "", "bshd", 0,
-            _capi.ATTNC_DECODE_AUTO)
+            _capi.ATTNC_DECODE_AUTO, None, None, False, False)
     assert set(torch.library.opcheck(torch.ops.attnc.forward_ex.default, args).values()) \
         == {"SUCCESS"}
 
@@ -253,17 +253,6 @@ def test_dropout_with_decode_options_names_them():
     message = raises("dropout_p, spec: expected no dropout with num_splits", case="splits",
                      dropout_p=0.1)
     assert "the decode kernel" in message
-
-
-def test_backward_is_refused_honestly():
-    q, k, v, kwargs, _, _ = layouts()["paged_varlen"]
-    q.requires_grad_()
-    with pytest.raises(attnc.ArgumentError) as error:
-        attnc.attention(q, k, v, layout="bshd", **kwargs)
-    assert str(error.value).startswith("q, k, v: backward for cu_seqlens_q, max_seqlen_q, "
-                                       "block_table, seq_lens_kv is not available yet")
-    with torch.no_grad():  # inference with parameters that require grad is fine
-        assert attnc.attention(q, k, v, layout="bshd", **kwargs).shape == (10, HQ, DV)
 
 
 def test_declared_inputs_span_the_launch_positions():
