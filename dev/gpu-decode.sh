@@ -2,8 +2,9 @@
 # One device call for the decode path (dev/README.md), each step time-bounded (dev/gpu-steps.sh),
 # then a short table. Steps: smoke (dev/decode_smoke.py), tiny, small and fullsubset (the decode
 # suite's subsets), bench (quick), full and fullflex (every row), probe (dev/decode_probe.py),
-# memcheck and racecheck (the sanitizer subset). Run on the GPU machine from the repository root
-# with the bundle carried (dev/device-bundle.sh); results land in $OUT.
+# memcheck and racecheck (the sanitizer subset), pyvarlen (test/gpu/test_python_varlen.py). Run
+# on the GPU machine from the repository root with the bundle carried (dev/device-bundle.sh);
+# results land in $OUT.
 #   bash dev/gpu-decode.sh [STEP...]   (default: smoke tiny bench memcheck)
 set -u
 source "$(dirname "$0")/gpu-steps.sh"
@@ -34,6 +35,7 @@ for s in "${steps[@]}"; do
                  --error-exitcode 1 python3 test/gpu/test_decode.py --sanitize ;;
     fullsubset) step fullsubset 400 "$OUT/fullsubset.log" python3 test/gpu/test_decode.py \
                   --subset full --json "$OUT/decode-fullsubset.json" ;;
+    pyvarlen) step pyvarlen 240 "$OUT/pyvarlen.log" python3 test/gpu/test_python_varlen.py ;;
     memcheck) step memcheck 200 "$OUT/memcheck.log" compute-sanitizer --tool memcheck \
                 --error-exitcode 1 python3 test/gpu/test_decode.py --sanitize ;;
     *) echo "gpu-decode: unknown step '$s'" >&2 ;;
