@@ -16,6 +16,7 @@
 #include "runtime/PreparedInputs.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace attnc {
 
@@ -52,6 +53,25 @@ bool takesDecode(const KernelMetadata& m, const ForwardArgs& args) {
   return int64_t(m.headsQ / m.headsKV) * args.q_len <= kDecodeAutoRows;
 }
 
+namespace {
+
+// Each sequence's kv tiles of blockKV keys from the host copies of its length (paged:
+// host_seq_lens_kv; varlen: host_cu_seqlens_kv), lengths clamped to [0, kv_len]; false where the
+// host has none.
+bool hostKvTiles(const ForwardArgs& args, int blockKV, std::vector<int>& tiles) {
+  const int32_t* lens = args.paged ? args.paged->host_seq_lens_kv : nullptr;
+  const int32_t* cu = !args.paged && args.varlen ? args.varlen->host_cu_seqlens_kv : nullptr;
+  if ((!lens && !cu) || args.batch < 1) return false;
+  tiles.resize(size_t(args.batch));
+  for (int64_t b = 0; b < args.batch; ++b) {
+    const int64_t length = lens ? lens[b] : int64_t(cu[b + 1]) - cu[b];
+    tiles[size_t(b)] = int((std::clamp<int64_t>(length, 0, args.kv_len) + blockKV - 1) / blockKV);
+  }
+  return true;
+}
+
+}  // namespace
+
 DecodePlan decodePlanFor(const KernelMetadata& m, const ForwardArgs& args, int numSMs,
                          int blocksPerSM) {
   DecodePlan plan;
@@ -68,8 +88,16 @@ DecodePlan decodePlanFor(const KernelMetadata& m, const ForwardArgs& args, int n
                        kvTiles, numSMs * blocksPerSM,
                        int64_t(d.blockKV) * (m.headDim + m.headDimV) * elementBytes,
                        std::min<int64_t>(int64_t(group) * args.q_len, d.rows) * m.headDimV * 4};
-  const SplitPlan split =
-      args.num_splits > 0 ? splitPlanFor(args.num_splits, kvTiles) : splitCount(problem);
+  thread_local std::vector<int> tiles;  // (kept: a decode step plans once a token)
+  SplitPlan split;
+  if (args.num_splits > 0) {
+    split = splitPlanFor(args.num_splits, kvTiles);
+  } else if (problem.units < problem.slots && hostKvTiles(args, d.blockKV, tiles)) {
+    // Lengths the host knows: split by the batch's work, not by its longest sequence.
+    split = splitCountMixed(problem, tiles.data(), int(tiles.size()));
+  } else {
+    split = splitCount(problem);
+  }
   plan.splits = split.splits;
   plan.splitTiles = split.splitTiles;
   if (plan.splits > 1) {

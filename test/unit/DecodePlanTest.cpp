@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace attnc {
 namespace {
 
@@ -85,6 +87,43 @@ TEST(DecodePlan, SplitsFillTheSlotsAndSizeThePartials) {
   // More SMs, more splits (B1 at kv_len 128K: 8 units).
   EXPECT_LT(decodePlanFor(m, lengths(1, 1, 131072), 66, 2).splits,
             decodePlanFor(m, lengths(1, 1, 131072), 132, 2).splits);
+}
+
+// Host copies of mixed lengths (paged or varlen) split by the batch's work; without them, or with
+// every sequence of one length, the plan is the longest sequence's.
+TEST(DecodePlan, HostLengthsSplitAMixedBatchByItsWork) {
+  const KernelMetadata m = gqaMetadata();
+  const std::vector<int32_t> lens = {27752, 641, 18701, 15534, 23778, 7950, 2650, 3860};
+  PagedKVArg paged;
+  paged.page_size = 16;
+  ForwardArgs args = lengths(8, 1, 27752);
+  args.paged = &paged;
+  const DecodePlan byLongest = decodePlanFor(m, args, 132, 2);
+  paged.host_seq_lens_kv = lens.data();
+  const DecodePlan mixed = decodePlanFor(m, args, 132, 2);
+  EXPECT_GT(mixed.splits, byLongest.splits);
+  EXPECT_LT(mixed.splitTiles, byLongest.splitTiles);
+  EXPECT_GT(mixed.workspaceBytes, byLongest.workspaceBytes);
+
+  // The same from varlen offsets.
+  std::vector<int32_t> cu = {0};
+  for (int32_t n : lens) cu.push_back(cu.back() + n);
+  VarlenArg varlen;
+  varlen.cu_seqlens_kv = cu.data();
+  varlen.host_cu_seqlens_kv = cu.data();
+  varlen.total_kv = cu.back();
+  ForwardArgs packed = lengths(8, 1, 27752);
+  packed.varlen = &varlen;
+  EXPECT_EQ(decodePlanFor(m, packed, 132, 2).splits, mixed.splits);
+
+  // One length: the longest's plan with or without the copies.
+  const std::vector<int32_t> same(8, 27752);
+  paged.host_seq_lens_kv = same.data();
+  EXPECT_EQ(decodePlanFor(m, args, 132, 2).splits, byLongest.splits);
+  // num_splits still wins.
+  paged.host_seq_lens_kv = lens.data();
+  args.num_splits = 2;
+  EXPECT_EQ(decodePlanFor(m, args, 132, 2).splits, 2);
 }
 
 TEST(DecodePlan, NumSplitsOverridesTheRule) {

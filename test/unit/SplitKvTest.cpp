@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <vector>
 
 namespace attnc {
 namespace {
@@ -134,6 +135,46 @@ TEST(SplitKv, BusySlotsGrowWithTheSMCount) {
         mostBusy = std::max(mostBusy, busy);
       }
     }
+}
+
+// Mixed lengths the host knows: a batch of one length plans as splitCount does; a mixed one is
+// split by its work, so its live blocks keep more of the slots busy than the longest sequence's
+// plan does, and the plan is the fewest splits within kSplitEfficiency of the best split size.
+TEST(SplitKv, MixedLengthsSplitByTheBatchsWork) {
+  const std::vector<int> same(8, 512);
+  const SplitProblem uniform = decode(8, 32768);
+  EXPECT_EQ(splitCountMixed(uniform, same.data(), 8).splits, splitCount(uniform).splits);
+  EXPECT_EQ(splitCountMixed(uniform, same.data(), 8).splitTiles, splitCount(uniform).splitTiles);
+
+  // Eight sequences of 641 .. 27752 keys (10 .. 434 tiles), GQA 32/8: 64 units.
+  const std::vector<int> tiles = {434, 11, 293, 243, 371, 125, 42, 61};
+  const SplitProblem mixed = decode(8, 434 * 64);
+  const SplitPlan byLongest = splitCount(mixed);
+  const SplitPlan plan = splitCountMixed(mixed, tiles.data(), 8);
+  const auto efficiency = [&](const SplitPlan& p) {
+    return mixedEfficiency(8, tiles.data(), 8, p.splitTiles, kSlots);
+  };
+  EXPECT_GT(plan.splits, byLongest.splits);
+  EXPECT_GT(efficiency(plan), 1.3f * efficiency(byLongest));
+  float best = 0;
+  for (int s = 1; s <= kMaxSplits; ++s) {
+    const SplitPlan candidate = splitPlanFor(s, mixed.kvTiles);
+    if (splitAllowed(candidate, mixed)) best = std::max(best, efficiency(candidate));
+  }
+  for (int s = 1; s <= kMaxSplits; ++s) {
+    const SplitPlan candidate = splitPlanFor(s, mixed.kvTiles);
+    if (candidate.splits < plan.splits && splitAllowed(candidate, mixed)) {
+      EXPECT_LT(efficiency(candidate), kSplitEfficiency * best) << s << " splits";
+    }
+  }
+  EXPECT_GE(efficiency(plan), kSplitEfficiency * best);
+  EXPECT_LE(plan.splits, kMaxSplits);
+
+  // A full grid takes one split whatever the lengths; empty sequences leave no live block.
+  std::vector<int> wide(64, 512);
+  wide[0] = 2;
+  EXPECT_EQ(splitCountMixed(decode(64, 32768), wide.data(), 64).splits, 1);
+  EXPECT_EQ(mixedEfficiency(8, std::vector<int>(4, 0).data(), 4, 8, kSlots), 0.0f);
 }
 
 }  // namespace

@@ -112,4 +112,57 @@ ATTNC_HD SplitPlan splitCount(const SplitProblem& problem) {
   return one;
 }
 
+// A batch of sequences of different lengths whose lengths the host knows (ForwardArgs' host
+// copies): a split of `splitTiles` tiles is a block with work only where its sequence reaches it,
+// so one long sequence sizes the grid while the short ones leave most of its blocks empty. Here a
+// split size is judged by the share of the slots' time its live blocks spend on tiles:
+//   live = unitsPerSeq x sum_b ceil(tiles_b / t),  waves = ceil(live / slots),
+//   efficiency = unitsPerSeq x sum_b tiles_b / (t x waves x slots),
+// and the rule is splitCount's over it: the fewest splits within kSplitEfficiency of the best.
+ATTNC_HD float mixedEfficiency(int unitsPerSeq, const int* seqTiles, int count, int splitTiles,
+                               int slots) {
+  i64 live = 0, work = 0;
+  for (int b = 0; b < count; ++b) {
+    live += (seqTiles[b] + splitTiles - 1) / splitTiles;
+    work += seqTiles[b];
+  }
+  live *= unitsPerSeq;
+  if (live == 0)
+    return 0.0f;
+  const i64 waves = (live + slots - 1) / slots;
+  return float(double(work * unitsPerSeq) / (double(splitTiles) * double(waves * slots)));
+}
+
+// splitCount for `count` sequences of seqTiles[b] kv tiles (problem.kvTiles: the longest;
+// problem.units: count x the units of one sequence). Sequences all of one length take
+// splitCount's plan, so a uniform batch plans the same with or without the host's lengths.
+ATTNC_HD SplitPlan splitCountMixed(const SplitProblem& problem, const int* seqTiles, int count) {
+  bool uniform = true;
+  for (int b = 0; b < count && uniform; ++b)
+    uniform = seqTiles[b] == problem.kvTiles;
+  if (uniform || count <= 0 || problem.units % count != 0)
+    return splitCount(problem);
+  const SplitPlan one = {1, maxOf(problem.kvTiles, 1)};
+  if (problem.units <= 0 || problem.slots <= 0 || problem.units >= problem.slots)
+    return one;
+  const int unitsPerSeq = problem.units / count;
+  const int most = minOf(kMaxSplits, maxOf(problem.kvTiles, 1));
+  float best = 0.0f;
+  for (int s = 1; s <= most; ++s) {
+    const SplitPlan plan = splitPlanFor(s, problem.kvTiles);
+    const float efficiency =
+        mixedEfficiency(unitsPerSeq, seqTiles, count, plan.splitTiles, problem.slots);
+    if (splitAllowed(plan, problem) && efficiency > best)
+      best = efficiency;
+  }
+  for (int s = 1; s <= most; ++s) {
+    const SplitPlan plan = splitPlanFor(s, problem.kvTiles);
+    if (splitAllowed(plan, problem) &&
+        mixedEfficiency(unitsPerSeq, seqTiles, count, plan.splitTiles, problem.slots) >=
+            kSplitEfficiency * best)
+      return plan;
+  }
+  return one;
+}
+
 }  // namespace attnc
