@@ -1136,13 +1136,16 @@ def _prepare_forward_ex(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, inputs:
                                  *v_fields, *o_fields, lse.data_ptr() if want_lse else 0, batch,
                                  q_len, kv_len, address, count, 0, 0, layout_address, num_splits,
                                  0, 0, 0, 0)
-    # The partials' bytes follow from the lengths, the options and the device's SMs alone.
-    shape = (q.device, batch, q_len, kv_len, total_q, packed_kv, paged, num_splits, decode,
-             host_q is not None)
-    workspace_bytes = kernel._torch_workspaces.get(shape)
+    # The partials' bytes follow from the lengths, the options and the device's SMs alone; with
+    # host copies also from each sequence's length (the split rule sizes a mixed batch by its
+    # work), so those calls ask every time.
+    shape = (q.device, batch, q_len, kv_len, total_q, packed_kv, paged, num_splits, decode)
+    with_host = host_q is not None or host_kv is not None
+    workspace_bytes = None if with_host else kernel._torch_workspaces.get(shape)
     if workspace_bytes is None:
         workspace_bytes = kernel.forward_workspace_bytes(args)
-        kernel._torch_workspaces[shape] = workspace_bytes
+        if not with_host:
+            kernel._torch_workspaces[shape] = workspace_bytes
     workspace = None
     if workspace_bytes:
         workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=q.device)
