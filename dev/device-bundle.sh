@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds libattnc.so (the C API, LLVM/MLIR inside) and the attnc CLI, and puts stripped copies in
-# .device/bundle/ (ignored by git) for the GPU machine: pass `carry: [".device/bundle"]` to the
-# device tool. BUILD_DIR defaults to ./build (else ../build); it must already be configured.
+# Builds libattnc.so (the C API, LLVM/MLIR inside), the attnc CLI, jit-host and decode-host, and
+# puts stripped copies in .device/bundle/ (ignored by git) for the GPU machine: pass
+# `carry: [".device/bundle"]` to the device tool. BUILD_DIR defaults to ./build (else ../build); it
+# must already be configured.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -9,7 +10,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-2}
 BUNDLE=.device/bundle
 
-ninja -C "$BUILD_DIR" -j"$JOBS" attncShared attnc jit-host
+ninja -C "$BUILD_DIR" -j"$JOBS" attncShared attnc jit-host decode-host
 mkdir -p "$BUNDLE"
 # The build's own library, not a copy that a test installed elsewhere in the tree.
 lib=$BUILD_DIR/lib/libattnc.so
@@ -19,9 +20,9 @@ cp "$lib" "$BUNDLE/libattnc.so"
 cp "$BUILD_DIR/bin/attnc" "$BUNDLE/attnc"
 # scripts/demo.sh finds its tools under $BUILD_DIR/bin: BUILD_DIR=.device/bundle runs it there.
 mkdir -p "$BUNDLE/bin"
-cp "$BUILD_DIR/bin/jit-host" "$BUNDLE/bin/jit-host"
+cp "$BUILD_DIR/bin/jit-host" "$BUILD_DIR/bin/decode-host" "$BUNDLE/bin/"
 strip --strip-unneeded "$BUNDLE/libattnc.so"
-strip "$BUNDLE/attnc" "$BUNDLE/bin/jit-host"
+strip "$BUNDLE/attnc" "$BUNDLE/bin/jit-host" "$BUNDLE/bin/decode-host"
 ln -sf ../attnc "$BUNDLE/bin/attnc"
 # The commit the bundle was built from (-dirty with uncommitted changes to tracked files): the
 # suites' result pages name the code they ran, and the GPU machine's copy may have no .git.
