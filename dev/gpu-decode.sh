@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # One device call for the decode path (dev/README.md), each step time-bounded (dev/gpu-steps.sh),
 # then a short table. Steps: smoke (dev/decode_smoke.py), tiny, small and fullsubset (the decode
-# suite's subsets), bench (quick), full and fullflex (every row), probe (dev/decode_probe.py),
-# memcheck and racecheck (the sanitizer subset), pyvarlen (test/gpu/test_python_varlen.py). Run
-# on the GPU machine from the repository root with the bundle carried (dev/device-bundle.sh);
-# results land in $OUT.
+# suite's subsets), bench (quick), benchflex (quick, with FlexAttention), full and fullflex (every
+# row), probe (dev/decode_probe.py), memcheck and racecheck (the sanitizer subset), pyvarlen
+# (test/gpu/test_python_varlen.py), host (examples/decode-host). Run on the GPU machine from the
+# repository root with the bundle carried (dev/device-bundle.sh); results land in $OUT.
 #   bash dev/gpu-decode.sh [STEP...]   (default: smoke tiny bench memcheck)
 set -u
 source "$(dirname "$0")/gpu-steps.sh"
@@ -36,6 +36,8 @@ for s in "${steps[@]}"; do
     fullsubset) step fullsubset 400 "$OUT/fullsubset.log" python3 test/gpu/test_decode.py \
                   --subset full --json "$OUT/decode-fullsubset.json" ;;
     pyvarlen) step pyvarlen 240 "$OUT/pyvarlen.log" python3 test/gpu/test_python_varlen.py ;;
+    host) step host 60 "$OUT/host.log" env LD_LIBRARY_PATH="$PWD/.device/bundle" \
+            .device/bundle/bin/decode-host --steps 32 --check-every 8 ;;
     memcheck) step memcheck 200 "$OUT/memcheck.log" compute-sanitizer --tool memcheck \
                 --error-exitcode 1 python3 test/gpu/test_decode.py --sanitize ;;
     *) echo "gpu-decode: unknown step '$s'" >&2 ;;
