@@ -155,8 +155,9 @@ ATTNC_DEVICE void loadRowsAsyncConverged(u32 tileBase, const RowAddress& rowAddr
       cpAsync16(tileBase + Tile::chunkOffset(row, chunk), valid ? address : anyRow, valid);
     }
   } else {
-    // Two copies at a time, as loadRowsAsync.
-#pragma unroll 2
+    // Four copies at a time: at two (or one) ptxas held head dim 224's decode to 128 registers
+    // and spilled on sm_80.
+#pragma unroll 4
     for (int i = 0; i < kIters; ++i) {
       const int idx = tid + i * Threads;
       const int row = idx / kChunksPerRow;
