@@ -531,11 +531,18 @@ _BACKWARD_FORMAT = struct.Struct("<" + _TENSOR_FORMAT * 8 + "Q" + "qqq" + "Qq" +
 _per_thread = threading.local()
 
 
-def _args_structs() -> tuple:
-    structs = getattr(_per_thread, "structs", None)
+def _thread_structs(name: str, *types) -> tuple:
+    """This thread's instances of the ctypes structs `types`, made once and refilled per call
+    (a launch packs its arguments into them rather than allocating)."""
+    structs = getattr(_per_thread, name, None)
     if structs is None:
-        structs = _per_thread.structs = (_capi.ForwardArgs(), _capi.BackwardArgs())
+        structs = tuple(t() for t in types)
+        setattr(_per_thread, name, structs)
     return structs
+
+
+def _args_structs() -> tuple:
+    return _thread_structs("structs", _capi.ForwardArgs, _capi.BackwardArgs)
 
 
 def _stream(device: int) -> int:
@@ -1076,10 +1083,7 @@ def _check_ex_kernel(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, packed_q: 
 
 
 def _ex_structs() -> tuple:
-    structs = getattr(_per_thread, "ex_structs", None)
-    if structs is None:
-        structs = _per_thread.ex_structs = (_capi.ForwardArgsEx(), _capi.SeqLayout())
-    return structs
+    return _thread_structs("ex_structs", _capi.ForwardArgsEx, _capi.SeqLayout)
 
 
 def _prepare_forward_ex(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, inputs: list,
@@ -1224,10 +1228,7 @@ _BACKWARD_EX_FORMAT = struct.Struct("<Ii" + _BACKWARD_FORMAT.format.lstrip("<") 
 
 
 def _backward_ex_structs() -> tuple:
-    structs = getattr(_per_thread, "backward_ex_structs", None)
-    if structs is None:
-        structs = _per_thread.backward_ex_structs = (_capi.BackwardArgsEx(), _capi.SeqLayout())
-    return structs
+    return _thread_structs("backward_ex_structs", _capi.BackwardArgsEx, _capi.SeqLayout)
 
 
 def _prepare_backward_ex(kernel: Kernel, grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor,
