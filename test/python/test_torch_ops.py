@@ -4,12 +4,11 @@ autograd's wiring, torch.library.opcheck, and torch.compile(fullgraph=True) trac
 backward into one graph each through aot_autograd."""
 import pytest
 import torch
-from functorch.compile import make_boxed_func
-from torch._dynamo.backends.common import aot_autograd
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import attnc
 import attnc.torch_ops  # noqa: F401  (registers torch.ops.attnc.*)
+from compile_graphs import call_targets, recording_backend
 
 CASES = {  # name: (layout, heads q, heads kv, q_len, kv_len, head_dim, head_dim_v)
     "bhsd": ("bhsd", 8, 8, 64, 64, 64, 64),
@@ -102,24 +101,6 @@ def test_dropout_draws_seed_and_offset_through_its_op():
     assert targets.count("attnc.forward") == 2
 
 
-def _recording_backend(graphs):
-    def compiler(kind):
-        def record(gm, example_inputs):
-            graphs[kind].append(gm)
-            return make_boxed_func(gm.forward)
-        return record
-
-    def backend(gm, example_inputs):
-        graphs["dynamo"].append(gm)
-        return aot_autograd(fw_compiler=compiler("forward"),
-                            bw_compiler=compiler("backward"))(gm, example_inputs)
-    return backend
-
-
-def _targets(gm):
-    return [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
-
-
 @pytest.mark.parametrize("layout", ["bhsd", "bshd"])
 def test_compile_fullgraph_traces_forward_and_backward(layout):
     graphs = {"dynamo": [], "forward": [], "backward": []}
@@ -133,13 +114,13 @@ def test_compile_fullgraph_traces_forward_and_backward(layout):
                               inputs={"doc": doc}, score="30 * tanh(score / 30)",
                               dropout_p=0.1, layout=layout)
         return out.float().square().sum()
-    compiled = torch.compile(loss, fullgraph=True, backend=_recording_backend(graphs))
+    compiled = torch.compile(loss, fullgraph=True, backend=recording_backend(graphs))
     compiled(q, k, v, doc).backward()
     assert len(graphs["dynamo"]) == 1
-    assert "attnc.forward" in _targets(graphs["dynamo"][0])
+    assert "attnc.forward" in call_targets(graphs["dynamo"][0])
     assert len(graphs["forward"]) == 1 and len(graphs["backward"]) == 1
-    assert "attnc.forward.default" in _targets(graphs["forward"][0])
-    assert "attnc.backward.default" in _targets(graphs["backward"][0])
+    assert "attnc.forward.default" in call_targets(graphs["forward"][0])
+    assert "attnc.backward.default" in call_targets(graphs["backward"][0])
     assert q.grad.shape == q.shape and v.grad.shape == v.shape
 
     q.grad = k.grad = v.grad = None
@@ -153,12 +134,12 @@ def test_compile_with_dynamic_shapes_keeps_one_graph():
     def run(q, k, v):
         return attnc.attention(q, k, v, mask="causal", layout="bshd")
     compiled = torch.compile(run, fullgraph=True, dynamic=True,
-                             backend=_recording_backend(graphs))
+                             backend=recording_backend(graphs))
     for length in (16, 48):
         q, k, v = (torch.empty(2, length, heads, 64, dtype=torch.bfloat16, device="meta")
                    for heads in (8, 2, 2))
         assert tuple(compiled(q, k, v).shape) == (2, length, 8, 64)
-    traced = [g for g in graphs["dynamo"] if "attnc.forward" in _targets(g)]
+    traced = [g for g in graphs["dynamo"] if "attnc.forward" in call_targets(g)]
     assert len(traced) == 1 and len(graphs["forward"]) == 1
 
 
@@ -168,7 +149,7 @@ def test_kernel_call_traces_with_the_kernel_spec():
     spec = attnc.Spec(64, heads=8, dtype="fp16", mask={"window": 16}, name="windowed")
     kernel = attnc.compile(spec, target="sm_80")
     out = torch.compile(lambda q, k, v: kernel(q, k, v), fullgraph=True,
-                        backend=_recording_backend(graphs))(q, k, v)
+                        backend=recording_backend(graphs))(q, k, v)
     assert tuple(out.shape) == expected_out("bhsd")
     forward = [n for n in graphs["forward"][0].graph.nodes
                if str(n.target) == "attnc.forward.default"]
@@ -181,9 +162,9 @@ def test_compile_fullgraph_with_a_yaml_spec():
                                 "dtype: fp16\nmask: causal\n")
     _, q, k, v = make("bshd", "meta")
     out = torch.compile(lambda q, k, v: attnc.attention(q, k, v, layout="bshd", spec=spec),
-                        fullgraph=True, backend=_recording_backend(graphs))(q, k, v)
+                        fullgraph=True, backend=recording_backend(graphs))(q, k, v)
     assert tuple(out.shape) == expected_out("bshd")
-    assert len(graphs["dynamo"]) == 1 and "attnc.forward" in _targets(graphs["dynamo"][0])
+    assert len(graphs["dynamo"]) == 1 and "attnc.forward" in call_targets(graphs["dynamo"][0])
 
 
 def _yaml_spec_has_dropout(text):

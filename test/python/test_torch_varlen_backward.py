@@ -7,12 +7,11 @@ import ctypes
 
 import pytest
 import torch
-from functorch.compile import make_boxed_func
-from torch._dynamo.backends.common import aot_autograd
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import attnc
 from attnc import _capi, torch_ops
+from compile_graphs import call_targets, recording_backend
 
 HQ, HKV, D, DV = 8, 2, 64, 64
 Q_LENS, KV_LENS = [3, 1, 6], [40, 17, 5]
@@ -114,24 +113,6 @@ def test_inference_takes_no_host_copy(monkeypatch):
     assert attnc.attention(q, k, v, layout="bshd", **kwargs).grad_fn is None
 
 
-def _recording_backend(graphs):
-    def compiler(kind):
-        def record(gm, example_inputs):
-            graphs[kind].append(gm)
-            return make_boxed_func(gm.forward)
-        return record
-
-    def backend(gm, example_inputs):
-        graphs["dynamo"].append(gm)
-        return aot_autograd(fw_compiler=compiler("forward"),
-                            bw_compiler=compiler("backward"))(gm, example_inputs)
-    return backend
-
-
-def _targets(gm):
-    return [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
-
-
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_compile_fullgraph_traces_forward_ex_and_backward_ex(dynamic):
     graphs = {"dynamo": [], "forward": [], "backward": []}
@@ -143,7 +124,7 @@ def test_compile_fullgraph_traces_forward_ex_and_backward_ex(dynamic):
                               score={"softcap": 30.0})
         return out.float().square().sum()
     compiled = torch.compile(loss, fullgraph=True, dynamic=dynamic,
-                             backend=_recording_backend(graphs))
+                             backend=recording_backend(graphs))
     for extra in (0, 2):
         q, k, v, kwargs = layouts()["varlen"]
         if extra:
@@ -156,7 +137,7 @@ def test_compile_fullgraph_traces_forward_ex_and_backward_ex(dynamic):
     forward = [n for g in graphs["forward"] for n in g.graph.nodes
                if str(n.target) == "attnc.forward_ex.default"]
     assert forward and all(n.args[17] is True and n.args[18] is True for n in forward)
-    assert all("attnc.backward_ex.default" in _targets(g) for g in graphs["backward"])
+    assert all("attnc.backward_ex.default" in call_targets(g) for g in graphs["backward"])
     assert len(graphs["backward"]) == (1 if dynamic else 2)
 
 
