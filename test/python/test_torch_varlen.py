@@ -11,6 +11,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import attnc
 from attnc import _capi, torch_ops
+from ctypes_fields import flatten
 
 HQ, HKV, D, DV = 8, 2, 64, 64
 Q_LENS, KV_LENS = [3, 1, 6], [40, 17, 5]
@@ -266,19 +267,6 @@ def test_declared_inputs_span_the_launch_positions():
 
 # ---- The structs forward_ex packs, against ctypes and the C API's checks ----
 
-def _flatten(struct):
-    values = []
-    for name, _ in struct._fields_:
-        value = getattr(struct, name)
-        if isinstance(value, ctypes.Structure):
-            values.extend(_flatten(value))
-        elif isinstance(value, int) or value is None:
-            values.append(value or 0)
-        else:  # a pointer field
-            values.append(ctypes.cast(value, ctypes.c_void_p).value or 0)
-    return values
-
-
 @pytest.mark.parametrize("fmt,cls", [(torch_ops._FORWARD_EX_FORMAT, _capi.ForwardArgsEx),
                                      (torch_ops._SEQ_LAYOUT_FORMAT, _capi.SeqLayout)])
 def test_ex_formats_match_the_ctypes_structs(fmt, cls):
@@ -287,7 +275,7 @@ def test_ex_formats_match_the_ctypes_structs(fmt, cls):
               for i, code in enumerate(fmt.format.lstrip("<"))]
     struct = cls()
     fmt.pack_into(struct, 0, *values)
-    assert _flatten(struct) == values
+    assert flatten(struct) == values
 
 
 @pytest.fixture(scope="module")

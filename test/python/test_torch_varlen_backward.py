@@ -11,6 +11,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import attnc
 from attnc import _capi, torch_ops
+from ctypes_fields import flatten
 from compile_graphs import call_targets, recording_backend
 
 HQ, HKV, D, DV = 8, 2, 64, 64
@@ -211,19 +212,6 @@ def test_sequences_without_keys_are_refused_for_training():
 
 # ---- The structs, against ctypes and the C API's checks ----
 
-def _flatten(struct):
-    values = []
-    for name, _ in struct._fields_:
-        value = getattr(struct, name)
-        if isinstance(value, ctypes.Structure):
-            values.extend(_flatten(value))
-        elif isinstance(value, int) or value is None:
-            values.append(value or 0)
-        else:  # a pointer field
-            values.append(ctypes.cast(value, ctypes.c_void_p).value or 0)
-    return values
-
-
 def test_backward_ex_format_matches_the_ctypes_struct():
     fmt = torch_ops._BACKWARD_EX_FORMAT
     assert fmt.size == ctypes.sizeof(_capi.BackwardArgsEx) == 360
@@ -231,7 +219,7 @@ def test_backward_ex_format_matches_the_ctypes_struct():
               for i, code in enumerate(fmt.format.lstrip("<"))]
     struct = _capi.BackwardArgsEx()
     fmt.pack_into(struct, 0, *values)
-    assert _flatten(struct) == values
+    assert flatten(struct) == values
 
 
 @pytest.fixture(scope="module")
