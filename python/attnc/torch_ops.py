@@ -1157,6 +1157,17 @@ def _prepare_forward_ex(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, inputs:
     return args, out, lse, (array, workspace)
 
 
+def _ex_kernel(text: str, q: Tensor, k: Tensor, v: Tensor, cu_q: Optional[Tensor],
+               cu_kv: Optional[Tensor], layout: str, device: Any, backward: bool) -> Kernel:
+    """The kernel of plan `text` for a forward_ex or backward_ex call: heads from packed rows
+    [total, H, D] where cu_seqlens are given, else from `layout`."""
+    h_axis, _ = _axes(layout)
+    heads_q = q.shape[1] if cu_q is not None else q.shape[h_axis]
+    heads_kv = k.shape[1] if cu_kv is not None else k.shape[h_axis]
+    return _kernel_sized(text, _DTYPES[q.dtype], q.shape[-1], v.shape[-1], heads_q, heads_kv,
+                         device, backward)
+
+
 def _forward_ex_impl(q: Tensor, k: Tensor, v: Tensor, inputs: list, cu_q: Optional[Tensor],
                      cu_kv: Optional[Tensor], table: Optional[Tensor], lens: Optional[Tensor],
                      q_len: int, kv_len: int, text: str, inputs_desc: str, layout: str,
@@ -1167,11 +1178,7 @@ def _forward_ex_impl(q: Tensor, k: Tensor, v: Tensor, inputs: list, cu_q: Option
     stream: (out, lse), lse None without want_lse. backward: a gradient will be needed (the
     kernel is compiled with its backward, and what the backward refuses is refused now)."""
     device = _device_of(q)
-    h_axis, _ = _axes(layout)
-    heads_q = q.shape[1] if cu_q is not None else q.shape[h_axis]
-    heads_kv = k.shape[1] if cu_kv is not None else k.shape[h_axis]
-    kernel = _kernel_sized(text, _DTYPES[q.dtype], q.shape[-1], v.shape[-1], heads_q, heads_kv,
-                           device, backward)
+    kernel = _ex_kernel(text, q, k, v, cu_q, cu_kv, layout, device, backward)
     if backward:
         _check_trainable(table is not None, 0, "auto")
     args, out, lse, alive = _prepare_forward_ex(kernel, q, k, v, inputs, cu_q, cu_kv, table,
@@ -1290,11 +1297,7 @@ def _backward_ex_impl(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Te
                       deterministic: bool) -> tuple:
     """Launches the backward of a forward_ex call on torch's current stream: (dq, dk, dv)."""
     device = _device_of(q)
-    h_axis, _ = _axes(layout)
-    heads_q = q.shape[1] if cu_q is not None else q.shape[h_axis]
-    heads_kv = k.shape[1] if cu_kv is not None else k.shape[h_axis]
-    kernel = _kernel_sized(text, _DTYPES[q.dtype], q.shape[-1], v.shape[-1], heads_q, heads_kv,
-                           device, True)
+    kernel = _ex_kernel(text, q, k, v, cu_q, cu_kv, layout, device, True)
     args, dq, dk, dv, alive = _prepare_backward_ex(kernel, grad_out, q, k, v, out, lse, inputs,
                                                    cu_q, cu_kv, host_q, host_kv, q_len, kv_len,
                                                    inputs_desc, layout, deterministic)

@@ -3,7 +3,6 @@ attnc::forward_ex (its schema, and attnc::forward's unchanged), the shapes its f
 for each layout, torch.compile(fullgraph=True) tracing it, every argument error with its message
 before any op runs, and the structs it packs against the C API's own checks (host tensors
 standing in for device ones)."""
-import ctypes
 
 import pytest
 import torch
@@ -11,7 +10,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import attnc
 from attnc import _capi, torch_ops
-from ctypes_fields import flatten
+from ctypes_fields import assert_format_matches
 
 HQ, HKV, D, DV = 8, 2, 64, 64
 Q_LENS, KV_LENS = [3, 1, 6], [40, 17, 5]
@@ -270,12 +269,7 @@ def test_declared_inputs_span_the_launch_positions():
 @pytest.mark.parametrize("fmt,cls", [(torch_ops._FORWARD_EX_FORMAT, _capi.ForwardArgsEx),
                                      (torch_ops._SEQ_LAYOUT_FORMAT, _capi.SeqLayout)])
 def test_ex_formats_match_the_ctypes_structs(fmt, cls):
-    assert fmt.size == ctypes.sizeof(cls)
-    values = [(1000 + i) if code in "qiI" else (1 << 40) + 16 * i
-              for i, code in enumerate(fmt.format.lstrip("<"))]
-    struct = cls()
-    fmt.pack_into(struct, 0, *values)
-    assert flatten(struct) == values
+    assert_format_matches(fmt, cls)
 
 
 @pytest.fixture(scope="module")

@@ -306,6 +306,22 @@ std::pair<int, std::string> verdictOf(const attnc_kernel* kernel, const Args* ar
   return {code, takeError(message)};
 }
 
+// A newer caller's struct (Args followed by a field this library does not know): accepted while
+// the field is 0, refused with `refusal` once it is set.
+template <class Args, class Validate>
+void expectNewerFieldChecked(const attnc_kernel* kernel, const Args& args, Validate validate,
+                             const std::string& refusal) {
+  struct {
+    Args args;
+    uint64_t newerField;
+  } newer{args, 0};
+  newer.args.struct_size = sizeof newer;
+  EXPECT_EQ(verdictOf(kernel, &newer.args, validate).second, "");
+  newer.newerField = 1;
+  EXPECT_EQ(verdictOf(kernel, &newer.args, validate),
+            std::make_pair(int(ATTNC_ERROR_BAD_ARGUMENT), refusal));
+}
+
 // With no layout, attnc_kernel_validate_ex is attnc_kernel_validate on `base`, verdict and
 // message, whatever is wrong with it.
 TEST(CApi, ForwardExWithoutLayoutIsTheForwardCall) {
@@ -385,19 +401,10 @@ TEST(CApi, ForwardExStructSizeIsChecked) {
             "lengths)");
   ex.num_splits = 0;
   // A newer caller's struct: its fields past this library's must be 0.
-  struct {
-    attnc_forward_args_ex ex;
-    uint64_t newerField;
-  } newer{ex, 0};
-  newer.ex.struct_size = sizeof newer;
-  EXPECT_EQ(verdictOf(compiled.kernel, &newer.ex, attnc_kernel_validate_ex).second, "");
-  newer.newerField = 1;
-  EXPECT_EQ(verdictOf(compiled.kernel, &newer.ex, attnc_kernel_validate_ex),
-            std::make_pair(int(ATTNC_ERROR_BAD_ARGUMENT),
-                           std::string("attnc_forward_args_ex: expected 0 in the bytes past this "
-                                       "library's struct (240: a newer attnc_c.h's field this "
-                                       "library does not know), got byte 240 = 1 of "
-                                       "struct_size 248")));
+  expectNewerFieldChecked(compiled.kernel, ex, attnc_kernel_validate_ex,
+                          "attnc_forward_args_ex: expected 0 in the bytes past this library's "
+                          "struct (240: a newer attnc_c.h's field this library does not know), "
+                          "got byte 240 = 1 of struct_size 248");
 }
 
 // attnc_seq_layout reaches Kernel::validate field by field: its struct_size as the arguments',
@@ -602,19 +609,10 @@ TEST(CApi, BackwardExStructSizeIsChecked) {
                            std::string("attnc_backward_args_ex.reserved: expected 0, got 3")));
   ex.reserved = 0;
   // A newer caller's struct: its fields past this library's must be 0.
-  struct {
-    attnc_backward_args_ex ex;
-    uint64_t newerField;
-  } newer{ex, 0};
-  newer.ex.struct_size = sizeof newer;
-  EXPECT_EQ(verdictOf(compiled.kernel, &newer.ex, attnc_kernel_backward_validate_ex).second, "");
-  newer.newerField = 1;
-  EXPECT_EQ(verdictOf(compiled.kernel, &newer.ex, attnc_kernel_backward_validate_ex),
-            std::make_pair(int(ATTNC_ERROR_BAD_ARGUMENT),
-                           std::string("attnc_backward_args_ex: expected 0 in the bytes past this "
-                                       "library's struct (360: a newer attnc_c.h's field this "
-                                       "library does not know), got byte 360 = 1 of "
-                                       "struct_size 368")));
+  expectNewerFieldChecked(compiled.kernel, ex, attnc_kernel_backward_validate_ex,
+                          "attnc_backward_args_ex: expected 0 in the bytes past this library's "
+                          "struct (360: a newer attnc_c.h's field this library does not know), "
+                          "got byte 360 = 1 of struct_size 368");
 }
 
 // A packed batch reaches BackwardArgs::varlen: the host copies of cu_seqlens required and checked,

@@ -88,10 +88,11 @@ ATTNC_HD bool splitAllowed(const SplitPlan& plan, const SplitProblem& problem) {
              kKvBytesPerPartialByte * problem.partialBytes;
 }
 
-// The rule: a grid that fills the slots already (units >= slots) takes one split. Otherwise, over
-// the allowed plans of 1 .. min(kMaxSplits, kvTiles) splits, the fewest splits whose slot
-// efficiency reaches kSplitEfficiency of the best one's.
-ATTNC_HD SplitPlan splitCount(const SplitProblem& problem) {
+// The choice over a measure of plans: a grid that fills the slots already (units >= slots) takes
+// one split. Otherwise, over the allowed plans of 1 .. min(kMaxSplits, kvTiles) splits, the
+// fewest splits whose efficiency(plan) reaches kSplitEfficiency of the best allowed plan's.
+template <class Efficiency>
+ATTNC_HD SplitPlan chooseSplits(const SplitProblem& problem, const Efficiency& efficiency) {
   const SplitPlan one = {1, maxOf(problem.kvTiles, 1)};
   if (problem.units <= 0 || problem.slots <= 0 || problem.units >= problem.slots)
     return one;
@@ -99,17 +100,23 @@ ATTNC_HD SplitPlan splitCount(const SplitProblem& problem) {
   float best = 0.0f;
   for (int s = 1; s <= most; ++s) {
     const SplitPlan plan = splitPlanFor(s, problem.kvTiles);
-    const float efficiency = slotEfficiency(problem.units, plan.splits, problem.slots);
-    if (splitAllowed(plan, problem) && efficiency > best)
-      best = efficiency;
+    const float e = efficiency(plan);
+    if (splitAllowed(plan, problem) && e > best)
+      best = e;
   }
   for (int s = 1; s <= most; ++s) {
     const SplitPlan plan = splitPlanFor(s, problem.kvTiles);
-    if (splitAllowed(plan, problem) &&
-        slotEfficiency(problem.units, plan.splits, problem.slots) >= kSplitEfficiency * best)
+    if (splitAllowed(plan, problem) && efficiency(plan) >= kSplitEfficiency * best)
       return plan;
   }
   return one;
+}
+
+// The rule: chooseSplits over the slot efficiency (every sequence of the longest's length).
+ATTNC_HD SplitPlan splitCount(const SplitProblem& problem) {
+  return chooseSplits(problem, [&](const SplitPlan& plan) {
+    return slotEfficiency(problem.units, plan.splits, problem.slots);
+  });
 }
 
 // A batch of sequences of different lengths whose lengths the host knows (ForwardArgs' host
@@ -118,7 +125,7 @@ ATTNC_HD SplitPlan splitCount(const SplitProblem& problem) {
 // split size is judged by the share of the slots' time its live blocks spend on tiles:
 //   live = unitsPerSeq x sum_b ceil(tiles_b / t),  waves = ceil(live / slots),
 //   efficiency = unitsPerSeq x sum_b tiles_b / (t x waves x slots),
-// and the rule is splitCount's over it: the fewest splits within kSplitEfficiency of the best.
+// and the rule is chooseSplits over it: the fewest splits within kSplitEfficiency of the best.
 ATTNC_HD float mixedEfficiency(int unitsPerSeq, const int* seqTiles, int count, int splitTiles,
                                int slots) {
   i64 live = 0, work = 0;
@@ -142,27 +149,10 @@ ATTNC_HD SplitPlan splitCountMixed(const SplitProblem& problem, const int* seqTi
     uniform = seqTiles[b] == problem.kvTiles;
   if (uniform || count <= 0 || problem.units % count != 0)
     return splitCount(problem);
-  const SplitPlan one = {1, maxOf(problem.kvTiles, 1)};
-  if (problem.units <= 0 || problem.slots <= 0 || problem.units >= problem.slots)
-    return one;
   const int unitsPerSeq = problem.units / count;
-  const int most = minOf(kMaxSplits, maxOf(problem.kvTiles, 1));
-  float best = 0.0f;
-  for (int s = 1; s <= most; ++s) {
-    const SplitPlan plan = splitPlanFor(s, problem.kvTiles);
-    const float efficiency =
-        mixedEfficiency(unitsPerSeq, seqTiles, count, plan.splitTiles, problem.slots);
-    if (splitAllowed(plan, problem) && efficiency > best)
-      best = efficiency;
-  }
-  for (int s = 1; s <= most; ++s) {
-    const SplitPlan plan = splitPlanFor(s, problem.kvTiles);
-    if (splitAllowed(plan, problem) &&
-        mixedEfficiency(unitsPerSeq, seqTiles, count, plan.splitTiles, problem.slots) >=
-            kSplitEfficiency * best)
-      return plan;
-  }
-  return one;
+  return chooseSplits(problem, [&](const SplitPlan& plan) {
+    return mixedEfficiency(unitsPerSeq, seqTiles, count, plan.splitTiles, problem.slots);
+  });
 }
 
 }  // namespace attnc
