@@ -140,16 +140,33 @@ ATTNC_DEVICE void loadRowsAsyncConverged(u32 tileBase, const RowAddress& rowAddr
   constexpr int kValidChunks = Cols / 8;
   constexpr int kChunks = Rows * kChunksPerRow;
   constexpr int kIters = ceilDiv(kChunks, Threads);
-  // Two copies at a time, as loadRowsAsync.
-#pragma unroll 2
-  for (int i = 0; i < kIters; ++i) {
-    const int idx = tid + i * Threads;
-    const int row = idx / kChunksPerRow;
-    const int chunk = idx % kChunksPerRow;
-    const Element* address = rowAddress(row) + chunk * 8;
-    const bool valid = row < validRows && chunk < kValidChunks;
-    if (kChunks % Threads == 0 || idx < kChunks)  // (past the tile: no copy, not even a zero fill)
+  if constexpr (Threads % kChunksPerRow == 0 && Rows % (Threads / kChunksPerRow) == 0) {
+    // Whole rows an iteration: a thread keeps its chunk and steps its row by kRowStep, so the
+    // chunk's column, the valid test's column half and (row step a multiple of 8) the swizzle are
+    // fixed, and a copy costs its row's address and the copy itself.
+    constexpr int kRowStep = Threads / kChunksPerRow;
+    const int chunk = tid % kChunksPerRow, row0 = tid / kChunksPerRow;
+    const bool chunkValid = chunk < kValidChunks;
+#pragma unroll
+    for (int i = 0; i < Rows / kRowStep; ++i) {
+      const int row = row0 + i * kRowStep;
+      const Element* address = rowAddress(row) + chunk * 8;
+      const bool valid = chunkValid && row < validRows;
       cpAsync16(tileBase + Tile::chunkOffset(row, chunk), valid ? address : anyRow, valid);
+    }
+  } else {
+    // Four copies at a time: at two (or one) ptxas held head dim 224's decode to 128 registers
+    // and spilled on sm_80.
+#pragma unroll 4
+    for (int i = 0; i < kIters; ++i) {
+      const int idx = tid + i * Threads;
+      const int row = idx / kChunksPerRow;
+      const int chunk = idx % kChunksPerRow;
+      const Element* address = rowAddress(row) + chunk * 8;
+      const bool valid = row < validRows && chunk < kValidChunks;
+      if (kChunks % Threads == 0 || idx < kChunks)  // (past the tile: no copy, no zero fill)
+        cpAsync16(tileBase + Tile::chunkOffset(row, chunk), valid ? address : anyRow, valid);
+    }
   }
 }
 

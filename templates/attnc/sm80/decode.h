@@ -111,21 +111,24 @@ struct KvRows {
   ATTNC_DEVICE int pageAt(int column) const {
     return minOf(maxOf(table[minOf(column, maxPages - 1)], 0), numPages - 1);
   }
-  // The pages of the `rows` rows from j0 (rows <= 64), for rowIn; a load a lane, none contiguous.
+  // The pages of the `rows` rows from j0 (rows <= 64) for pagedRow: a load a lane.
   ATTNC_DEVICE TilePages pagesOf(int j0, int rows, int lane) const {
-    if (table == nullptr) return {0, 0, 0};
     const int first = j0 >> pageShift;
     const int count = ((j0 + rows - 1) >> pageShift) - first + 1;
     return {first, lane < count ? pageAt(first + lane) : 0,
             lane + 32 < count ? pageAt(first + lane + 32) : 0};
   }
-  // Row j of the rows `pages` covers. Every lane of the warp calls it together (a shuffle).
-  ATTNC_DEVICE const Element* rowIn(const TilePages& pages, int j) const {
-    if (table == nullptr) return base + j * strideS;
+  // Paged row j of the rows `pages` covers. Every lane of the warp calls it together (a shuffle).
+  ATTNC_DEVICE const Element* pagedRow(const TilePages& pages, int j) const {
     const int i = (j >> pageShift) - pages.first;
-    const int lo = __shfl_sync(0xffffffffu, pages.lo, i & 31);
-    const int hi = __shfl_sync(0xffffffffu, pages.hi, i & 31);
-    return base + (i < 32 ? lo : hi) * stridePage + (j & ((1 << pageShift) - 1)) * strideS;
+    int page = __shfl_sync(0xffffffffu, pages.lo, i & 31);
+    if (pageShift == 0) {  // (pages of one row: a tile's 64; the branch is the block's)
+      const int hi = __shfl_sync(0xffffffffu, pages.hi, i & 31);
+      page = i < 32 ? page : hi;
+    }
+    // Unsigned: page ids and in-page rows are never negative, which spares the 64-bit products
+    // their sign halves.
+    return base + i64(u32(page)) * stridePage + i64(u32(j & ((1 << pageShift) - 1))) * strideS;
   }
 };
 
@@ -157,6 +160,23 @@ struct DecodeProducer {
 
   static_assert(Config::kBlockKV <= 64, "a tile's pages fit TilePages' two ids a lane");
 
+  // One K or V tile from row kv0: contiguous rows step by their stride from the tile's first;
+  // paged rows take their pages from the lanes (the layout is the launch's: one branch a tile).
+  template <class Tile, int Cols, int LoadCols>
+  ATTNC_DEVICE void load(u32 dst, const KvRows<Element>& x, int kv0, int rows, int tid) const {
+    if (x.table == nullptr) {
+      const Element* first = x.base + kv0 * x.strideS;
+      block::loadRowsAsyncConverged<Tile, Element, Config::kBlockKV, Cols, LoadCols,
+                                    Config::kThreads>(
+          dst, [&](int r) { return first + r * x.strideS; }, rows, x.base, tid);
+    } else {
+      const TilePages pages = x.pagesOf(kv0, Config::kBlockKV, tid & 31);
+      block::loadRowsAsyncConverged<Tile, Element, Config::kBlockKV, Cols, LoadCols,
+                                    Config::kThreads>(
+          dst, [&](int r) { return x.pagedRow(pages, kv0 + r); }, rows, x.base, tid);
+    }
+  }
+
   ATTNC_DEVICE void issue(int tid) {
     if (tile <= last) {
       const u32 dst = buffers + u32(buffer * Config::kSlotBytes);
@@ -164,17 +184,11 @@ struct DecodeProducer {
       const int rows = minOf(Config::kBlockKV, tiles.p.kv_len - kv0);
       // (Two branches, not a reference chosen at run time: that would put the producer on the
       // stack.)
-      const int lane = tid & 31;
       if (!nextIsV) {
-        const TilePages pages = k.pagesOf(kv0, Config::kBlockKV, lane);
-        block::loadRowsAsyncConverged<typename Config::KTile, Element, Config::kBlockKV,
-                                      Config::kHeadDim, Config::kHeadDimPadded, Config::kThreads>(
-            dst, [&](int r) { return k.rowIn(pages, kv0 + r); }, rows, k.base, tid);
+        load<typename Config::KTile, Config::kHeadDim, Config::kHeadDimPadded>(dst, k, kv0, rows,
+                                                                                tid);
       } else {
-        const TilePages pages = v.pagesOf(kv0, Config::kBlockKV, lane);
-        block::loadRowsAsyncConverged<typename Config::VTile, Element, Config::kBlockKV,
-                                      Config::kHeadDimV, Config::kHeadDimV, Config::kThreads>(
-            dst, [&](int r) { return v.rowIn(pages, kv0 + r); }, rows, v.base, tid);
+        load<typename Config::VTile, Config::kHeadDimV, Config::kHeadDimV>(dst, v, kv0, rows, tid);
         expr::Tri unused;
         tile = tiles.nextLive(tile + 1, last, unused);
       }
@@ -307,6 +321,21 @@ ATTNC_DEVICE void storeDecode(const DecodeRowOut& out, DecodeState<Config>& stat
     }
 }
 
+// A block's kv head and row tile: blockIdx.y = hKv x row tiles + row tile, so that a kv head's
+// row tiles run side by side and the second reads the K/V tiles the first brought into L2. Read
+// through volatile asm so that the epilogue's call divides again rather than keep the prologue's
+// quotient live across the mainloop (where it was the one value ptxas spilled).
+struct DecodeRowTile {
+  int hKv, rowTile;
+};
+ATTNC_DEVICE DecodeRowTile decodeRowTile(int headsKv) {
+  u32 y, blocksY;
+  asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(y));
+  asm volatile("mov.u32 %0, %%nctaid.y;" : "=r"(blocksY));
+  const int rowTiles = int(blocksY) / headsKv;
+  return {int(y) / rowTiles, int(y) % rowTiles};
+}
+
 template <class Config, class Variant>
 ATTNC_DEVICE void decode(const DecodeParams& dp, unsigned char* smem) {
   using Element = typename Config::Element;
@@ -321,14 +350,12 @@ ATTNC_DEVICE void decode(const DecodeParams& dp, unsigned char* smem) {
   const FwdParams& p = dp.base;
 
   // The view: this block's sequence, kv head and packed rows.
-  // A kv head's row tiles are neighbours along y, so their blocks run together and the second
-  // reads the K/V tiles the first brought into L2.
   const int split = int(blockIdx.x), b = int(blockIdx.z);
-  const int rowTiles = int(gridDim.y) / p.heads_kv;
-  const int hKv = int(blockIdx.y) / rowTiles, rowTile = int(blockIdx.y) % rowTiles;
+  const DecodeRowTile at = decodeRowTile(p.heads_kv);
+  const int hKv = at.hKv;
   const SeqView<FwdParams> view = seqView(p, dp.seq, b);
   const int packedRows = Rows::rows(view.q_len);
-  const int row0 = rowTile * Config::kRows;
+  const int row0 = at.rowTile * Config::kRows;
   if (row0 >= packedRows) return;
   const int rowLast = minOf(row0 + Config::kRows, packedRows) - 1;
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
@@ -439,10 +466,12 @@ ATTNC_DEVICE void decode(const DecodeParams& dp, unsigned char* smem) {
     blockSync();
   }
 
-  // Epilogue.
-  if (warp == 0)
-    storeDecode<Config>(DecodeRowOut{dp, view, b}, state, row0, packedRows, hKv, split, lane,
-                        log2Scale);
+  // Epilogue (the row tile read again: see decodeRowTile).
+  if (warp == 0) {
+    const DecodeRowTile again = decodeRowTile(p.heads_kv);
+    storeDecode<Config>(DecodeRowOut{dp, view, b}, state, again.rowTile * Config::kRows,
+                        packedRows, again.hKv, split, lane, log2Scale);
+  }
 }
 
 // The combine: a warp per (query head, row) merges the row's splits (split_combine.h's
