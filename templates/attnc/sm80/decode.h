@@ -108,15 +108,19 @@ struct KvRows {
   const int* table;     // the sequence's row of the block table, or null
   int pageShift, maxPages, numPages;
 
-  ATTNC_DEVICE int pageAt(int column) const {
-    return minOf(maxOf(table[minOf(column, maxPages - 1)], 0), numPages - 1);
-  }
-  // The pages of the `rows` rows from j0 (rows <= 64) for pagedRow: a load a lane.
+  // The page ids of the `rows` rows from j0 (rows <= 64) for pagedRow, a load a lane (the table
+  // column clamped). The ids are checked apart (checked) so that a caller can load them early and
+  // wait on them only where they are used.
   ATTNC_DEVICE TilePages pagesOf(int j0, int rows, int lane) const {
     const int first = j0 >> pageShift;
     const int count = ((j0 + rows - 1) >> pageShift) - first + 1;
-    return {first, lane < count ? pageAt(first + lane) : 0,
-            lane + 32 < count ? pageAt(first + lane + 32) : 0};
+    return {first, lane < count ? table[minOf(first + lane, maxPages - 1)] : 0,
+            lane + 32 < count ? table[minOf(first + lane + 32, maxPages - 1)] : 0};
+  }
+  // Ids clamped into the pool: a wrong table reads wrong rows of the pool, never outside it.
+  ATTNC_DEVICE TilePages checked(const TilePages& pages) const {
+    return {pages.first, minOf(maxOf(pages.lo, 0), numPages - 1),
+            minOf(maxOf(pages.hi, 0), numPages - 1)};
   }
   // Paged row j of the rows `pages` covers. Every lane of the warp calls it together (a shuffle).
   ATTNC_DEVICE const Element* pagedRow(const TilePages& pages, int j) const {
@@ -157,8 +161,26 @@ struct DecodeProducer {
   int tile, last;
   int buffer = 0;
   bool nextIsV = false;
+  // The pages of `tile` (checked) and of the live tile after it (loading; paged layouts, K and V
+  // share the block table): a tile's pages load two issues before its first copy, so that no
+  // copy waits on the table.
+  int nextTile = 0;
+  TilePages pages{0, 0, 0}, nextPages{0, 0, 0};
 
   static_assert(Config::kBlockKV <= 64, "a tile's pages fit TilePages' two ids a lane");
+
+  ATTNC_DEVICE TilePages pagesAt(int t, int tid) const {
+    return k.table != nullptr && t <= last
+               ? k.pagesOf(t * Config::kBlockKV, Config::kBlockKV, tid & 31)
+               : TilePages{0, 0, 0};
+  }
+  // The stream's first tile and the one after it: before the first issue.
+  ATTNC_DEVICE void start(int tid) {
+    expr::Tri unused;
+    nextTile = tiles.nextLive(tile + 1, last, unused);
+    pages = k.checked(pagesAt(tile, tid));
+    nextPages = pagesAt(nextTile, tid);
+  }
 
   // One K or V tile from row kv0: contiguous rows step by their stride from the tile's first;
   // paged rows take their pages from the lanes (the layout is the launch's: one branch a tile).
@@ -170,7 +192,6 @@ struct DecodeProducer {
                                     Config::kThreads>(
           dst, [&](int r) { return first + r * x.strideS; }, rows, x.base, tid);
     } else {
-      const TilePages pages = x.pagesOf(kv0, Config::kBlockKV, tid & 31);
       block::loadRowsAsyncConverged<Tile, Element, Config::kBlockKV, Cols, LoadCols,
                                     Config::kThreads>(
           dst, [&](int r) { return x.pagedRow(pages, kv0 + r); }, rows, x.base, tid);
@@ -189,8 +210,12 @@ struct DecodeProducer {
                                                                                 tid);
       } else {
         load<typename Config::VTile, Config::kHeadDimV, Config::kHeadDimV>(dst, v, kv0, rows, tid);
+        // The next tile's pages loaded at the last V copy; the one after it's load now.
         expr::Tri unused;
-        tile = tiles.nextLive(tile + 1, last, unused);
+        tile = nextTile;
+        pages = k.checked(nextPages);
+        nextTile = tiles.nextLive(tile + 1, last, unused);
+        nextPages = pagesAt(nextTile, tid);
       }
       nextIsV = !nextIsV;
     }
@@ -400,6 +425,7 @@ ATTNC_DEVICE void decode(const DecodeParams& dp, unsigned char* smem) {
       kvSmem,
       tile,
       lastTile};
+  producer.start(tid);
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) producer.issue(tid);
 
