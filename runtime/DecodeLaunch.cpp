@@ -272,6 +272,20 @@ Status launchDecode(Kernel::Impl& impl, const KernelMetadata& m, const ForwardAr
   const int64_t rowsTotal = int64_t(m.headsQ) * dp.partial_rows;
   const int64_t blocks = (rowsTotal + sm80::kCombineRowsPerBlock - 1) / sm80::kCombineRowsPerBlock;
   void* combineParams[] = {&cp};
+  if (loaded->decodeCombineOverlaps) {
+    // The combine's launch and prologue overlap the decode grid's last blocks; it waits for the
+    // grid (griddepcontrol.wait) before it reads a partial.
+    cu::LaunchAttribute overlap{};
+    overlap.id = cu::kLaunchAttributeProgrammaticStreamSerialization;
+    overlap.value.programmaticStreamSerializationAllowed = 1;
+    cu::LaunchConfig config{unsigned(blocks), 1, 1, unsigned(sm80::kCombineThreads), 1, 1, 0,
+                            cuStream, &overlap, 1};
+    if (driver.check(driver.cuLaunchKernelEx(&config, loaded->decodeCombine, combineParams,
+                                             nullptr),
+                     "cuLaunchKernelEx(decode combine)", &error))
+      return Status::success();
+    // A driver or capture that refuses the attribute: the plain launch below.
+  }
   if (!driver.check(driver.cuLaunchKernel(loaded->decodeCombine, unsigned(blocks), 1, 1,
                                           unsigned(sm80::kCombineThreads), 1, 1, 0, cuStream,
                                           combineParams, nullptr),

@@ -59,6 +59,8 @@ struct DriverLoader {
       api.cuTensorMapEncodeTiled = nullptr;
     if (resolved && !lib.resolve(api.cuStreamIsCapturing, "cuStreamIsCapturing", &optional))
       api.cuStreamIsCapturing = nullptr;
+    if (resolved && !lib.resolve(api.cuLaunchKernelEx, "cuLaunchKernelEx", &optional))
+      api.cuLaunchKernelEx = nullptr;
     if (!resolved) {
       *error = "unusable CUDA driver: " + *error;
       return false;

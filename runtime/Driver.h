@@ -66,6 +66,33 @@ struct Memcpy2D {
 };
 constexpr int kMemoryTypeDevice = 2;  // CU_MEMORYTYPE_DEVICE
 
+// cuLaunchKernelEx's configuration (CUlaunchConfig, CUlaunchAttribute: CUDA 12.0 and later), with
+// the one attribute attnc sets.
+enum LaunchAttributeId : int {
+  // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: the grid may start before the previous
+  // kernel in the stream ends, waiting for it with griddepcontrol.wait (sm_90 and later).
+  kLaunchAttributeProgrammaticStreamSerialization = 6,
+};
+struct LaunchAttribute {
+  int id;  // LaunchAttributeId
+  char pad[4];
+  union {
+    char bytes[64];
+    int programmaticStreamSerializationAllowed;
+  } value;
+};
+struct LaunchConfig {
+  unsigned gridX, gridY, gridZ, blockX, blockY, blockZ;
+  unsigned sharedBytes;
+  Stream stream;
+  LaunchAttribute* attrs;
+  unsigned numAttrs;
+};
+static_assert(sizeof(LaunchAttribute) == 72 && offsetof(LaunchAttribute, value) == 8 &&
+                  sizeof(LaunchConfig) == 56 && offsetof(LaunchConfig, stream) == 32 &&
+                  offsetof(LaunchConfig, numAttrs) == 48,
+              "the CUDA 12 ABI of CUlaunchAttribute and CUlaunchConfig");
+
 // CUfunction_attribute values for cuFuncSetAttribute.
 enum FunctionAttribute : int {
   kMaxDynamicSharedSizeBytes = 8,
@@ -120,6 +147,10 @@ struct DriverApi {
                                        const unsigned long long* globalStrides,
                                        const unsigned* boxDim, const unsigned* elementStrides,
                                        int interleave, int swizzle, int l2Promotion, int oobFill);
+
+  // CUDA 12.0 and later; null with an older driver (decode then launches its combine plainly).
+  cu::Result (*cuLaunchKernelEx)(const cu::LaunchConfig* config, cu::Function function,
+                                 void** params, void** extra);
 
   // The process-wide driver, loaded and cuInit(0)-ed on the first call (thread-safe). Null, with
   // the reason in *error, when there is no libcuda.so.1, a symbol is missing or cuInit fails (for

@@ -4,6 +4,7 @@
 
 #include "runtime/ModuleSymbols.h"
 
+#include <cstdlib>
 #include <vector>
 
 namespace attnc {
@@ -282,6 +283,11 @@ Kernel::Impl::Loaded* Kernel::Impl::decodeFunctions(const DriverApi& driver, cu:
   if (entry->decodeBlocksPerSM < 1)
     return fail("its decode kernel (" + std::to_string(d.threads) + " threads, " +
                 std::to_string(d.smemBytes) + " B shared memory) fits no SM of this device");
+  int major = 0;
+  const char* pdl = std::getenv("ATTNC_DECODE_PDL");
+  entry->decodeCombineOverlaps =
+      driver.cuLaunchKernelEx != nullptr && !(pdl != nullptr && std::string(pdl) == "0") &&
+      driver.cuDeviceGetAttribute(&major, cu::kComputeCapabilityMajor, device) == 0 && major >= 9;
   return entry;
 }
 

@@ -28,6 +28,21 @@ ATTNC_HD float combineLog(float x) {
 #endif
 }
 
+// Programmatic dependent launch (PTX griddepcontrol, sm_90 and later; nothing on older targets and
+// on the host): the split grid lets its combine launch before it ends, and the combine waits for
+// the split grid's completion and writes before it reads a partial. Each is a no-op where the
+// launch did not ask for the overlap (the runtime's cuLaunchKernelEx attribute).
+ATTNC_HD void letDependentGridLaunch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+ATTNC_HD void waitForPrerequisiteGrid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // The weights of one row's splits: w_s / sum w = exp(lse_s - m) * invSum.
 struct SplitWeights {
   float rowMax;  // m; -inf when no split kept a key

@@ -374,6 +374,9 @@ ATTNC_DEVICE void decode(const DecodeParams& dp, unsigned char* smem) {
   constexpr bool kQInRegs = Config::kQInRegs;
   const FwdParams& p = dp.base;
 
+  // The combine (its own grid, with more than one split) may launch now: it waits for this grid.
+  letDependentGridLaunch();
+
   // The view: this block's sequence, kv head and packed rows.
   const int split = int(blockIdx.x), b = int(blockIdx.z);
   const DecodeRowTile at = decodeRowTile(p.heads_kv);
@@ -507,6 +510,7 @@ template <class Element, int HeadDimV>
 ATTNC_DEVICE void decodeCombine(const CombineParams& p) {
   const i64 index = i64(blockIdx.x) * kCombineRowsPerBlock + (threadIdx.x >> 5);
   if (index >= i64(p.heads_q) * p.rows) return;  // (whole warps)
+  waitForPrerequisiteGrid();  // the split grid's partials (it may still run: launched overlapped)
   const int lane = int(threadIdx.x & 31);
   const int h = int(index / p.rows);
   const i64 row = index % p.rows;
