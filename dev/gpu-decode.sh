@@ -2,7 +2,8 @@
 # One device call for the decode path (dev/README.md), each step time-bounded (dev/gpu-steps.sh),
 # then a short table. Steps: smoke (dev/decode_smoke.py), tiny, small and fullsubset (the decode
 # suite's subsets), bench (quick), benchflex (quick, with FlexAttention), full and fullflex (every
-# row), probe (dev/decode_probe.py), memcheck and racecheck (the sanitizer subset), pyvarlen
+# row), nopdl (the batch-1 rows with the combine's launch not overlapped), probe
+# (dev/decode_probe.py), memcheck and racecheck (the sanitizer subset), pyvarlen
 # (test/gpu/test_python_varlen.py), host (examples/decode-host). Run on the GPU machine from the
 # repository root with the bundle carried (dev/device-bundle.sh); results land in $OUT.
 #   bash dev/gpu-decode.sh [STEP...]   (default: smoke tiny bench memcheck)
@@ -26,6 +27,8 @@ for s in "${steps[@]}"; do
              --json "$OUT/decode-quick.json" ;;
     benchflex) step benchflex 400 "$OUT/benchflex.log" python3 bench/bench_decode.py --quick \
                  --json "$OUT/decode-quick-flex.json" ;;
+    nopdl) step nopdl 200 "$OUT/nopdl.log" env ATTNC_DECODE_PDL=0 python3 bench/bench_decode.py \
+             --no-flex --no-varlen --only B1 --json "$OUT/decode-nopdl.json" ;;
     probe) step probe 240 "$OUT/probe.log" python3 dev/decode_probe.py ;;
     full) step full 300 "$OUT/full.log" python3 bench/bench_decode.py --no-flex \
             --json "$OUT/decode-full.json" ;;
