@@ -6,47 +6,44 @@
 
 // hd64, G 1: 32 rows (one kernel serves every q_len), Q resident (2 x 4 x 4 = 32 registers). A
 // 64 x 64 x 2 B tile is 8 KB; Little's law asks 4.8 MB / 132 SMs = 36364 B per SM, 18182 per
-// block at 2 blocks/SM: 3 tiles, twice over for the 2 row tiles that can share them (64 packed
-// rows): 6 loading, 7 stages. On sm_80 (108 SMs) 22223 B per block: still 3 tiles, 7 stages.
+// block at 2 blocks/SM: 3 tiles loading, 4 stages. On sm_80 (108 SMs) 22223 B per block: still 3.
 // SM90-LABEL: attn.attention @hd64_g1
 // SM90: decode_tiles = {block_kv = 64 : i64, derivation = ["packed rows: G 1 x q_len 1 = 1; up to 2 m16 fragments a block"
 // SM90-SAME: "B_c = 64: 4 warps of 16 keys each against all rows"
 // SM90-SAME: "registers: 32 rows; live fp32 O + S + Q = 112 per thread <= 192 (3/4 of 255)"
-// SM90-SAME: "Little's law: 4.8 TB/s x 1 us / 132 SMs = 36364 B in flight per SM, 18182 per block at 2 blocks/SM = 3 tile(s) of 8192 B; x 2 for up to 2 row tiles sharing them = 6 loading while one is read: 7 stages"
-// SM90-SAME: q_in_registers = true, rows = 32 : i64, smem_bytes = 61440 : i64, stages = 7 : i64, warps = 4 : i64}
+// SM90-SAME: "Little's law: 4.8 TB/s x 1 us / 132 SMs = 36364 B in flight per SM, 18182 per block at 2 blocks/SM = 3 tile(s) of 8192 B loading while one is read: 4 stages"
+// SM90-SAME: q_in_registers = true, rows = 32 : i64, smem_bytes = 36864 : i64, stages = 4 : i64, warps = 4 : i64}
 // SM80-LABEL: attn.attention @hd64_g1
 // SM80: decode_tiles = {block_kv = 64 : i64
-// SM80-SAME: rows = 32 : i64, smem_bytes = 61440 : i64, stages = 7 : i64, warps = 4 : i64}
+// SM80-SAME: rows = 32 : i64, smem_bytes = 36864 : i64, stages = 4 : i64, warps = 4 : i64}
 // ERR: select-decode-tiles.mlir:[[@LINE+1]]:1: error: 'attn.attention' op no decode tile configuration fits sm_80 (167936 bytes of shared memory per SM, 32 registers per thread) for head_dim 64, head_dim_v 64 with 0 input reads
 attn.attention @hd64_g1 attributes {dropout = 0.0, element_type = bf16, head_dim = 64,
     head_dim_v = 64, heads_kv = 8, heads_q = 8, inputs = {}, scale = 0.125} mask {} score {}
 
-// hd128, G 4 (32/8): O 128 + S 16 registers, Q (64) from shared memory; 16 KB tiles, 2 loading
-// for each of 2 row tiles: 5 stages, (32 + 5 x 64) x 128 x 2 B. sm_80's half SM holds 4. q_len 4
-// changes nothing but the row tiles' count.
+// hd128, G 4 (32/8): O 128 + S 16 registers, Q (64) from shared memory; 16 KB tiles, 2 loading:
+// 3 stages, (32 + 3 x 64) x 128 x 2 B. q_len 4 changes nothing but the row tiles' count.
 // SM90-LABEL: attn.attention @hd128_g4
 // SM90: decode_tiles = {block_kv = 64 : i64
 // SM90-SAME: "packed rows: G 4 x q_len 1 = 4
-// SM90-SAME: q_in_registers = false, rows = 32 : i64, smem_bytes = 90112 : i64, stages = 5 : i64, warps = 4 : i64}
+// SM90-SAME: q_in_registers = false, rows = 32 : i64, smem_bytes = 57344 : i64, stages = 3 : i64, warps = 4 : i64}
 // SM80-LABEL: attn.attention @hd128_g4
-// SM80: rows = 32 : i64, smem_bytes = 73728 : i64, stages = 4 : i64
+// SM80: rows = 32 : i64, smem_bytes = 57344 : i64, stages = 3 : i64
 // SM86-LABEL: attn.attention @hd128_g4
 // SM86: "shared memory: max((Q 32 + 2 K/V buffers x 64) rows x 128 wide x 2 B, merge 2 x 32 rows x (d_v + m, l) x 4 B) = 40960 B <= 50176 B (1/2 of the SM, less its 1024 B reserve)"
 // Q4-LABEL: attn.attention @hd128_g4
 // Q4: "packed rows: G 4 x q_len 4 = 16; up to 2 m16 fragments a block"
 // Q4-SAME: "result: 32 rows (1 row tile(s) per kv head at q_len 4)
-// Q4-SAME: rows = 32 : i64, smem_bytes = 90112 : i64
+// Q4-SAME: rows = 32 : i64, smem_bytes = 57344 : i64
 attn.attention @hd128_g4 attributes {dropout = 0.0, element_type = bf16, head_dim = 128,
     head_dim_v = 128, heads_kv = 8, heads_q = 32, inputs = {}, scale = 0.0883883} mask {} score {}
 
 // hd256, G 8 (64/8): 32 rows would need O of 2 x 128 fp32 a lane, over the budget: 16 rows. The
-// 64-key tiles are 32 KB, one loading for each of 4 row tiles: 5 stages asked; sm_90a's half SM
-// holds 3, (16 + 3 x 64) x 256 x 2 B = 106496 B, sm_80's 2, (16 + 2 x 64) x 256 x 2 B = 73728 B.
-// sm_86's half SM (50176 B with its 1 KB reserve) cannot hold 2: one block an SM there.
+// 64-key tiles are 32 KB: 2 stages, (16 + 2 x 64) x 256 x 2 B = 73728 B. sm_86's half SM (50176 B
+// with its 1 KB reserve) cannot hold them: one block an SM there.
 // SM90-LABEL: attn.attention @hd256_g8
 // SM90: decode_tiles = {block_kv = 64 : i64
 // SM90-SAME: "registers: 16 rows; live fp32 O + S = 136 per thread <= 192 (3/4 of 255); Q read from shared memory each tile"
-// SM90-SAME: rows = 16 : i64, smem_bytes = 106496 : i64, stages = 3 : i64
+// SM90-SAME: rows = 16 : i64, smem_bytes = 73728 : i64, stages = 2 : i64
 // SM80-LABEL: attn.attention @hd256_g8
 // SM80: smem_bytes = 73728 : i64, stages = 2 : i64
 // SM86-LABEL: attn.attention @hd256_g8

@@ -102,21 +102,15 @@ FailureOr<DecodeTileChoice> mlir::attn::deriveDecodeTiles(const DecodeProblem& p
                          : std::string(),
                      qResident ? "" : "; Q read from shared memory each tile"));
 
-  // 4. Stages: keep the bytes Little's law asks for in flight with 2 blocks per SM. A kv head's
-  // row tiles run side by side and read the same K/V (decode.h's grid order), so the new bytes in
-  // flight are a block's share of that: each block keeps as many tiles loading as there can be
-  // row tiles (the shared memory this takes is free while registers hold 2 blocks an SM).
+  // 4. Stages: keep the bytes Little's law asks for in flight with 2 blocks per SM.
   const int64_t tileBytes = blockKV * width * e;
   const int64_t perSM = llvm::divideCeil(kBytesInFlightPerGpu, numSMs);
   const int64_t perBlock = llvm::divideCeil(perSM, kBlocksPerSM);
-  const int64_t sharing = llvm::divideCeil(kDecodeMaxPackedRows, kFragmentRows * mTiles);
-  const int64_t loading = llvm::divideCeil(perBlock, tileBytes);
-  int64_t stages = std::max<int64_t>(kMinStages, sharing * loading + 1);
+  int64_t stages = std::max<int64_t>(kMinStages, llvm::divideCeil(perBlock, tileBytes) + 1);
   note(llvm::formatv("Little's law: 4.8 TB/s x 1 us / {0} SMs = {1} B in flight per SM, {2} per "
-                     "block at {3} blocks/SM = {4} tile(s) of {5} B; x {6} for up to {6} row "
-                     "tiles sharing them = {7} loading while one is read: {8} stages",
-                     numSMs, perSM, perBlock, kBlocksPerSM, loading, tileBytes, sharing,
-                     sharing * loading, stages));
+                     "block at {3} blocks/SM = {4} tile(s) of {5} B loading while one is read: "
+                     "{6} stages",
+                     numSMs, perSM, perBlock, kBlocksPerSM, stages - 1, tileBytes, stages));
 
   // 5. Shared memory: within 1/kBlocksPerSM of the SM, less the driver's reserve per block;
   // stages go first, then rows.
