@@ -270,7 +270,8 @@ void emitEntries(llvm::raw_ostream& os, const Unit& unit,
        << "  attnc::sm80::decode<DecodeConfig, Variant>(p, smem128);\n}\n";
     if (unit.decode->wideRows > 0) {
       result.decodeWideEntry = (op.getSymName() + kDecodeWideEntrySuffix).str();
-      os << "extern \"C\" __global__ void __launch_bounds__(DecodeWideConfig::kThreads) "
+      // One block an SM (two blocks' registers): said, or ptxas may hold it to 128 registers.
+      os << "extern \"C\" __global__ void __launch_bounds__(DecodeWideConfig::kThreads, 1) "
          << result.decodeWideEntry << "(const __grid_constant__ attnc::DecodeParams p) {\n"
          << "  extern __shared__ __align__(128) unsigned char smem128[];\n"
          << "  attnc::sm80::decode<DecodeWideConfig, Variant>(p, smem128);\n}\n";

@@ -163,25 +163,19 @@ struct DecodeProducer {
   int tile, last;
   int buffer = 0;
   bool nextIsV = false;
-  // The pages of `tile` (checked) and of the live tile after it (loading; paged layouts, K and V
-  // share the block table): a tile's pages load two issues before its first copy, so that no
-  // copy waits on the table.
-  int nextTile = 0;
-  TilePages pages{0, 0, 0}, nextPages{0, 0, 0};
+  // The page ids of `tile`, unchecked (paged layouts; K and V share the block table): loaded when
+  // the stream reaches the tile, a consumer step before its first copy, so that the copy does not
+  // wait on the table. (Two registers: the decode kernel's registers are full.)
+  int pageLo = 0, pageHi = 0;
 
   static_assert(Config::kBlockKV <= 64, "a tile's pages fit TilePages' two ids a lane");
 
-  ATTNC_DEVICE TilePages pagesAt(int t, int tid) const {
-    return k.table != nullptr && t <= last
-               ? k.pagesOf(t * Config::kBlockKV, Config::kBlockKV, tid & 31)
-               : TilePages{0, 0, 0};
-  }
-  // The stream's first tile and the one after it: before the first issue.
-  ATTNC_DEVICE void start(int tid) {
-    expr::Tri unused;
-    nextTile = tiles.nextLive(tile + 1, last, unused);
-    pages = k.checked(pagesAt(tile, tid));
-    nextPages = pagesAt(nextTile, tid);
+  // Loads `tile`'s page ids: before the first issue, then as the stream moves to a tile.
+  ATTNC_DEVICE void fetchPages(int tid) {
+    if (k.table != nullptr && tile <= last) {
+      const TilePages raw = k.pagesOf(tile * Config::kBlockKV, Config::kBlockKV, tid & 31);
+      pageLo = raw.lo, pageHi = raw.hi;
+    }
   }
 
   // One K or V tile from row kv0: contiguous rows step by their stride from the tile's first;
@@ -194,6 +188,7 @@ struct DecodeProducer {
                                     Config::kThreads>(
           dst, [&](int r) { return first + r * x.strideS; }, rows, x.base, tid);
     } else {
+      const TilePages pages = x.checked({kv0 >> x.pageShift, pageLo, pageHi});
       block::loadRowsAsyncConverged<Tile, Element, Config::kBlockKV, Cols, LoadCols,
                                     Config::kThreads>(
           dst, [&](int r) { return x.pagedRow(pages, kv0 + r); }, rows, x.base, tid);
@@ -212,12 +207,9 @@ struct DecodeProducer {
                                                                                 tid);
       } else {
         load<typename Config::VTile, Config::kHeadDimV, Config::kHeadDimV>(dst, v, kv0, rows, tid);
-        // The next tile's pages loaded at the last V copy; the one after it's load now.
         expr::Tri unused;
-        tile = nextTile;
-        pages = k.checked(nextPages);
-        nextTile = tiles.nextLive(tile + 1, last, unused);
-        nextPages = pagesAt(nextTile, tid);
+        tile = tiles.nextLive(tile + 1, last, unused);
+        fetchPages(tid);
       }
       nextIsV = !nextIsV;
     }
@@ -436,7 +428,7 @@ ATTNC_DEVICE void decode(const DecodeParams& dp, unsigned char* smem) {
       kvSmem,
       tile,
       lastTile};
-  producer.start(tid);
+  producer.fetchPages(tid);
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) producer.issue(tid);
 
