@@ -415,7 +415,7 @@ std::pair<Kernel, Kernel> coldAndWarmWithDeferred(JitCompiler& jit, const char* 
 // (at the default 7 it fits) derives 128 x 128
 // with four warps on sm_80, whose forward kernel spills 8 bytes (CUDA 13.0); the JIT then derives
 // the tile again with 8 more registers reserved, compiles B_c = 64 without spills, and caches that.
-// (No sm_90a forward found spills since 2026-12-04: test/tools/spill-fallback.yaml.)
+// (No sm_90a forward is known to spill: test/tools/spill-fallback.yaml.)
 TEST_F(JitCache, SpillingTileFallsBack) {
   const attnc::testing::ScratchDir dir("jit-spill", /*create=*/false);
   const Target ampere = *Target::byName("sm_80", nullptr);
@@ -445,9 +445,9 @@ TEST_F(JitCache, SpillingTileFallsBack) {
 
 // A fallback that changes only the warps: head dim 192 beside head_dim_v 128 on sm_80 derives
 // 128 x 64 with four warps of 32 rows, whose forward spills 40 bytes (CUDA 13.0); 8 more reserved
-// registers give eight warps of 16 rows at the same B_r and B_c, which do not spill. Until
-// 2026-12-04 the fallback compared B_r, B_c and stages only, took that tile for the same one and
-// kept the spilling kernel.
+// registers give eight warps of 16 rows at the same B_r and B_c, which do not spill: the fallback
+// compares the warps too, not only B_r, B_c and stages (else it takes that tile for the same one
+// and keeps the spilling kernel).
 TEST_F(JitCache, SpillFallbackTakesATileOfOtherWarps) {
   const attnc::testing::ScratchDir dir("jit-spill-warps", /*create=*/false);
   const Target ampere = *Target::byName("sm_80", nullptr);
