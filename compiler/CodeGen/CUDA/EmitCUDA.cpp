@@ -114,24 +114,25 @@ void emitConfigs(llvm::raw_ostream& os, const Unit& unit, bool kvOrderedGrid,
     result.backward = info;
   }
   if (const DecodeTiles* decode = unit.decode) {
-    // The decode kernel's config and, where the rule derived one, the wide kernel's (two row
-    // groups), each checked against the rule's shared memory, rows and threads.
-    auto config = [&](const char* name, long long stages, int rowGroups, long long smemBytes,
-                      long long rows, long long warps) {
-      os << llvm::formatv("using {0} = attnc::sm80::DecodeConfig<{1}, {2}, {3}, {4}, {5}, {6}, "
-                          "{7}, {8}>;\n",
-                          name, element, op.getHeadDim(), op.getHeadDimV(),
-                          op.getHeadsQ() / op.getHeadsKv(), decode->rows / 16, stages,
-                          decode->qInRegisters ? "true" : "false", rowGroups);
-      os << llvm::formatv("static_assert({0}::kSmemBytes == {1} && {0}::kRows == {2} && "
-                          "{0}::kThreads == {3} && {0}::kBlockKV == {4}, \"attn-select-decode-"
-                          "tiles and the decode template disagree\");\n",
-                          name, smemBytes, rows, warps * 32, decode->blockKV);
-    };
-    config("DecodeConfig", decode->stages, 1, decode->smemBytes, decode->rows, decode->warps);
-    if (decode->wideRows > 0)
-      config("DecodeWideConfig", decode->wideStages, 2, decode->wideSmemBytes, decode->wideRows,
-             decode->wideWarps);
+    os << llvm::formatv("using DecodeConfig = attnc::sm80::DecodeConfig<{0}, {1}, {2}, {3}, {4}, "
+                        "{5}, {6}>;\n",
+                        element, op.getHeadDim(), op.getHeadDimV(),
+                        op.getHeadsQ() / op.getHeadsKv(), decode->rows / 16, decode->stages,
+                        decode->qInRegisters ? "true" : "false");
+    os << "static_assert(DecodeConfig::kSmemBytes == " << decode->smemBytes
+       << " && DecodeConfig::kBlockKV == " << decode->blockKV
+       << ", \"attn-select-decode-tiles and the decode template disagree\");\n";
+    if (decode->wideRows > 0) {
+      os << llvm::formatv("using DecodeWideConfig = attnc::sm80::DecodeConfig<{0}, {1}, {2}, {3}, "
+                          "{4}, {5}, {6}, 2>;\n",
+                          element, op.getHeadDim(), op.getHeadDimV(),
+                          op.getHeadsQ() / op.getHeadsKv(), decode->rows / 16, decode->wideStages,
+                          decode->qInRegisters ? "true" : "false");
+      os << "static_assert(DecodeWideConfig::kSmemBytes == " << decode->wideSmemBytes
+         << " && DecodeWideConfig::kRows == " << decode->wideRows
+         << " && DecodeWideConfig::kThreads == " << decode->wideWarps * 32
+         << ", \"attn-select-decode-tiles and the wide decode template disagree\");\n";
+    }
   }
 }
 
