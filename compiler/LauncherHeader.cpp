@@ -55,12 +55,7 @@ KernelMetadata kernelMetadata(const Spec& spec, const CompiledKernel& kernel, co
                               int(kernel.decode->rows),
                               int(kernel.decode->blockKV),
                               int(kernel.decode->stages),
-                              kernel.decode->smemBytes,
-                              kernel.decodeWideEntry,
-                              int(kernel.decode->wideWarps * 32),
-                              int(kernel.decode->wideRows),
-                              int(kernel.decode->wideStages),
-                              kernel.decode->wideSmemBytes};
+                              kernel.decode->smemBytes};
   for (int slot : kernel.summarySlots) m.inputs.at(size_t(slot)).summarized = true;
   m.attncVersion = version();
   if (kernel.backward) {
@@ -144,9 +139,7 @@ std::string emitLauncherHeader(const std::string& specPath, const std::vector<La
     if (const auto& d = m.decode)
       os << "  m.decode = attnc::DecodeMetadata{" << quoted(d->entry) << ", "
          << quoted(d->combineEntry) << ", " << d->threads << ", " << d->rows << ", " << d->blockKV
-         << ", " << d->stages << ", " << d->smemBytes << ", " << quoted(d->wideEntry) << ", "
-         << d->wideThreads << ", " << d->wideRows << ", " << d->wideStages << ", "
-         << d->wideSmemBytes << "};\n";
+         << ", " << d->stages << ", " << d->smemBytes << "};\n";
     if (const auto& b = m.backward)
       os << "  m.backward = attnc::BackwardMetadata{" << quoted(b->entryStem) << ", "
          << b->kvThreads << ", " << b->qThreads << ", " << b->kvBlockKV << ", " << b->qBlockQ

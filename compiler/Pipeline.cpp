@@ -142,10 +142,6 @@ bool deriveDecodeTilesOnCopy(ModuleOp module, const Target& target, const Compil
     decode.warps = get("warps");
     decode.stages = get("stages");
     decode.smemBytes = get("smem_bytes");
-    decode.wideRows = get("wide_rows");
-    decode.wideWarps = get("wide_warps");
-    decode.wideStages = get("wide_stages");
-    decode.wideSmemBytes = get("wide_smem_bytes");
     if (auto q = tiles.getAs<BoolAttr>("q_in_registers")) decode.qInRegisters = q.getValue();
     if (auto lines = tiles.getAs<ArrayAttr>("derivation"))
       for (Attribute line : lines) decode.derivation.push_back(cast<StringAttr>(line).str());
@@ -280,7 +276,6 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
   kernel.maskIgnoresHead = source->maskIgnoresHead;
   kernel.decodeEntry = source->decodeEntry;
   kernel.decodeCombineEntry = source->decodeCombineEntry;
-  kernel.decodeWideEntry = source->decodeWideEntry;
   if (stage == Stage::CUDA) return kernel;
 
   std::string error;
@@ -319,8 +314,6 @@ std::optional<CompiledKernel> Compiler::compile(const Spec& spec, const Target& 
     kernel.resources = it->second;
   if (auto it = result.resources.find(kernel.decodeEntry); it != result.resources.end())
     kernel.decodeResources = it->second;
-  if (auto it = result.resources.find(kernel.decodeWideEntry); it != result.resources.end())
-    kernel.decodeWideResources = it->second;
   if (kernel.backward)
     for (BackwardEntry entry : kAllBackwardEntries)
       if (auto it = result.resources.find(kernel.backward->entryStem + backwardEntrySuffix(entry));

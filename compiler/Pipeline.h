@@ -76,9 +76,7 @@ struct CompiledKernel {
   std::optional<DecodeTiles> decode;
   std::string decodeError;
   std::string decodeEntry, decodeCombineEntry;
-  std::string decodeWideEntry;        // with a wide decode kernel (DecodeTiles::wideRows)
-  ResourceUsage decodeResources;      // ptxas' report of the decode entry (Stage::Binary)
-  ResourceUsage decodeWideResources;  // and of the wide one
+  ResourceUsage decodeResources;  // ptxas' report of the decode entry (Stage::Binary)
   std::optional<double> keptFraction;  // of (q, k) elements, at the summary lengths
   // The mask as attn-classify-blocks evaluates it on the host (Stage::TiledIR on): `attnc explain`
   // draws its block map with it, at sample values of declared inputs too.

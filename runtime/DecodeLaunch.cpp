@@ -72,29 +72,22 @@ bool hostKvTiles(const ForwardArgs& args, int blockKV, std::vector<int>& tiles) 
 
 }  // namespace
 
-bool takesWideDecode(const KernelMetadata& m, const DecodePlan& plan) {
-  return plan.decode && m.decode && !m.decode->wideEntry.empty() && plan.rows == m.decode->wideRows;
-}
-
 DecodePlan decodePlanFor(const KernelMetadata& m, const ForwardArgs& args, int numSMs,
-                         int blocksPerSM, int wideBlocksPerSM) {
+                         int blocksPerSM) {
   DecodePlan plan;
   if (!m.decode || !takesDecode(m, args)) return plan;
   const DecodeMetadata& d = *m.decode;
   const int group = m.headsQ / m.headsKV;
   const int64_t elementBytes = 2;  // bf16 and fp16
-  const int64_t packed = int64_t(group) * args.q_len;
-  // More rows than a block's: the wide kernel reads a kv head's K/V once for twice the rows.
-  const bool wide = !d.wideEntry.empty() && wideBlocksPerSM > 0 && packed > d.rows;
   plan.decode = true;
-  plan.rows = wide ? d.wideRows : d.rows;
+  plan.rows = d.rows;
   plan.blockKV = d.blockKV;
-  plan.rowTiles = int((packed + plan.rows - 1) / plan.rows);
+  plan.rowTiles = int((group * args.q_len + d.rows - 1) / d.rows);
   const int kvTiles = int((args.kv_len + d.blockKV - 1) / d.blockKV);
   SplitProblem problem{int(std::min<int64_t>(INT32_MAX, args.batch * m.headsKV * plan.rowTiles)),
-                       kvTiles, numSMs * (wide ? wideBlocksPerSM : blocksPerSM),
+                       kvTiles, numSMs * blocksPerSM,
                        int64_t(d.blockKV) * (m.headDim + m.headDimV) * elementBytes,
-                       std::min<int64_t>(packed, plan.rows) * m.headDimV * 4};
+                       std::min<int64_t>(int64_t(group) * args.q_len, d.rows) * m.headDimV * 4};
   thread_local std::vector<int> tiles;  // (kept: a decode step plans once a token)
   SplitPlan split;
   if (args.num_splits > 0) {
@@ -148,7 +141,7 @@ Status planOf(Kernel::Impl& impl, const KernelMetadata& m, const ForwardArgs& ar
     *out = DecodePlan{};
     return Status::success();
   }
-  int blocksPerSM = 0, wideBlocksPerSM = 0;
+  int blocksPerSM = 0;
   const KernelMetadata* image = &m;
   if (numSMs == 0 && takesDecode(m, args) && m.decode) {
     InContext at;
@@ -162,15 +155,11 @@ Status planOf(Kernel::Impl& impl, const KernelMetadata& m, const ForwardArgs& ar
       if (!loaded) return Status::error(error);
       numSMs = loaded->numSMs;
       blocksPerSM = loaded->decodeBlocksPerSM;
-      wideBlocksPerSM = loaded->decodeWide ? loaded->decodeWideBlocksPerSM : -1;
       image = &loaded->image->metadata;
     }
   }
-  // Without a device: the tile rule's aim, 2 blocks an SM, and 1 of the wide kernel's.
   if (blocksPerSM == 0) blocksPerSM = 2;
-  if (wideBlocksPerSM == 0) wideBlocksPerSM = 1;
-  *out = decodePlanFor(*image, args, std::max(numSMs, 1), std::max(blocksPerSM, 1),
-                       std::max(wideBlocksPerSM, 0));
+  *out = decodePlanFor(*image, args, std::max(numSMs, 1), std::max(blocksPerSM, 1));
   return Status::success();
 }
 
@@ -211,10 +200,7 @@ Status launchDecode(Kernel::Impl& impl, const KernelMetadata& m, const ForwardAr
   if (!loaded) return Status::error(error);
   const KernelMetadata& image = loaded->image->metadata;
   const DecodeMetadata& d = *image.decode;
-  const DecodePlan plan =
-      decodePlanFor(image, args, loaded->numSMs, loaded->decodeBlocksPerSM,
-                    loaded->decodeWide ? loaded->decodeWideBlocksPerSM : 0);
-  const bool wide = takesWideDecode(image, plan);
+  const DecodePlan plan = decodePlanFor(image, args, loaded->numSMs, loaded->decodeBlocksPerSM);
   const int64_t gridY = int64_t(plan.rowTiles) * m.headsKV;
   if (gridY > kMaxGridYZ)
     return Status::error("kernel '" + m.name + "' (decode): heads_kv x row tiles = " +
@@ -264,13 +250,10 @@ Status launchDecode(Kernel::Impl& impl, const KernelMetadata& m, const ForwardAr
   }
 
   void* params[] = {&dp};
-  if (!driver.check(driver.cuLaunchKernel(wide ? loaded->decodeWide : loaded->decode,
-                                          unsigned(plan.splits), unsigned(gridY),
-                                          unsigned(args.batch),
-                                          unsigned(wide ? d.wideThreads : d.threads), 1, 1,
-                                          unsigned(wide ? d.wideSmemBytes : d.smemBytes),
-                                          cuStream, params, nullptr),
-                    wide ? "cuLaunchKernel(decode wide)" : "cuLaunchKernel(decode)", &error))
+  if (!driver.check(driver.cuLaunchKernel(loaded->decode, unsigned(plan.splits), unsigned(gridY),
+                                          unsigned(args.batch), unsigned(d.threads), 1, 1,
+                                          unsigned(d.smemBytes), cuStream, params, nullptr),
+                    "cuLaunchKernel(decode)", &error))
     return Status::error("kernel '" + m.name + "': " + error);
   if (plan.splits == 1) return Status::success();
 

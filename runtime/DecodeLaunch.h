@@ -18,14 +18,9 @@ bool takesDecode(const KernelMetadata& m, const ForwardArgs& args);
 constexpr int64_t kDecodeAutoRows = 64;
 
 // The plan of a decode launch of image `m` on a device of numSMs SMs that holds blocksPerSM decode
-// blocks each, and wideBlocksPerSM of the wide kernel's (0: it is not used), with
-// common/split_kv.h's rule or args.num_splits. More packed rows than the decode kernel's take the
-// wide kernel where there is one (plan.rows is then DecodeMetadata::wideRows).
+// blocks each (common/split_kv.h's rule, or args.num_splits).
 DecodePlan decodePlanFor(const KernelMetadata& m, const ForwardArgs& args, int numSMs,
-                         int blocksPerSM, int wideBlocksPerSM);
-
-// Whether `plan` (of image `m`) launches the wide decode kernel.
-bool takesWideDecode(const KernelMetadata& m, const DecodePlan& plan);
+                         int blocksPerSM);
 
 // Kernel::forward's launch when takesDecode(): `m` is the kernel's metadata, `prepared`
 // args.prepared's implementation (or null). Validated arguments.

@@ -44,11 +44,6 @@ std::string KernelMetadata::serialize() const {
        << "\ndecode_threads " << decode->threads << "\ndecode_rows " << decode->rows
        << "\ndecode_block_kv " << decode->blockKV << "\ndecode_stages " << decode->stages
        << "\ndecode_smem_bytes " << decode->smemBytes << "\n";
-  if (decode && !decode->wideEntry.empty())
-    os << "decode_wide_entry " << decode->wideEntry << "\ndecode_wide_threads "
-       << decode->wideThreads << "\ndecode_wide_rows " << decode->wideRows
-       << "\ndecode_wide_stages " << decode->wideStages << "\ndecode_wide_smem_bytes "
-       << decode->wideSmemBytes << "\n";
   for (const InputInfo& input : inputs)
     os << "input " << input.name << " " << input.type << " " << input.dims
        << (input.summarized ? " summarized" : "") << "\n";
@@ -82,15 +77,10 @@ std::string inconsistency(const KernelMetadata& m, const BackwardMetadata& b, in
       return "missing or non-positive backward fields";
   }
   if (seenDecode != 0) {
-    if (seenDecode != 7 && seenDecode != 12)
-      return "expected 7 decode fields (12 with a wide kernel), got " + std::to_string(seenDecode);
+    if (seenDecode != 7) return "expected 7 decode fields, got " + std::to_string(seenDecode);
     if (d.entry.empty() || d.combineEntry.empty() || d.threads <= 0 || d.rows <= 0 ||
         d.rows % 16 != 0 || d.blockKV <= 0 || d.stages < 2 || d.smemBytes <= 0)
       return "missing or non-positive decode fields";
-    if (seenDecode == 12 &&
-        (d.wideEntry.empty() || d.wideThreads != 2 * d.threads || d.wideRows != 2 * d.rows ||
-         d.wideStages < 2 || d.wideSmemBytes <= 0))
-      return "wide decode fields that are not two row groups of the decode kernel's";
     if (m.dropout > 0) return "a decode kernel with dropout";
   }
   if ((m.dropout > 0) != (m.dropoutRounds != 0))
@@ -197,11 +187,6 @@ std::optional<KernelMetadata> KernelMetadata::parse(const std::string& text, std
       else if (key == "decode_block_kv") ok = integer(d.blockKV);
       else if (key == "decode_stages") ok = integer(d.stages);
       else if (key == "decode_smem_bytes") ok = integer(d.smemBytes);
-      else if (key == "decode_wide_entry") d.wideEntry = value;
-      else if (key == "decode_wide_threads") ok = integer(d.wideThreads);
-      else if (key == "decode_wide_rows") ok = integer(d.wideRows);
-      else if (key == "decode_wide_stages") ok = integer(d.wideStages);
-      else if (key == "decode_wide_smem_bytes") ok = integer(d.wideSmemBytes);
       else return fail("unknown key '" + key + "'");
       if (!ok || value.empty()) return fail("bad value in '" + line + "'");
       ++seenDecode;

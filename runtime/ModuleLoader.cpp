@@ -283,19 +283,6 @@ Kernel::Impl::Loaded* Kernel::Impl::decodeFunctions(const DriverApi& driver, cu:
   if (entry->decodeBlocksPerSM < 1)
     return fail("its decode kernel (" + std::to_string(d.threads) + " threads, " +
                 std::to_string(d.smemBytes) + " B shared memory) fits no SM of this device");
-  if (!d.wideEntry.empty()) {
-    if (!getFunction(driver, *entry, d.wideEntry, &entry->decodeWide, &why) ||
-        !driver.check(driver.cuFuncSetAttribute(entry->decodeWide, cu::kMaxDynamicSharedSizeBytes,
-                                                int(d.wideSmemBytes)),
-                      "cuFuncSetAttribute(decode wide, MAX_DYNAMIC_SHARED_SIZE_BYTES)", &why) ||
-        !driver.check(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                          &entry->decodeWideBlocksPerSM, entry->decodeWide, d.wideThreads,
-                          size_t(d.wideSmemBytes)),
-                      "cuOccupancyMaxActiveBlocksPerMultiprocessor(decode wide)", &why))
-      return fail(why);
-    // A wide kernel no SM holds is left unused: the decode kernel serves every row count.
-    if (entry->decodeWideBlocksPerSM < 1) entry->decodeWide = nullptr;
-  }
   int major = 0;
   const char* pdl = std::getenv("ATTNC_DECODE_PDL");
   entry->decodeCombineOverlaps =

@@ -55,8 +55,6 @@ struct Kernel::Impl {
     bool decodeResolved = false;
     cu::Function decode = nullptr, decodeCombine = nullptr;
     int numSMs = 0, decodeBlocksPerSM = 0;
-    cu::Function decodeWide = nullptr;  // with DecodeMetadata::wideEntry
-    int decodeWideBlocksPerSM = 0;
     // The combine launches with programmatic stream serialization (cuLaunchKernelEx, sm_90 and
     // later, not turned off by ATTNC_DECODE_PDL=0): it starts while the decode grid drains and
     // waits for it with griddepcontrol.wait.

@@ -226,11 +226,6 @@ struct DecodeMetadata {
   int blockKV = 0;  // keys a kv tile
   int stages = 0;
   long long smemBytes = 0;
-  // The wide kernel (<name>_decode_wide: two row groups of `rows`, one block's K/V for both),
-  // which launches take for more than `rows` packed rows; wideEntry empty where none.
-  std::string wideEntry;
-  int wideThreads = 0, wideRows = 0, wideStages = 0;
-  long long wideSmemBytes = 0;
 };
 
 // What a launcher needs to know about a compiled kernel besides its binary. Build-time headers

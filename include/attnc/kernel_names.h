@@ -51,6 +51,5 @@ constexpr const char* backwardEntrySuffix(BackwardEntry entry) {
 // The decode kernel's entries: <name> + suffix (DecodeMetadata).
 constexpr const char* kDecodeEntrySuffix = "_decode";
 constexpr const char* kDecodeCombineEntrySuffix = "_decode_combine";
-constexpr const char* kDecodeWideEntrySuffix = "_decode_wide";  // two row groups a block
 
 }  // namespace attnc

@@ -12,23 +12,20 @@
 // SM90-SAME: "B_c = 64: 4 warps of 16 keys each against all rows"
 // SM90-SAME: "registers: 32 rows; live fp32 O + S + Q = 112 per thread <= 192 (3/4 of 255)"
 // SM90-SAME: "Little's law: 4.8 TB/s x 1 us / 132 SMs = 36364 B in flight per SM, 18182 per block at 2 blocks/SM = 3 tile(s) of 8192 B loading while one is read: 4 stages"
-// SM90-SAME: q_in_registers = true, rows = 32 : i64, smem_bytes = 36864 : i64, stages = 4 : i64, warps = 4 : i64
+// SM90-SAME: q_in_registers = true, rows = 32 : i64, smem_bytes = 36864 : i64, stages = 4 : i64, warps = 4 : i64}
 // SM80-LABEL: attn.attention @hd64_g1
 // SM80: decode_tiles = {block_kv = 64 : i64
-// SM80-SAME: rows = 32 : i64, smem_bytes = 36864 : i64, stages = 4 : i64, warps = 4 : i64
+// SM80-SAME: rows = 32 : i64, smem_bytes = 36864 : i64, stages = 4 : i64, warps = 4 : i64}
 // ERR: select-decode-tiles.mlir:[[@LINE+1]]:1: error: 'attn.attention' op no decode tile configuration fits sm_80 (167936 bytes of shared memory per SM, 32 registers per thread) for head_dim 64, head_dim_v 64 with 0 input reads
 attn.attention @hd64_g1 attributes {dropout = 0.0, element_type = bf16, head_dim = 64,
     head_dim_v = 64, heads_kv = 8, heads_q = 8, inputs = {}, scale = 0.125} mask {} score {}
 
 // hd128, G 4 (32/8): O 128 + S 16 registers, Q (64) from shared memory; 16 KB tiles, 2 loading:
-// 3 stages, (32 + 3 x 64) x 128 x 2 B. q_len 4 changes nothing but the row tiles' count. The wide
-// kernel (two row groups of 32, one block an SM) keeps the SM's 36364 B in flight: 3 tiles
-// loading, 4 stages, (64 + 4 x 64) x 128 x 2 B.
+// 3 stages, (32 + 3 x 64) x 128 x 2 B. q_len 4 changes nothing but the row tiles' count.
 // SM90-LABEL: attn.attention @hd128_g4
 // SM90: decode_tiles = {block_kv = 64 : i64
 // SM90-SAME: "packed rows: G 4 x q_len 1 = 4
-// SM90-SAME: "wide kernel (above 32 packed rows): 2 row groups x 32 rows, 8 warps, 1 block/SM: 36364 B in flight = 4 stages, 81920 B shared <= 232448 B"
-// SM90-SAME: q_in_registers = false, rows = 32 : i64, smem_bytes = 57344 : i64, stages = 3 : i64, warps = 4 : i64, wide_rows = 64 : i64, wide_smem_bytes = 81920 : i64, wide_stages = 4 : i64, wide_warps = 8 : i64}
+// SM90-SAME: q_in_registers = false, rows = 32 : i64, smem_bytes = 57344 : i64, stages = 3 : i64, warps = 4 : i64}
 // SM80-LABEL: attn.attention @hd128_g4
 // SM80: rows = 32 : i64, smem_bytes = 57344 : i64, stages = 3 : i64
 // SM86-LABEL: attn.attention @hd128_g4
@@ -46,7 +43,7 @@ attn.attention @hd128_g4 attributes {dropout = 0.0, element_type = bf16, head_di
 // SM90-LABEL: attn.attention @hd256_g8
 // SM90: decode_tiles = {block_kv = 64 : i64
 // SM90-SAME: "registers: 16 rows; live fp32 O + S = 136 per thread <= 192 (3/4 of 255); Q read from shared memory each tile"
-// SM90-SAME: rows = 16 : i64, smem_bytes = 73728 : i64, stages = 2 : i64, warps = 4 : i64, wide_rows = 32 : i64, wide_smem_bytes = 114688 : i64, wide_stages = 3 : i64
+// SM90-SAME: rows = 16 : i64, smem_bytes = 73728 : i64, stages = 2 : i64
 // SM80-LABEL: attn.attention @hd256_g8
 // SM80: smem_bytes = 73728 : i64, stages = 2 : i64
 // SM86-LABEL: attn.attention @hd256_g8

@@ -68,7 +68,7 @@ TEST(DecodePlan, AutoTakesTheDecodeKernelForFewPackedRows) {
 // splits x 32 heads x 8 rows of fp32 O (128) and LSE, each array 256-byte aligned.
 TEST(DecodePlan, SplitsFillTheSlotsAndSizeThePartials) {
   const KernelMetadata m = gqaMetadata();
-  DecodePlan plan = decodePlanFor(m, lengths(8, 1, 32768), 132, 2, 1);
+  DecodePlan plan = decodePlanFor(m, lengths(8, 1, 32768), 132, 2);
   EXPECT_TRUE(plan.decode);
   EXPECT_EQ(plan.rows, 32);
   EXPECT_EQ(plan.rowTiles, 1);
@@ -78,55 +78,15 @@ TEST(DecodePlan, SplitsFillTheSlotsAndSizeThePartials) {
   // (Both arrays are whole multiples of 256 bytes here.)
   EXPECT_EQ(plan.workspaceBytes, size_t(4 * 32 * 8 * 128 * 4 + 4 * 32 * 8 * 4));
   // B64 at kv_len 8K fills the slots unsplit: no partials.
-  plan = decodePlanFor(m, lengths(64, 1, 8192), 132, 2, 1);
+  plan = decodePlanFor(m, lengths(64, 1, 8192), 132, 2);
   EXPECT_EQ(plan.splits, 1);
   EXPECT_EQ(plan.workspaceBytes, 0u);
   // q_len 16: 64 packed rows in two row tiles of 32.
-  plan = decodePlanFor(m, lengths(1, 16, 4096), 132, 2, 1);
+  plan = decodePlanFor(m, lengths(1, 16, 4096), 132, 2);
   EXPECT_EQ(plan.rowTiles, 2);
   // More SMs, more splits (B1 at kv_len 128K: 8 units).
-  EXPECT_LT(decodePlanFor(m, lengths(1, 1, 131072), 66, 2, 1).splits,
-            decodePlanFor(m, lengths(1, 1, 131072), 132, 2, 1).splits);
-}
-
-KernelMetadata wideMetadata() {
-  KernelMetadata m = gqaMetadata();
-  m.decode->wideEntry = "gqa_decode_wide";
-  m.decode->wideThreads = 256;
-  m.decode->wideRows = 64;
-  m.decode->wideStages = 4;
-  m.decode->wideSmemBytes = 81920;
-  return m;
-}
-
-// More packed rows than a block's take the wide kernel where it is usable: one row tile of 64
-// for G 4 x q_len 16 (not two of 32), its blocks an SM sizing the slots; 32 rows or fewer, or a
-// wide kernel no SM holds (0 blocks), keep the decode kernel.
-TEST(DecodePlan, MoreRowsThanABlocksTakeTheWideKernel) {
-  const KernelMetadata m = wideMetadata();
-  DecodePlan plan = decodePlanFor(m, lengths(1, 16, 32768), 132, 2, 1);
-  EXPECT_TRUE(takesWideDecode(m, plan));
-  EXPECT_EQ(plan.rows, 64);
-  EXPECT_EQ(plan.rowTiles, 1);
-  // 8 units on 132 slots (1 a SM), not the 264 of the decode kernel's 2: fewer splits.
-  const DecodePlan narrow = decodePlanFor(gqaMetadata(), lengths(1, 16, 32768), 132, 2, 1);
-  EXPECT_FALSE(takesWideDecode(gqaMetadata(), narrow));
-  EXPECT_EQ(narrow.rowTiles, 2);
-  EXPECT_EQ(plan.splits, decodePlanFor(m, lengths(1, 16, 32768), 66, 2, 2).splits);
-  // 17 to 32 rows fit the decode kernel's block.
-  plan = decodePlanFor(m, lengths(1, 8, 32768), 132, 2, 1);
-  EXPECT_FALSE(takesWideDecode(m, plan));
-  EXPECT_EQ(plan.rows, 32);
-  // decode = On past 64 rows: row tiles of 64.
-  ForwardArgs on = lengths(1, 40, 4096);
-  on.decode = DecodeChoice::On;
-  plan = decodePlanFor(m, on, 132, 2, 1);
-  EXPECT_TRUE(takesWideDecode(m, plan));
-  EXPECT_EQ(plan.rowTiles, 3);  // 160 rows
-  // No SM holds the wide kernel: the decode kernel's row tiles.
-  plan = decodePlanFor(m, lengths(1, 16, 32768), 132, 2, 0);
-  EXPECT_FALSE(takesWideDecode(m, plan));
-  EXPECT_EQ(plan.rowTiles, 2);
+  EXPECT_LT(decodePlanFor(m, lengths(1, 1, 131072), 66, 2).splits,
+            decodePlanFor(m, lengths(1, 1, 131072), 132, 2).splits);
 }
 
 // Host copies of mixed lengths (paged or varlen) split by the batch's work; without them, or with
@@ -138,9 +98,9 @@ TEST(DecodePlan, HostLengthsSplitAMixedBatchByItsWork) {
   paged.page_size = 16;
   ForwardArgs args = lengths(8, 1, 27752);
   args.paged = &paged;
-  const DecodePlan byLongest = decodePlanFor(m, args, 132, 2, 1);
+  const DecodePlan byLongest = decodePlanFor(m, args, 132, 2);
   paged.host_seq_lens_kv = lens.data();
-  const DecodePlan mixed = decodePlanFor(m, args, 132, 2, 1);
+  const DecodePlan mixed = decodePlanFor(m, args, 132, 2);
   EXPECT_GT(mixed.splits, byLongest.splits);
   EXPECT_LT(mixed.splitTiles, byLongest.splitTiles);
   EXPECT_GT(mixed.workspaceBytes, byLongest.workspaceBytes);
@@ -154,31 +114,31 @@ TEST(DecodePlan, HostLengthsSplitAMixedBatchByItsWork) {
   varlen.total_kv = cu.back();
   ForwardArgs packed = lengths(8, 1, 27752);
   packed.varlen = &varlen;
-  EXPECT_EQ(decodePlanFor(m, packed, 132, 2, 1).splits, mixed.splits);
+  EXPECT_EQ(decodePlanFor(m, packed, 132, 2).splits, mixed.splits);
 
   // One length: the longest's plan with or without the copies.
   const std::vector<int32_t> same(8, 27752);
   paged.host_seq_lens_kv = same.data();
-  EXPECT_EQ(decodePlanFor(m, args, 132, 2, 1).splits, byLongest.splits);
+  EXPECT_EQ(decodePlanFor(m, args, 132, 2).splits, byLongest.splits);
   // num_splits still wins.
   paged.host_seq_lens_kv = lens.data();
   args.num_splits = 2;
-  EXPECT_EQ(decodePlanFor(m, args, 132, 2, 1).splits, 2);
+  EXPECT_EQ(decodePlanFor(m, args, 132, 2).splits, 2);
 }
 
 TEST(DecodePlan, NumSplitsOverridesTheRule) {
   const KernelMetadata m = gqaMetadata();
   ForwardArgs args = lengths(8, 1, 32768);
   args.num_splits = 3;
-  DecodePlan plan = decodePlanFor(m, args, 132, 2, 1);
+  DecodePlan plan = decodePlanFor(m, args, 132, 2);
   EXPECT_EQ(plan.splits, 3);
   EXPECT_EQ(plan.splitTiles, 171);  // ceil(512 / 3)
   args.num_splits = 1;
-  EXPECT_EQ(decodePlanFor(m, args, 132, 2, 1).splits, 1);
+  EXPECT_EQ(decodePlanFor(m, args, 132, 2).splits, 1);
   // More splits than tiles: one tile each.
   args = lengths(2, 1, 100);
   args.num_splits = 5;
-  EXPECT_EQ(decodePlanFor(m, args, 132, 2, 1).splits, 2);
+  EXPECT_EQ(decodePlanFor(m, args, 132, 2).splits, 2);
 }
 
 // Packed Q: the partials hold total_q rows, not batch x q_len.
@@ -191,7 +151,7 @@ TEST(DecodePlan, PackedQueriesSizeThePartialsByTheirRows) {
   ForwardArgs args = lengths(4, 7, 32768);
   args.varlen = &varlen;
   args.num_splits = 2;
-  const DecodePlan plan = decodePlanFor(m, args, 132, 2, 1);
+  const DecodePlan plan = decodePlanFor(m, args, 132, 2);
   const size_t rows = 2 * 32 * 10;                      // splits x heads x packed rows
   const size_t oBytes = (rows * 128 * 4 + 255) / 256 * 256;  // each array 256-byte aligned
   EXPECT_EQ(plan.workspaceBytes, oBytes + (rows * 4 + 255) / 256 * 256);
@@ -273,20 +233,6 @@ TEST(KernelMetadata, RoundTripsTheDecodeKernel) {
   KernelMetadata odd = m;
   odd.decode->rows = 24;
   EXPECT_FALSE(KernelMetadata::parse(odd.serialize(), &error));
-  // The wide kernel's five lines round-trip, all or none, and are two row groups of the decode
-  // kernel's.
-  const KernelMetadata wide = wideMetadata();
-  back = KernelMetadata::parse(wide.serialize(), &error);
-  ASSERT_TRUE(back) << error;
-  EXPECT_EQ(back->decode->wideEntry, "gqa_decode_wide");
-  EXPECT_EQ(back->decode->wideRows, 64);
-  EXPECT_EQ(back->decode->wideSmemBytes, 81920);
-  EXPECT_EQ(back->serialize(), wide.serialize());
-  EXPECT_FALSE(KernelMetadata::parse(m.serialize() + "decode_wide_rows 64\n", &error));
-  KernelMetadata lopsided = wide;
-  lopsided.decode->wideRows = 96;
-  EXPECT_FALSE(KernelMetadata::parse(lopsided.serialize(), &error));
-  EXPECT_NE(error.find("wide"), std::string::npos) << error;
   // No decode kernel with dropout.
   KernelMetadata dropout = m;
   dropout.dropout = 0.1f;

@@ -73,15 +73,6 @@ TEST(DecodeTileRule, EveryHeadDimPairFitsSharedMemoryAndRegisters) {
               EXPECT_EQ(choice->smemBytes, atOne->smemBytes);
               EXPECT_EQ(choice->rowTiles, int64_t(llvm::divideCeil(group * qLen, choice->rows)));
               EXPECT_FALSE(choice->derivation.empty());
-              // The wide kernel: two row groups of the same rows and warps, one block an SM.
-              if (choice->wideRows > 0) {
-                EXPECT_EQ(choice->wideRows, 2 * choice->rows);
-                EXPECT_EQ(choice->wideWarps, 2 * choice->warps);
-                EXPECT_GE(choice->wideStages, 2);
-                EXPECT_LE(choice->wideSmemBytes, target.tile.smemPerBlock);
-                EXPECT_GE(choice->wideSmemBytes, (choice->wideRows + choice->wideStages * 64) *
-                                                     llvm::alignTo(std::max(d, dv), 64) * 2);
-              }
             }
           }
         }
@@ -124,23 +115,6 @@ TEST(DecodeTileRule, StagesKeepLittlesLawBytesInFlight) {
     previous = stages;
   }
   EXPECT_GT(previous, deriveDecodeTiles({64, 64, 2, 8, 1}, target.tile, 264)->stages);
-}
-
-// The wide kernel's ring holds a whole SM's bytes in flight (it is one block an SM): the fewest
-// stages whose tiles cover 4.8 MB / SMs, where they fit one block's shared memory.
-TEST(DecodeTileRule, TheWideKernelKeepsAnSMsBytesInFlight) {
-  const NamedTarget target = namedTarget("sm_90a");
-  for (int64_t dv : {64, 128}) {
-    SCOPED_TRACE(testing::Message() << "dv " << dv);
-    mlir::FailureOr<DecodeTileChoice> choice =
-        deriveDecodeTiles({dv, dv, 2, 8, 1}, target.tile, target.numSMs);
-    ASSERT_TRUE(mlir::succeeded(choice));
-    ASSERT_EQ(choice->wideRows, 64);
-    const int64_t perSM = llvm::divideCeil(4'800'000, target.numSMs);
-    const int64_t tileBytes = choice->blockKV * llvm::alignTo(dv, 64) * 2;
-    EXPECT_GE((choice->wideStages - 1) * tileBytes, perSM);
-    EXPECT_LT((choice->wideStages - 2) * tileBytes, perSM);
-  }
 }
 
 TEST(DecodeTileRule, RejectsWhatNoTileFits) {

@@ -122,17 +122,6 @@ void emitConfigs(llvm::raw_ostream& os, const Unit& unit, bool kvOrderedGrid,
     os << "static_assert(DecodeConfig::kSmemBytes == " << decode->smemBytes
        << " && DecodeConfig::kBlockKV == " << decode->blockKV
        << ", \"attn-select-decode-tiles and the decode template disagree\");\n";
-    if (decode->wideRows > 0) {
-      os << llvm::formatv("using DecodeWideConfig = attnc::sm80::DecodeConfig<{0}, {1}, {2}, {3}, "
-                          "{4}, {5}, {6}, 2>;\n",
-                          element, op.getHeadDim(), op.getHeadDimV(),
-                          op.getHeadsQ() / op.getHeadsKv(), decode->rows / 16, decode->wideStages,
-                          decode->qInRegisters ? "true" : "false");
-      os << "static_assert(DecodeWideConfig::kSmemBytes == " << decode->wideSmemBytes
-         << " && DecodeWideConfig::kRows == " << decode->wideRows
-         << " && DecodeWideConfig::kThreads == " << decode->wideWarps * 32
-         << ", \"attn-select-decode-tiles and the wide decode template disagree\");\n";
-    }
   }
 }
 
@@ -268,14 +257,6 @@ void emitEntries(llvm::raw_ostream& os, const Unit& unit,
        << result.decodeEntry << "(const __grid_constant__ attnc::DecodeParams p) {\n"
        << "  extern __shared__ __align__(128) unsigned char smem128[];\n"
        << "  attnc::sm80::decode<DecodeConfig, Variant>(p, smem128);\n}\n";
-    if (unit.decode->wideRows > 0) {
-      result.decodeWideEntry = (op.getSymName() + kDecodeWideEntrySuffix).str();
-      // One block an SM (two blocks' registers): said, or ptxas may hold it to 128 registers.
-      os << "extern \"C\" __global__ void __launch_bounds__(DecodeWideConfig::kThreads, 1) "
-         << result.decodeWideEntry << "(const __grid_constant__ attnc::DecodeParams p) {\n"
-         << "  extern __shared__ __align__(128) unsigned char smem128[];\n"
-         << "  attnc::sm80::decode<DecodeWideConfig, Variant>(p, smem128);\n}\n";
-    }
     os << "extern \"C\" __global__ void __launch_bounds__(attnc::sm80::kCombineThreads) "
        << result.decodeCombineEntry << "(const attnc::CombineParams p) {\n"
        << "  attnc::sm80::decodeCombine<" << unit.element << ", DecodeConfig::kHeadDimV>(p);\n}\n";

@@ -32,8 +32,6 @@ struct BackwardSource {
 struct DecodeTiles {
   long long rows = 0, blockKV = 0, warps = 0, stages = 0, smemBytes = 0;
   bool qInRegisters = false;
-  // The wide kernel (two row groups of `rows`), wideRows 0 where none.
-  long long wideRows = 0, wideWarps = 0, wideStages = 0, wideSmemBytes = 0;
   std::vector<std::string> derivation;
 };
 
@@ -66,7 +64,6 @@ struct KernelSource {
   // With decode tiles: the decode kernel (<name>_decode, templates/attnc/sm80/decode.h,
   // attnc::DecodeParams) and its combine (<name>_decode_combine, attnc::CombineParams).
   std::string decodeEntry, decodeCombineEntry;
-  std::string decodeWideEntry;  // <name>_decode_wide, with a wide decode kernel
 };
 
 // The groups of a unit's entries (docs/runtime.md), by what they take to compile

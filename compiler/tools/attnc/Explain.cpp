@@ -112,19 +112,12 @@ void printDecodePlan(llvm::raw_ostream& os, const Spec& spec, const Target& targ
   for (auto [i, line] : llvm::enumerate(tiles.derivation))
     os << "  " << i + 1 << ". " << line << "\n";
 
-  // More packed rows than a block's take the wide kernel (two row groups), as the runtime does.
   const long long packed = group * qLen;
-  const bool wide = tiles.wideRows > 0 && packed > tiles.rows;
-  const long long rows = wide ? tiles.wideRows : tiles.rows;
-  const long long rowTiles = (packed + rows - 1) / rows;
+  const long long rowTiles = (packed + tiles.rows - 1) / tiles.rows;
   const long long units = batch * spec.headsKV * rowTiles;
   os << llvm::formatv("  packed rows: G {0} x q_len {1} = {2} in row tiles of {3}: {4} row "
-                      "tile(s) per kv head{5}\n",
-                      group, qLen, packed, rows, rowTiles,
-                      wide ? llvm::formatv(" (the wide kernel {0}{1})", spec.name,
-                                           kDecodeWideEntrySuffix)
-                                 .str()
-                           : std::string());
+                      "tile(s) per kv head\n",
+                      group, qLen, packed, tiles.rows, rowTiles);
   os << llvm::formatv("  units: batch {0} x heads_kv {1} x row tiles {2} = {3} blocks without "
                       "splitting\n",
                       batch, spec.headsKV, rowTiles, units);
@@ -134,20 +127,17 @@ void printDecodePlan(llvm::raw_ostream& os, const Spec& spec, const Target& targ
   // kernel's own.
   const SmLimits limits{target.regsPerSM, target.smemPerSM, target.maxThreadsPerSM,
                         target.maxBlocksPerSM};
-  const long long warps = wide ? tiles.wideWarps : tiles.warps;
-  const long long smemBytes = wide ? tiles.wideSmemBytes : tiles.smemBytes;
-  const int threads = int(32 * warps);
-  const ResourceUsage& usage = wide ? kernel.decodeWideResources : kernel.decodeResources;
-  const bool measured = usage.registers > 0;
-  const int registers = measured ? int(usage.registers) : target.regsPerThread;
-  const int perSM = blocksPerSM(threads, registers, smemBytes, limits);
+  const int threads = int(32 * tiles.warps);
+  const bool measured = kernel.decodeResources.registers > 0;
+  const int registers = measured ? int(kernel.decodeResources.registers) : target.regsPerThread;
+  const int perSM = blocksPerSM(threads, registers, tiles.smemBytes, limits);
   const long long sms = numSMs > 0 ? numSMs : target.numSMs;
   const long long slots = sms * perSM;
   os << llvm::formatv("  slots: {0} SMs ({1}) x {2} blocks/SM = {3}: {4} threads (32 x {5} "
                       "warps), {6} B shared + {7} B reserved, {8} registers/thread ({9}), at "
                       "most {10} blocks/SM\n",
                       sms, numSMs > 0 ? std::string("--sms") : target.description, perSM,
-                      slots, threads, warps, smemBytes, kSmemReservedPerBlock,
+                      slots, threads, tiles.warps, tiles.smemBytes, kSmemReservedPerBlock,
                       registers,
                       measured ? "ptxas"
                                : "a model: the most a thread may use, the live set within 3/4 of "
@@ -157,7 +147,7 @@ void printDecodePlan(llvm::raw_ostream& os, const Spec& spec, const Target& targ
   const int kvTiles = int(std::min<long long>((kvLen + tiles.blockKV - 1) / tiles.blockKV,
                                               std::numeric_limits<int>::max()));
   const long long elementBytes = 2;  // bf16 and fp16 alike
-  const long long rowsPerBlock = std::min(packed, rows);
+  const long long rowsPerBlock = std::min(packed, tiles.rows);
   const SplitProblem problem{
       int(std::min<long long>(units, std::numeric_limits<int>::max())), kvTiles,
       int(std::min<long long>(slots, std::numeric_limits<int>::max())),

@@ -218,29 +218,18 @@ std::optional<int> reportKernel(const ReportOptions& options, const CompiledKern
     return failWith(r.registers < 0 ? "NVRTC gave no resource report for " + kernel.entry
                                     : kernel.entry + " spills to local memory");
   if (std::optional<int> status = checkWgmma(options, kernel.entry, r)) return *status;
-  // The decode entries: the kernel and, where it has one, the wide kernel.
-  struct DecodeEntry {
-    const std::string& name;
-    const ResourceUsage& usage;
-    long long threads, smemBytes;
-  };
-  const DecodeTiles* tiles = kernel.decode ? &*kernel.decode : nullptr;
-  for (const DecodeEntry& e :
-       {DecodeEntry{kernel.decodeEntry, kernel.decodeResources, tiles ? tiles->warps * 32 : 0,
-                    tiles ? tiles->smemBytes : 0},
-        DecodeEntry{kernel.decodeWideEntry, kernel.decodeWideResources,
-                    tiles ? tiles->wideWarps * 32 : 0, tiles ? tiles->wideSmemBytes : 0}}) {
-    if (e.name.empty()) continue;
-    const ResourceUsage& d = e.usage;
+  if (!kernel.decodeEntry.empty()) {
+    const ResourceUsage& d = kernel.decodeResources;
     if (options.report)
       llvm::errs() << llvm::formatv(
           "{0} {1}: {2} threads, {3} registers, {4} B shared, spill stores {5} B, spill loads "
           "{6} B, stack {7} B\n",
-          e.name, target.name, e.threads, d.registers, e.smemBytes, d.spillStoreBytes,
+          kernel.decodeEntry, target.name, kernel.decode ? kernel.decode->warps * 32 : 0,
+          d.registers, kernel.decode ? kernel.decode->smemBytes : 0, d.spillStoreBytes,
           d.spillLoadBytes, d.stackBytes);
     if (options.requireNoSpills && (spills(d) || d.registers < 0))
-      return failWith(d.registers < 0 ? "NVRTC gave no resource report for " + e.name
-                                      : e.name + " spills to local memory");
+      return failWith(d.registers < 0 ? "NVRTC gave no resource report for " + kernel.decodeEntry
+                                      : kernel.decodeEntry + " spills to local memory");
   }
   for (const auto& [entry, usage] : kernel.backwardResources) {
     if (options.report)

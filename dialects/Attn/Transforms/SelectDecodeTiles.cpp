@@ -50,10 +50,6 @@ struct AttnSelectDecodeTiles final
           b.getNamedAttr("warps", b.getI64IntegerAttr(choice->warps)),
           b.getNamedAttr("stages", b.getI64IntegerAttr(choice->stages)),
           b.getNamedAttr("smem_bytes", b.getI64IntegerAttr(choice->smemBytes)),
-          b.getNamedAttr("wide_rows", b.getI64IntegerAttr(choice->wideRows)),
-          b.getNamedAttr("wide_warps", b.getI64IntegerAttr(choice->wideWarps)),
-          b.getNamedAttr("wide_stages", b.getI64IntegerAttr(choice->wideStages)),
-          b.getNamedAttr("wide_smem_bytes", b.getI64IntegerAttr(choice->wideSmemBytes)),
           b.getNamedAttr("derivation", b.getStrArrayAttr(SmallVector<StringRef>(
                                            choice->derivation.begin(), choice->derivation.end())))};
       op.setDecodeTilesAttr(b.getDictionaryAttr(tiles));

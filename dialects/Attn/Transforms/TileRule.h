@@ -110,9 +110,6 @@ struct DecodeTileChoice {
   int64_t rowTiles;      // blocks per (batch, kv head) at qLen: ceil(G * qLen / rows)
   bool qInRegisters;     // Q's fragments stay in registers (else read from shared memory)
   int64_t blockKV, warps, stages, smemBytes;
-  // The wide kernel (two row groups of `rows` on the same K/V tiles, 2 x warps), which launches
-  // take for more than `rows` packed rows; wideRows 0 where none fits.
-  int64_t wideRows = 0, wideWarps = 0, wideStages = 0, wideSmemBytes = 0;
   std::vector<std::string> derivation;  // one line per step, as TileChoice's
 };
 

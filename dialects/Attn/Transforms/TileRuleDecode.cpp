@@ -147,31 +147,5 @@ FailureOr<DecodeTileChoice> mlir::attn::deriveDecodeTiles(const DecodeProblem& p
                      "warps, {5} stages, {6} B shared",
                      rows, choice.rowTiles, problem.qLen, blockKV, kWarps, stages,
                      choice.smemBytes));
-
-  // 6. The wide kernel, for more packed rows than a block's: two row groups of `rows` on the same
-  // K/V tiles, so a kv head's K/V is read once for both (row tiles side by side read it once
-  // each, the second from L2, whose bandwidth then bounds them). Its block holds two blocks'
-  // registers, so one an SM: its ring keeps the whole SM's bytes in flight, within one block's
-  // shared memory.
-  const int64_t wideRows = 2 * rows;
-  int64_t wideStages = std::max<int64_t>(kMinStages, llvm::divideCeil(perSM, tileBytes) + 1);
-  auto wideSmem = [&] {
-    return std::max(ringBytes(wideRows, blockKV, wideStages, width, e),
-                    2 * mergeBytes(rows, problem.headDimV));
-  };
-  while (wideSmem() > target.smemPerBlock && wideStages > kMinStages) --wideStages;
-  if (wideSmem() <= target.smemPerBlock) {
-    choice.wideRows = wideRows;
-    choice.wideWarps = 2 * kWarps;
-    choice.wideStages = wideStages;
-    choice.wideSmemBytes = wideSmem();
-    note(llvm::formatv("wide kernel (above {0} packed rows): 2 row groups x {0} rows, {1} warps, "
-                       "1 block/SM: {2} B in flight = {3} stages, {4} B shared <= {5} B",
-                       rows, 2 * kWarps, perSM, wideStages, choice.wideSmemBytes,
-                       target.smemPerBlock));
-  } else {
-    note(llvm::formatv("no wide kernel: 2 x {0} rows and 2 stages take {1} B shared > {2} B", rows,
-                       wideSmem(), target.smemPerBlock));
-  }
   return choice;
 }

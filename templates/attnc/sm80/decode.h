@@ -11,11 +11,9 @@
 //             sequence's own, so bottom-right causal aligns per sequence;
 //   producer  Q's packed rows, then K and V tiles alternating through a ring of shared buffers (as
 //             in forward.h), each row's address from the layout (contiguous, packed or paged);
-//   mainloop  each of a row group's 4 warps takes its own 16 keys of every kv tile against all the
-//             group's rows, with its own online softmax: S = Q K^T, score and mask per packed row,
-//             O += P V (one row group a block, or two in the wide kernel: twice the rows on the
-//             same K/V tiles, so a kv head's K/V is read once for up to 64 rows);
-//   merge     each group's warps' (O, max, sum) pairwise through shared memory into its first;
+//   mainloop  each of the 4 warps takes its own 16 keys of every kv tile against all the rows,
+//             with its own online softmax: S = Q K^T, score and mask per packed row, O += P V;
+//   merge     the warps' (O, max, sum) pairwise through shared memory into warp 0;
 //   epilogue  O and LSE (one split), or the split's fp32 partials.
 #pragma once
 
@@ -381,12 +379,6 @@ ATTNC_DEVICE void decode(const DecodeParams& dp, unsigned char* smem) {
   if (row0 >= packedRows) return;
   const int rowLast = minOf(row0 + Config::kRows, packedRows) - 1;
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  // The warp's row group (its rows from groupRow0) and its keys in the group; a group past the
-  // sequence's rows (a short sequence of a varlen batch) only loads and syncs.
-  const int rowGroup = Config::kRowGroups == 1 ? 0 : warp / Config::kKeyWarps;
-  const int keyWarp = Config::kRowGroups == 1 ? warp : warp % Config::kKeyWarps;
-  const int groupRow = rowGroup * Config::kGroupRows;  // in the block's Q tile
-  const bool groupLive = Config::kRowGroups == 1 || row0 + groupRow < packedRows;
 
   const u32 qSmem = smemAddress(smem);
   const u32 kvSmem = qSmem + u32(QTile::kBytes);
@@ -437,11 +429,11 @@ ATTNC_DEVICE void decode(const DecodeParams& dp, unsigned char* smem) {
     if (tile <= lastTile) {
       cpAsyncWait<kStages - 1>();  // the Q group, not the K/V groups behind it
       blockSync();
-      warp::loadQ<QTile, kM, Config::kQKSteps>(qRegs, qSmem, qLane, groupRow);
+      warp::loadQ<QTile, kM, Config::kQKSteps>(qRegs, qSmem, qLane, 0);
     }
   }
 
-  // Mainloop: this warp's 16 keys of each tile against every row of its group.
+  // Mainloop: this warp's 16 keys of each tile against every row.
   DecodeState<Config> state;
 #pragma unroll
   for (int mi = 0; mi < kM; ++mi)
@@ -449,10 +441,9 @@ ATTNC_DEVICE void decode(const DecodeParams& dp, unsigned char* smem) {
     for (int nv = 0; nv < Config::kNvTiles; ++nv)
 #pragma unroll
       for (int c = 0; c < 4; ++c) state.o[mi][nv][c] = 0.0f;
-  const PackedLaneRows<Config::kGroup, kM> laneRows(row0 + groupRow + (lane >> 2), hKv,
-                                                    view.q_len);
+  const PackedLaneRows<Config::kGroup, kM> laneRows(row0 + (lane >> 2), hKv, view.q_len);
   const float log2Scale = Variant::kHasScore ? kLog2e : p.scale * kLog2e;
-  const u32 warpKeys = u32(keyWarp * kDecodeWarpKeys);
+  const u32 warpKeys = u32(warp * kDecodeWarpKeys);
 
   int buffer = 0;
   const auto consumeNext = [&]() {
@@ -469,44 +460,38 @@ ATTNC_DEVICE void decode(const DecodeParams& dp, unsigned char* smem) {
     float s[kM][Config::kWarpNTiles][4];
     u32 pA[kM][1][4];
     const u32 kBuffer = consumeNext();
-    if (groupLive) {
-      warp::gemmQK<Element, kQInRegs, kM, Config::kWarpNTiles, Config::kQKSteps>(
-          s, qRegs, qSmem, qLane, groupRow, kBuffer + warpKeys * KTile::kRowBytes, kLane);
-      if constexpr (Variant::kHasScore)
-        applyScorePacked<Variant, Config::kGroup>(s, view, b, laneRows, kCol);
-      const bool partial = tileClass == Tri::Unknown;
-      if (partial || tiles.isTail(tile))
-        applyMaskPacked<Variant, Config::kGroup>(s, view, b, laneRows, kCol, partial);
-      state.softmax.update(s, state.o, log2Scale);
-      warp::packP<Element>(pA, s);
-    }
+    warp::gemmQK<Element, kQInRegs, kM, Config::kWarpNTiles, Config::kQKSteps>(
+        s, qRegs, qSmem, qLane, 0, kBuffer + warpKeys * KTile::kRowBytes, kLane);
+    if constexpr (Variant::kHasScore)
+      applyScorePacked<Variant, Config::kGroup>(s, view, b, laneRows, kCol);
+    const bool partial = tileClass == Tri::Unknown;
+    if (partial || tiles.isTail(tile))
+      applyMaskPacked<Variant, Config::kGroup>(s, view, b, laneRows, kCol, partial);
+    state.softmax.update(s, state.o, log2Scale);
+    warp::packP<Element>(pA, s);
     const u32 vBuffer = consumeNext();
-    if (groupLive)
-      warp::gemmPV<Element>(state.o, pA, vBuffer + warpKeys * VTile::kRowBytes, vLane);
+    warp::gemmPV<Element>(state.o, pA, vBuffer + warpKeys * VTile::kRowBytes, vLane);
   }
 
-  // Merge, in each row group: key warps 2, 3 into 0, 1, then 1 into 0, through the (now idle)
-  // shared memory, kKeyWarps / 2 slots a group.
+  // Merge: warps 2, 3 into 0, 1, then 1 into 0, through the (now idle) shared memory.
   cpAsyncWait<0>();
   blockSync();
-  float* slots = reinterpret_cast<float*>(smem) +
-                 rowGroup * (Config::kKeyWarps / 2) * 32 * Config::kMergeFloatsPerLane;
+  float* slots = reinterpret_cast<float*>(smem);
 #pragma unroll
-  for (int half = Config::kKeyWarps / 2; half >= 1; half /= 2) {
-    if (groupLive && keyWarp >= half && keyWarp < 2 * half)
-      state.save(slots + (keyWarp - half) * 32 * Config::kMergeFloatsPerLane, lane);
+  for (int half = Config::kWarps / 2; half >= 1; half /= 2) {
+    if (warp >= half && warp < 2 * half)
+      state.save(slots + (warp - half) * 32 * Config::kMergeFloatsPerLane, lane);
     blockSync();
-    if (groupLive && keyWarp < half)
-      state.mergeFrom(slots + keyWarp * 32 * Config::kMergeFloatsPerLane, lane, log2Scale);
+    if (warp < half)
+      state.mergeFrom(slots + warp * 32 * Config::kMergeFloatsPerLane, lane, log2Scale);
     blockSync();
   }
 
-  // Epilogue: each group's key warp 0 (the row tile read again: see decodeRowTile).
-  if (groupLive && keyWarp == 0) {
+  // Epilogue (the row tile read again: see decodeRowTile).
+  if (warp == 0) {
     const DecodeRowTile again = decodeRowTile(p.heads_kv);
-    storeDecode<Config>(DecodeRowOut{dp, view, b}, state,
-                        again.rowTile * Config::kRows + groupRow, packedRows, again.hKv, split,
-                        lane, log2Scale);
+    storeDecode<Config>(DecodeRowOut{dp, view, b}, state, again.rowTile * Config::kRows,
+                        packedRows, again.hKv, split, lane, log2Scale);
   }
 }
 

@@ -9,8 +9,7 @@
 namespace attnc {
 namespace sm80 {
 
-// Warps of a decode row group: each takes its own 16 keys of every kv tile against the group's
-// rows.
+// Warps of a decode block: each takes its own 16 keys of every kv tile against all the rows.
 constexpr int kDecodeWarps = 4;
 // Keys of a warp's share of a kv tile: one k16 step of P V, two n8 tiles of S.
 constexpr int kDecodeWarpKeys = 16;
@@ -19,25 +18,20 @@ constexpr int kCombineThreads = 128;
 constexpr int kCombineRowsPerBlock = kCombineThreads / 32;
 
 // Element: attnc::bf16 or attnc::half. Group = heads_q / heads_kv. MTiles m16 fragments of packed
-// rows a row group (every warp of the group holds all of them). Stages: shared K/V buffers (K and
-// V alternate, as in the forward). QInRegs: Q's fragments stay in registers for the whole loop.
-// RowGroups: groups of kDecodeWarps warps a block, each with its own rows against the same K/V
-// tiles (2: the wide kernel, whose block reads a kv head's K/V once for twice the rows).
+// rows a block (every warp holds all of them). Stages: shared K/V buffers (K and V alternate, as
+// in the forward). QInRegs: Q's fragments stay in registers for the whole loop.
 template <class Element_, int HeadDim, int HeadDimV, int Group, int MTiles, int Stages,
-          bool QInRegs, int RowGroups = 1>
+          bool QInRegs>
 struct DecodeConfig {
   using Element = Element_;
   static constexpr int kHeadDim = HeadDim;
   static constexpr int kHeadDimV = HeadDimV;
   static constexpr int kGroup = Group;
   static constexpr int kMTiles = MTiles;
-  static constexpr int kRowGroups = RowGroups;
-  static constexpr int kGroupRows = 16 * MTiles;
-  static constexpr int kRows = kGroupRows * RowGroups;
-  static constexpr int kKeyWarps = kDecodeWarps;
-  static constexpr int kWarps = kKeyWarps * RowGroups;
+  static constexpr int kRows = 16 * MTiles;
+  static constexpr int kWarps = kDecodeWarps;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kBlockKV = kKeyWarps * kDecodeWarpKeys;
+  static constexpr int kBlockKV = kDecodeWarps * kDecodeWarpKeys;
   static constexpr int kStages = Stages;
   static constexpr bool kQInRegs = QInRegs;
 
@@ -48,8 +42,7 @@ struct DecodeConfig {
 
   // Shared memory: the Q tile and the K/V ring, rows whole 128-byte swizzle segments, all as wide
   // as the wider head dim (the tile rule's accounting). After the loop the same bytes hold the
-  // warps' pairwise merge: kKeyWarps / 2 slots a row group of each lane's O, row maxima and sums,
-  // fp32.
+  // warps' pairwise merge: kWarps / 2 slots of each lane's O, row maxima and sums, fp32.
   static constexpr int kWidth = roundUp(maxOf(HeadDim, HeadDimV), 64);
   using QTile = SmemTile<kRows, kWidth>;
   using KTile = SmemTile<kBlockKV, kWidth>;
@@ -57,7 +50,7 @@ struct DecodeConfig {
   static constexpr int kSlotBytes = KTile::kBytes;
   static constexpr int kMergeFloatsPerLane = MTiles * kNvTiles * 4 + 4 * MTiles;
   static constexpr int kMergeSlotBytes = 32 * kMergeFloatsPerLane * 4;
-  static constexpr int kMergeBytes = RowGroups * (kKeyWarps / 2) * kMergeSlotBytes;
+  static constexpr int kMergeBytes = kWarps / 2 * kMergeSlotBytes;
   static constexpr int kSmemBytes = maxOf(QTile::kBytes + Stages * kSlotBytes, kMergeBytes);
 
   static_assert(HeadDim % 8 == 0 && HeadDim >= 8 && HeadDim <= 256,
@@ -65,8 +58,7 @@ struct DecodeConfig {
   static_assert(HeadDimV % 8 == 0 && HeadDimV >= 8 && HeadDimV <= 256,
                 "head_dim_v: multiple of 8 in 8..256");
   static_assert(Group >= 1, "a kv head serves at least one query head");
-  static_assert(MTiles >= 1 && MTiles <= 2, "16 or 32 packed rows a row group");
-  static_assert(RowGroups == 1 || RowGroups == 2, "one or two row groups a block");
+  static_assert(MTiles >= 1 && MTiles <= 2, "16 or 32 packed rows a block");
   static_assert(Stages >= 2, "the K/V stream needs one buffer loading while another is read");
 };
 
