@@ -13,7 +13,8 @@ __all__ = ["AttncError", "ArgumentError", "CompileError", "SpecError", "Spec", "
 def attention(q, k, v, *, mask=None, score=None, inputs=None, dropout_p=0.0, scale=None,
               layout="bhsd", deterministic=False, return_lse=False, spec=None,
               cu_seqlens_q=None, cu_seqlens_kv=None, max_seqlen_q=None, max_seqlen_kv=None,
-              block_table=None, seq_lens_kv=None, num_splits=0, decode="auto"):
+              block_table=None, seq_lens_kv=None, num_splits=0, decode="auto",
+              host_seq_lens_kv=None):
     """Attention of q, k, v under a variant (mask, score, dropout), differentiable in q, k, v.
 
     q: [B, Hq, Sq, D] (layout "bhsd", as SDPA and FlexAttention) or [B, Sq, Hq, D] ("bshd", as
@@ -39,6 +40,9 @@ def attention(q, k, v, *, mask=None, score=None, inputs=None, dropout_p=0.0, sca
     the longest sequence's lengths (required with cu_seqlens_*; paged: default max_pages x
     page_size). Masks align per sequence (bottom-right causal), positions count within it.
     num_splits: the decode kernel's kv splits (0: derived); decode: "auto", "on" or "off".
+    host_seq_lens_kv: a CPU int32 copy of seq_lens_kv (a server's scheduler has one), with which
+    a batch of mixed lengths takes the split count of its total work rather than of its longest
+    sequence, and the lengths are checked against the pages before launch.
     Gradients of packed (not paged) calls without num_splits or decode: the call then copies
     cu_seqlens to the host once (a sync), for the backward's launch per sequence.
 
@@ -53,4 +57,5 @@ def attention(q, k, v, *, mask=None, score=None, inputs=None, dropout_p=0.0, sca
                                cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
                                max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
                                block_table=block_table, seq_lens_kv=seq_lens_kv,
-                               num_splits=num_splits, decode=decode)
+                               num_splits=num_splits, decode=decode,
+                               host_seq_lens_kv=host_seq_lens_kv)

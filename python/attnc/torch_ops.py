@@ -284,13 +284,14 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Any = None, score: Any =
               cu_seqlens_q: Optional[Tensor] = None, cu_seqlens_kv: Optional[Tensor] = None,
               max_seqlen_q: Optional[int] = None, max_seqlen_kv: Optional[int] = None,
               block_table: Optional[Tensor] = None, seq_lens_kv: Optional[Tensor] = None,
-              num_splits: int = 0, decode: str = "auto") -> Any:
+              num_splits: int = 0, decode: str = "auto",
+              host_seq_lens_kv: Optional[Tensor] = None) -> Any:
     """attnc.attention (see its docstring in attnc/__init__.py)."""
     layout_args = {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_kv": cu_seqlens_kv,
                    "max_seqlen_q": max_seqlen_q, "max_seqlen_kv": max_seqlen_kv,
                    "block_table": block_table, "seq_lens_kv": seq_lens_kv}
     if (type(num_splits) is int and num_splits == 0 and decode == "auto"
-            and all(a is None for a in layout_args.values())):
+            and all(a is None for a in layout_args.values()) and host_seq_lens_kv is None):
         batch, heads_q, q_len, head_dim, heads_kv, kv_len, head_dim_v = _check_qkv(q, k, v,
                                                                                     layout)
         text, description, has_dropout, tensors = _plan_call(
@@ -302,8 +303,10 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Any = None, score: Any =
     text, description, has_dropout, tensors = _plan_call(q, *sizes[:7], mask, score, inputs,
                                                          dropout_p, scale, spec, deterministic,
                                                          return_lse)
+    _check_host("host_seq_lens_kv", host_seq_lens_kv, seq_lens_kv)
     return _attention_ex(q, k, v, tensors, text, description, has_dropout, layout, sizes,
-                         layout_args, num_splits, decode, deterministic, return_lse)
+                         layout_args, num_splits, decode, deterministic, return_lse,
+                         host_seq_lens_kv)
 
 
 def _plan_call(q: Tensor, batch: int, heads_q: int, q_len: int, head_dim: int, heads_kv: int,
@@ -938,9 +941,11 @@ def _check_ex(q: Any, k: Any, v: Any, layout: str, cu_seqlens_q: Any, cu_seqlens
 
 def _attention_ex(q: Tensor, k: Tensor, v: Tensor, tensors: list, text: str, description: str,
                   has_dropout: bool, layout: str, sizes: tuple, layout_args: dict,
-                  num_splits: int, decode: str, deterministic: bool, return_lse: bool) -> Any:
+                  num_splits: int, decode: str, deterministic: bool, return_lse: bool,
+                  host_lens: Optional[Tensor] = None) -> Any:
     """attention() with varlen, paged K/V or decode options, through attnc::forward_ex (or its
-    eager path) after the checks only this path has."""
+    eager path) after the checks only this path has. host_lens: the caller's CPU copy of
+    seq_lens_kv, or None."""
     given = [n for n, a in layout_args.items() if a is not None]
     given += [n for n, a in (("num_splits", num_splits), ("decode", decode != "auto")) if a]
     if has_dropout:
@@ -964,11 +969,11 @@ def _attention_ex(q: Tensor, k: Tensor, v: Tensor, tensors: list, text: str, des
         else:
             out, lse = _forward_ex_impl(q, k, v, tensors, cu_q, cu_kv, table, lens, q_len,
                                         kv_len, text, description, layout, num_splits, choice,
-                                        return_lse)
+                                        return_lse, host_lens=host_lens)
         return (out, lse) if return_lse else out
     out, lse = torch.ops.attnc.forward_ex(q, k, v, tensors, cu_q, cu_kv, table, lens, q_len,
                                           kv_len, text, description, layout, num_splits, choice,
-                                          host_q, host_kv, needs_grad, deterministic)
+                                          host_q, host_kv, host_lens, needs_grad, deterministic)
     return (out, lse) if return_lse else out
 
 
@@ -1091,16 +1096,19 @@ def _prepare_forward_ex(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, inputs:
                         table: Optional[Tensor], lens: Optional[Tensor], q_len: int,
                         kv_len: int, inputs_desc: str, layout: str, num_splits: int,
                         decode: int, want_lse: bool = True, host_q: Optional[Tensor] = None,
-                        host_kv: Optional[Tensor] = None) -> tuple:
+                        host_kv: Optional[Tensor] = None,
+                        host_lens: Optional[Tensor] = None) -> tuple:
     """(args, out, lse, what must live until the launch returns): the outputs allocated on q's
     device, attnc_forward_args_ex and its attnc_seq_layout packed, and the split partials'
     workspace from torch's allocator (stream-ordered, and capturable). host_q, host_kv: host
     copies of cu_seqlens_q/kv (checked by the C API, and with them a long sequence takes the
-    forward kernels)."""
+    forward kernels); host_lens: a host copy of seq_lens_kv (checked by the C API against the
+    pages; with it the split count follows the batch's work)."""
     packed_q, packed_kv, paged = cu_q is not None, cu_kv is not None, table is not None
     heads_q = _check_ex_kernel(kernel, q, k, v, packed_q, packed_kv, layout)
     _check_host("host_cu_seqlens_q", host_q, cu_q)
     _check_host("host_cu_seqlens_kv", host_kv, cu_kv)
+    _check_host("host_seq_lens_kv", host_lens, lens)
     dv = v.shape[-1]
     if packed_q:
         batch, total_q = cu_q.shape[0] - 1, q.shape[0]
@@ -1134,7 +1142,7 @@ def _prepare_forward_ex(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, inputs:
             cu_kv.data_ptr() if packed_kv else 0, total_q, k.shape[0] if packed_kv else 0,
             table.data_ptr() if paged else 0, lens.data_ptr() if paged else 0, table_stride,
             table.shape[1] if paged else 0, page_size, k.shape[0] if paged else 0,
-            *stride_pages, _address(host_q), _address(host_kv), 0, 0)
+            *stride_pages, _address(host_q), _address(host_kv), 0, _address(host_lens))
         layout_address = ctypes.addressof(seq)
     _FORWARD_EX_FORMAT.pack_into(args, 0, _FORWARD_EX_FORMAT.size, decode, *q_fields, *k_fields,
                                  *v_fields, *o_fields, lse.data_ptr() if want_lse else 0, batch,
@@ -1144,7 +1152,7 @@ def _prepare_forward_ex(kernel: Kernel, q: Tensor, k: Tensor, v: Tensor, inputs:
     # host copies also from each sequence's length (the split rule sizes a mixed batch by its
     # work), so those calls ask every time.
     shape = (q.device, batch, q_len, kv_len, total_q, packed_kv, paged, num_splits, decode)
-    with_host = host_q is not None or host_kv is not None
+    with_host = host_q is not None or host_kv is not None or host_lens is not None
     workspace_bytes = None if with_host else kernel._torch_workspaces.get(shape)
     if workspace_bytes is None:
         workspace_bytes = kernel.forward_workspace_bytes(args)
@@ -1173,7 +1181,7 @@ def _forward_ex_impl(q: Tensor, k: Tensor, v: Tensor, inputs: list, cu_q: Option
                      q_len: int, kv_len: int, text: str, inputs_desc: str, layout: str,
                      num_splits: int, decode: int, want_lse: bool = True,
                      host_q: Optional[Tensor] = None, host_kv: Optional[Tensor] = None,
-                     backward: bool = False) -> tuple:
+                     backward: bool = False, host_lens: Optional[Tensor] = None) -> tuple:
     """Launches the forward of plan `text` through attnc_kernel_forward_ex on torch's current
     stream: (out, lse), lse None without want_lse. backward: a gradient will be needed (the
     kernel is compiled with its backward, and what the backward refuses is refused now)."""
@@ -1183,7 +1191,8 @@ def _forward_ex_impl(q: Tensor, k: Tensor, v: Tensor, inputs: list, cu_q: Option
         _check_trainable(table is not None, 0, "auto")
     args, out, lse, alive = _prepare_forward_ex(kernel, q, k, v, inputs, cu_q, cu_kv, table,
                                                 lens, q_len, kv_len, inputs_desc, layout,
-                                                num_splits, decode, want_lse, host_q, host_kv)
+                                                num_splits, decode, want_lse, host_q, host_kv,
+                                                host_lens)
     if backward and (host_q is not None or host_kv is not None):
         kernel.validate_ex(args)  # the offsets themselves before they are read as lengths
         _check_sequences_trainable(host_q, host_kv, args.base.batch, q_len, kv_len)
@@ -1197,19 +1206,19 @@ def _forward_ex(q: Tensor, k: Tensor, v: Tensor, inputs: list[Tensor],
                 block_table: Optional[Tensor], seq_lens_kv: Optional[Tensor], max_seqlen_q: int,
                 max_seqlen_kv: int, spec: str, inputs_desc: str, layout: str, num_splits: int,
                 decode: int, host_cu_seqlens_q: Optional[Tensor],
-                host_cu_seqlens_kv: Optional[Tensor], backward: bool,
-                deterministic: bool) -> tuple[Tensor, Tensor]:
+                host_cu_seqlens_kv: Optional[Tensor], host_seq_lens_kv: Optional[Tensor],
+                backward: bool, deterministic: bool) -> tuple[Tensor, Tensor]:
     """out and LSE of a varlen, paged or decode launch (attnc_kernel_forward_ex): packed q
     [total_q, Hq, D] gives out [total_q, Hq, Dv] and LSE [Hq, total_q], else out shaped like q
     with Dv and LSE [B, Hq, Sq]; max_seqlen_*: the longest sequence's lengths; decode:
     attnc_forward_args_ex's. host_cu_seqlens_*: CPU copies of cu_seqlens_* (or None), which the
-    backward needs; `backward`: compile the kernel with its backward kernels; `deterministic` is
+    backward needs; host_seq_lens_kv: a CPU copy of seq_lens_kv (or None), for the split count; `backward`: compile the kernel with its backward kernels; `deterministic` is
     the backward's. No defaults: the dispatcher drops trailing arguments equal to theirs, which
     would change the count of gradients the autograd formula must return."""
     return _forward_ex_impl(q, k, v, inputs, cu_seqlens_q, cu_seqlens_kv, block_table,
                             seq_lens_kv, max_seqlen_q, max_seqlen_kv, spec, inputs_desc, layout,
                             num_splits, decode, True, host_cu_seqlens_q, host_cu_seqlens_kv,
-                            backward)
+                            backward, host_seq_lens_kv)
 
 
 @_forward_ex.register_fake
@@ -1219,7 +1228,8 @@ def _forward_ex_fake(q: Tensor, k: Tensor, v: Tensor, inputs: list[Tensor],
                      max_seqlen_q: int, max_seqlen_kv: int, spec: str, inputs_desc: str,
                      layout: str, num_splits: int, decode: int,
                      host_cu_seqlens_q: Optional[Tensor], host_cu_seqlens_kv: Optional[Tensor],
-                     backward: bool, deterministic: bool) -> tuple[Tensor, Tensor]:
+                     host_seq_lens_kv: Optional[Tensor], backward: bool,
+                     deterministic: bool) -> tuple[Tensor, Tensor]:
     if q.dim() == 3:
         out = q.new_empty((q.shape[0], q.shape[1], v.shape[-1]))
         return out, q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
@@ -1332,7 +1342,7 @@ def _backward_ex_fake(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Te
 
 def _setup_context_ex(ctx: Any, inputs: tuple, output: tuple) -> None:
     (q, k, v, input_tensors, cu_q, cu_kv, table, _, q_len, kv_len, spec, inputs_desc, layout, _,
-     _, host_q, host_kv, _, deterministic) = inputs
+     _, host_q, host_kv, _, _, deterministic) = inputs
     out, lse = output
     ctx.mark_non_differentiable(lse)
     ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_kv, host_q, host_kv, *input_tensors)
@@ -1349,7 +1359,7 @@ def _autograd_backward_ex(ctx: Any, grad_out: Tensor, grad_lse: Optional[Tensor]
         host_q, host_kv = _host_copies(cu_q, cu_kv)
     dq, dk, dv = torch.ops.attnc.backward_ex(grad_out, q, k, v, out, lse, input_tensors, cu_q,
                                              cu_kv, host_q, host_kv, *ctx.plan)
-    return (dq, dk, dv, [None] * len(input_tensors)) + (None,) * 15
+    return (dq, dk, dv, [None] * len(input_tensors)) + (None,) * 16
 
 
 _forward_ex.register_autograd(_autograd_backward_ex, setup_context=_setup_context_ex)

@@ -42,17 +42,19 @@ class Case:
     """One call: a family of test_python.FAMILIES, a layout ("varlen": packed q and k/v;
     "paged_varlen": packed q over pools; "paged": contiguous q over pools; "varlen_q": packed q
     over contiguous k/v; "contiguous": the decode options alone), per-sequence lengths, and the
-    call's options. max_kv False leaves max_seqlen_kv out (paged: the table's capacity)."""
+    call's options. max_kv False leaves max_seqlen_kv out (paged: the table's capacity);
+    host_lens passes host_seq_lens_kv (paged)."""
 
     def __init__(self, family, layout, q_lens, kv_lens, page_size=16, hq=8, hkv=2, d=64,
                  dtype="bf16", qkv_layout="bshd", num_splits=0, decode="auto", share=False,
-                 max_kv=True, seed=0, deterministic=False):
+                 max_kv=True, seed=0, deterministic=False, host_lens=False):
         self.family, self.layout = FAMILIES[family], layout
         self.q_lens, self.kv_lens = list(q_lens), list(kv_lens)
         self.page_size, self.hq, self.hkv, self.d, self.dtype = page_size, hq, hkv, d, dtype
         self.qkv_layout, self.num_splits, self.decode = qkv_layout, num_splits, decode
         self.share, self.max_kv, self.seed = share, max_kv, seed
         self.deterministic = deterministic
+        self.host_lens = host_lens
 
     @property
     def paged(self):
@@ -69,6 +71,7 @@ class Case:
         opts += ["shared"] if self.share else []
         opts += ["no max_seqlen_kv"] if not self.max_kv else []
         opts += ["deterministic"] if self.deterministic else []
+        opts += ["host lengths"] if self.host_lens else []
         return (f"{self.family.name} {self.layout} {self.qkv_layout} {self.dtype} "
                 f"{self.hq}/{self.hkv} hd{self.d} q{'/'.join(map(str, self.q_lens))} "
                 f"kv{'/'.join(map(str, self.kv_lens))} {' '.join(opts)}").rstrip()
@@ -89,6 +92,8 @@ def plan():
         Case("causal", "paged", [1, 1, 1], [1, 17, 4097], page_size=64, share=True),
         Case("causal", "paged", [4, 4], [33, 700], qkv_layout="bhsd", max_kv=False),
         Case("causal", "paged_varlen", MIXED_Q, MIXED_KV, num_splits=5),
+        Case("causal", "paged_varlen", MIXED_Q, MIXED_KV, host_lens=True),
+        Case("window", "paged", [1, 1, 1, 1], [9000, 3, 17, 0], page_size=16, host_lens=True),
         Case("causal", "contiguous", [2, 2], [900, 900], num_splits=3, decode="on"),
         Case("causal", "contiguous", [8, 8], [300, 300], qkv_layout="bhsd", decode="off"),
         Case("softcap", "paged_varlen", [1, 3, 1], [4097, 1, 256], page_size=256, hq=16, hkv=1,
@@ -146,6 +151,8 @@ def build(case, dev):
             k, v = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
         kwargs.update(block_table=table.to(dev),
                       seq_lens_kv=torch.tensor(case.kv_lens, dtype=torch.int32, device=dev))
+        if case.host_lens:
+            kwargs["host_seq_lens_kv"] = torch.tensor(case.kv_lens, dtype=torch.int32)
         capacity = table.shape[1] * case.page_size
         kv_len = max(1, max(case.kv_lens)) if case.max_kv else capacity
         if case.max_kv:

@@ -34,8 +34,12 @@ def simulated(var, broken=None):
     right output with half its gradient."""
     def attention(q, k, v, *, mask, score, inputs, return_lse, layout, cu_seqlens_q=None,
                   cu_seqlens_kv=None, max_seqlen_q=None, max_seqlen_kv=None, block_table=None,
-                  seq_lens_kv=None, num_splits=0, decode="auto", deterministic=False):
+                  seq_lens_kv=None, num_splits=0, decode="auto", deterministic=False,
+                  host_seq_lens_kv=None):
         bhsd = layout == "bhsd"
+        if host_seq_lens_kv is not None:  # the host copy the op takes: on the CPU, the same
+            assert host_seq_lens_kv.device.type == "cpu"
+            assert host_seq_lens_kv.tolist() == seq_lens_kv.tolist()
 
         def rows(t):  # a 4-d tensor as [B, S, H, D]
             return t.transpose(1, 2) if bhsd else t
@@ -88,7 +92,9 @@ def test_each_case_passes_the_op_checks_with_the_expected_shapes(name):
     out, lse = attnc.attention(to_meta(q), to_meta(k), to_meta(v), mask=case.family.mask,
                                score=case.family.score,
                                inputs={n: to_meta(t) for n, t in inputs.items()} or None,
-                               return_lse=True, **{n: to_meta(a) for n, a in kwargs.items()})
+                               return_lse=True,
+                               **{n: a if n.startswith("host_") else to_meta(a)
+                                  for n, a in kwargs.items()})
     total = sum(case.q_lens)
     if case.packed_q:
         assert tuple(out.shape) == (total, case.hq, case.d)

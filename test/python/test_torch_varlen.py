@@ -4,6 +4,8 @@ for each layout, torch.compile(fullgraph=True) tracing it, every argument error 
 before any op runs, and the structs it packs against the C API's own checks (host tensors
 standing in for device ones)."""
 
+import ctypes
+
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -141,7 +143,7 @@ def test_opcheck_forward_ex():
     spec = repr((attnc.Spec(D, heads=(HQ, HKV)).key(), None, None, None, 0.0, ()))
     args = (q, k, v, [], kwargs["cu_seqlens_q"], None, kwargs["block_table"],
             kwargs["seq_lens_kv"], 6, MAX_PAGES * PAGE, spec, "", "bshd", 0,
-            _capi.ATTNC_DECODE_AUTO, None, None, False, False)
+            _capi.ATTNC_DECODE_AUTO, None, None, None, False, False)
     assert set(torch.library.opcheck(torch.ops.attnc.forward_ex.default, args).values()) \
         == {"SUCCESS"}
 
@@ -235,6 +237,17 @@ BAD = {  # name: (message prefix, arguments of raises())
                 "block_table, seq_lens_kv (the decode kernel", {"dropout_p": 0.1}),
     "spec dropout": ("dropout_p, spec: expected no dropout",
                      {"spec": attnc.Spec(dropout={"p": 0.1, "rounds": 7})}),
+    "host lengths dtype": ("host_seq_lens_kv: expected a contiguous int32 CPU tensor of "
+                           "seq_lens_kv's shape (3,), got torch.int64 (3,) on cpu",
+                           {"host_seq_lens_kv": torch.zeros(3, dtype=torch.int64)}),
+    "host lengths device": ("host_seq_lens_kv: expected a contiguous int32 CPU tensor of "
+                            "seq_lens_kv's shape (3,), got torch.int32 (3,) on meta",
+                            {"host_seq_lens_kv": meta(3)}),
+    "host lengths shape": ("host_seq_lens_kv: expected a contiguous int32 CPU tensor of "
+                           "seq_lens_kv's shape (3,), got torch.int32 (4,) on cpu",
+                           {"host_seq_lens_kv": torch.zeros(4, dtype=torch.int32)}),
+    "host lengths list": ("host_seq_lens_kv: expected a contiguous int32 CPU tensor of "
+                          "seq_lens_kv's shape (3,), got list", {"host_seq_lens_kv": [1, 2, 3]}),
 }
 
 
@@ -242,6 +255,19 @@ BAD = {  # name: (message prefix, arguments of raises())
 def test_argument_errors(name):
     prefix, arguments = BAD[name]
     raises(prefix, **arguments)
+
+
+@pytest.mark.parametrize("case", ["paged", "paged_varlen"])
+def test_meta_shapes_with_host_lengths(case):
+    (out, lse), out_shape, lse_shape = _call(case, host_seq_lens_kv=torch.tensor(
+        KV_LENS, dtype=torch.int32))
+    assert tuple(out.shape) == out_shape and tuple(lse.shape) == lse_shape
+
+
+def test_host_lengths_need_a_paged_cache():
+    for case in ("varlen", "splits"):
+        raises("host_seq_lens_kv: expected None without seq_lens_kv, got a tensor", case=case,
+               host_seq_lens_kv=torch.zeros(3, dtype=torch.int32))
 
 
 def test_contiguous_max_seqlen_must_match_the_tensor():
@@ -327,6 +353,28 @@ def test_c_api_accepts_the_packed_ex_structs(kernel, case, layout):
         assert args.layout.contents.total_q == sum(Q_LENS) and args.base.q_len == max(Q_LENS)
     if case == "splits":
         assert not args.layout and plan.splits == 3
+
+
+def test_host_lengths_reach_the_layout_and_are_checked(kernel):
+    """host_seq_lens_kv is attnc_seq_layout's host copy: the C API reads it (a length beyond its
+    sequence's pages is refused before launch; the split rule's use of it is DecodePlan.*'s)."""
+    q, k, v, kwargs, _, _ = _host_case("paged", "bshd")
+    doc = torch.zeros(3, MAX_PAGES * PAGE, dtype=torch.int32)
+    lens = kwargs["seq_lens_kv"]
+
+    def prepare(host):
+        return torch_ops._prepare_forward_ex(
+            kernel, q, k, v, [doc], None, None, kwargs["block_table"], lens, 2,
+            MAX_PAGES * PAGE, "doc:b,pos", "bshd", 0, _capi.ATTNC_DECODE_AUTO, host_lens=host)
+    host = lens.clone()
+    args, _, _, _ = prepare(host)
+    assert ctypes.addressof(args.layout.contents.host_seq_lens_kv.contents) == host.data_ptr()
+    kernel.validate_ex(args)
+    args, _, _, _ = prepare(None)
+    assert not args.layout.contents.host_seq_lens_kv
+    beyond = torch.tensor([KV_LENS[0], MAX_PAGES * PAGE + 1, KV_LENS[2]], dtype=torch.int32)
+    with pytest.raises(attnc.ArgumentError, match=r"seq_lens_kv\[1\] = 65"):
+        prepare(beyond)
 
 
 def test_decode_choice_reaches_the_struct(kernel):

@@ -18,9 +18,9 @@ HQ, HKV, D, DV = 8, 2, 64, 64
 Q_LENS, KV_LENS = [3, 1, 6], [40, 17, 5]
 KV_CONTIGUOUS = 48
 BF16 = torch.bfloat16
-# The arguments of forward_ex after max_seqlen_kv, as a training call passes them (host copies
-# of the cu_seqlens, backward on): 19 in all, one gradient (or None) each.
-FORWARD_EX_ARGS = 19
+# forward_ex's arguments (with the host copies of the cu_seqlens and of seq_lens_kv, backward
+# on): 20 in all, one gradient (or None) each.
+FORWARD_EX_ARGS = 20
 
 
 def offsets(lengths):
@@ -137,7 +137,7 @@ def test_compile_fullgraph_traces_forward_ex_and_backward_ex(dynamic):
         assert q.grad.shape == q.shape and k.grad.shape == k.shape
     forward = [n for g in graphs["forward"] for n in g.graph.nodes
                if str(n.target) == "attnc.forward_ex.default"]
-    assert forward and all(n.args[17] is True and n.args[18] is True for n in forward)
+    assert forward and all(n.args[18] is True and n.args[19] is True for n in forward)
     assert all("attnc.backward_ex.default" in call_targets(g) for g in graphs["backward"])
     assert len(graphs["backward"]) == (1 if dynamic else 2)
 
@@ -188,7 +188,8 @@ def test_a_paged_forward_ex_with_grad_has_no_backward():
     spec = repr((attnc.Spec(D, heads=(HQ, HKV)).key(), None, None, None, 0.0, ()))
     out, _ = torch.ops.attnc.forward_ex(q, k, v, [], kwargs["cu_seqlens_q"], None,
                                         kwargs["block_table"], kwargs["seq_lens_kv"], 6, 64,
-                                        spec, "", "bshd", 0, 0, None, None, False, False)
+                                        spec, "", "bshd", 0, 0, None, None, None, False,
+                                        False)
     with pytest.raises(attnc.ArgumentError, match=r"^block_table: expected None when q, k"):
         out.sum().backward()
 
