@@ -1007,8 +1007,8 @@ def _host_copies(cu_q: Optional[Tensor], cu_kv: Optional[Tensor]) -> tuple:
 
 
 def _check_host(name: str, host: Optional[Tensor], device_array: Optional[Tensor]) -> None:
-    """A host copy of a cu_seqlens array, as the ops take it: int32 on the CPU, contiguous,
-    shaped as the device array, and given exactly where it is."""
+    """A host copy of a length array (cu_seqlens_*, seq_lens_kv), as the ops take it: int32 on
+    the CPU, contiguous, shaped as the device array, and given exactly where it is."""
     if device_array is None:
         if host is not None:
             _fail(f"{name}: expected None without {name[5:]}, got a tensor")
@@ -1212,9 +1212,10 @@ def _forward_ex(q: Tensor, k: Tensor, v: Tensor, inputs: list[Tensor],
     [total_q, Hq, D] gives out [total_q, Hq, Dv] and LSE [Hq, total_q], else out shaped like q
     with Dv and LSE [B, Hq, Sq]; max_seqlen_*: the longest sequence's lengths; decode:
     attnc_forward_args_ex's. host_cu_seqlens_*: CPU copies of cu_seqlens_* (or None), which the
-    backward needs; host_seq_lens_kv: a CPU copy of seq_lens_kv (or None), for the split count; `backward`: compile the kernel with its backward kernels; `deterministic` is
-    the backward's. No defaults: the dispatcher drops trailing arguments equal to theirs, which
-    would change the count of gradients the autograd formula must return."""
+    backward needs; host_seq_lens_kv: a CPU copy of seq_lens_kv (or None), for the split count;
+    `backward`: compile the kernel with its backward kernels; `deterministic` is the backward's.
+    No defaults: the dispatcher drops trailing arguments equal to theirs, which would change the
+    count of gradients the autograd formula must return."""
     return _forward_ex_impl(q, k, v, inputs, cu_seqlens_q, cu_seqlens_kv, block_table,
                             seq_lens_kv, max_seqlen_q, max_seqlen_kv, spec, inputs_desc, layout,
                             num_splits, decode, True, host_cu_seqlens_q, host_cu_seqlens_kv,

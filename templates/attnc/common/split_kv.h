@@ -97,18 +97,19 @@ ATTNC_HD SplitPlan chooseSplits(const SplitProblem& problem, const Efficiency& e
   if (problem.units <= 0 || problem.slots <= 0 || problem.units >= problem.slots)
     return one;
   const int most = minOf(kMaxSplits, maxOf(problem.kvTiles, 1));
+  // Each count's efficiency, measured once (the mixed measure walks the batch); -1 where the plan
+  // is not allowed.
+  float measured[kMaxSplits];
   float best = 0.0f;
   for (int s = 1; s <= most; ++s) {
     const SplitPlan plan = splitPlanFor(s, problem.kvTiles);
-    const float e = efficiency(plan);
-    if (splitAllowed(plan, problem) && e > best)
-      best = e;
+    measured[s - 1] = splitAllowed(plan, problem) ? efficiency(plan) : -1.0f;
+    if (measured[s - 1] > best)
+      best = measured[s - 1];
   }
-  for (int s = 1; s <= most; ++s) {
-    const SplitPlan plan = splitPlanFor(s, problem.kvTiles);
-    if (splitAllowed(plan, problem) && efficiency(plan) >= kSplitEfficiency * best)
-      return plan;
-  }
+  for (int s = 1; s <= most; ++s)
+    if (measured[s - 1] >= 0.0f && measured[s - 1] >= kSplitEfficiency * best)
+      return splitPlanFor(s, problem.kvTiles);
   return one;
 }
 
