@@ -32,6 +32,7 @@ ATTNC_HD constexpr int ceilDiv(int a, int b) { return (a + b - 1) / b; }
 ATTNC_HD constexpr int roundUp(int a, int b) { return (a + b - 1) / b * b; }
 ATTNC_HD constexpr int maxOf(int a, int b) { return a > b ? a : b; }
 ATTNC_HD constexpr int minOf(int a, int b) { return a < b ? a : b; }
+ATTNC_HD constexpr int log2Floor(int a) { return a > 1 ? 1 + log2Floor(a / 2) : 0; }
 
 // A compile-time flag passed to a generic lambda (NVRTC has no <type_traits>).
 template <bool Value>

@@ -151,7 +151,8 @@ ATTNC_DEVICE KvRows<Element> kvRowsOf(const DecodeParams& dp, const SeqView<FwdP
 
 // Issues the K/V stream's loads in order, skipping empty tiles; a group is committed for every
 // call, loaded or not, so the consumer's cp.async.wait_group counts stay fixed (forward.h's
-// KvProducer, with rows addressed through KvRows).
+// KvProducer, with rows addressed through KvRows). K and V alternate, so which one a call site
+// issues is known where it is written (issue<IsV>): the ring runs Stages - 1 items ahead.
 template <class Config, class Variant>
 struct DecodeProducer {
   using Element = typename Config::Element;
@@ -160,7 +161,6 @@ struct DecodeProducer {
   u32 buffers;
   int tile, last;
   int buffer = 0;
-  bool nextIsV = false;
   // The page ids of `tile`, unchecked (paged layouts; K and V share the block table): loaded when
   // the stream reaches the tile, a consumer step before its first copy, so that the copy does not
   // wait on the table. (Two registers: the decode kernel's registers are full.)
@@ -176,10 +176,83 @@ struct DecodeProducer {
     }
   }
 
-  // One K or V tile from row kv0: contiguous rows step by their stride from the tile's first;
-  // paged rows take their pages from the lanes (the layout is the launch's: one branch a tile).
+  // A whole tile (kBlockKV rows) where a thread's rows step by a whole row step: the thread keeps
+  // one 16-byte column (`chunk`) and rows row0 + i x kRowStep, so that its shared-memory offsets
+  // are constants and a copy costs its row's global address.
+  template <class Tile, int Cols, int LoadCols>
+  struct WholeRows {
+    static constexpr int kChunksPerRow = LoadCols / 8;
+    static constexpr bool kApplies = Config::kThreads % kChunksPerRow == 0 &&
+                                     Config::kBlockKV % (Config::kThreads / kChunksPerRow) == 0;
+    static constexpr int kRowStep = kApplies ? Config::kThreads / kChunksPerRow : 1;
+    static constexpr int kStepShift = log2Floor(kRowStep);
+    static_assert(!kApplies || (1 << kStepShift) == kRowStep, "a power-of-two row step");
+    static_assert(!kApplies || Config::kBlockKV / kRowStep <= 32,
+                  "a tile's pages of kRowStep rows or more fit a warp's lanes");
+  };
+
+  // Whether loadWhole takes a whole tile of x: contiguous rows, or pages of at least a thread's
+  // row step whose byte strides fit 32 bits (a page's stride, and a page's rows: a multiply-add
+  // an address).
+  template <class W>
+  ATTNC_DEVICE static bool wholeApplies(const KvRows<Element>& x) {
+    constexpr u64 kMax = 0xffffffffu;
+    return x.table == nullptr ||
+           (x.pageShift >= W::kStepShift && u64(x.stridePage) * sizeof(Element) <= kMax &&
+            (u64(x.strideS) * sizeof(Element) << x.pageShift) <= kMax);
+  }
+
+  // Contiguous rows: one add from the tile's first. Pages of the whole tile or more: the same from
+  // the tile's row in its page. Smaller pages (row step .. tile): the tile starts a page, so row
+  // i's page (i x kRowStep) >> shift and its row in the page are the same in every tile and
+  // thread (row0 < kRowStep divides the page); the id is a shuffle of the tile's (TilePages, lane
+  // l: its l-th page). Ids are clamped into the pool.
+  template <class Tile, int Cols, int LoadCols>
+  ATTNC_DEVICE void loadWhole(u32 dst, const KvRows<Element>& x, int kv0, int tid) const {
+    using W = WholeRows<Tile, Cols, LoadCols>;
+    constexpr int kStep = W::kRowStep, kRows = Config::kBlockKV / kStep;
+    const int chunk = tid % W::kChunksPerRow, row0 = tid / W::kChunksPerRow;
+    const bool chunkValid = chunk < Cols / 8;  // (the k16 padding columns are zero-filled)
+    const u32 dst0 = dst + Tile::chunkOffset(row0, chunk);
+    const char* base = reinterpret_cast<const char*>(x.base);
+    const i64 rowBytes = x.strideS * i64(sizeof(Element));
+    const auto copy = [&](int i, const char* src) {
+      cpAsync16(dst0 + u32(i * kStep * Tile::kRowBytes), chunkValid ? src : base, chunkValid);
+    };
+    // (wholeApplies: the page's byte stride and its rows' offsets fit 32 bits.) Unsigned: a
+    // negative id becomes large, so one min clamps both ends into the pool.
+    const auto pageAt = [&](const char* at, int lane) {
+      const u32 id = minOf(u32(__shfl_sync(0xffffffffu, pageLo, lane)), u32(x.numPages - 1));
+      return at + u64(id) * u32(x.stridePage * i64(sizeof(Element)));
+    };
+    if (x.table == nullptr || x.pageShift >= log2Floor(Config::kBlockKV)) {
+      const int inPage = x.table == nullptr ? kv0 : kv0 & ((1 << x.pageShift) - 1);
+      const char* first = base + (inPage + row0) * rowBytes + chunk * 16;
+      if (x.table != nullptr) first = pageAt(first, 0);
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) copy(i, first + i * kStep * rowBytes);
+    } else {
+      const u32 rowBytes32 = u32(rowBytes), inPage = (1u << x.pageShift) - 1;
+      const char* thread = base + u32(row0) * rowBytes32 + chunk * 16;
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        const u32 r = u32(i * kStep);
+        copy(i, pageAt(thread, int(r >> x.pageShift)) + (r & inPage) * rowBytes32);
+      }
+    }
+  }
+
+  // One K or V tile from row kv0: whole tiles of contiguous rows, or of pages that hold a thread's
+  // row step, take loadWhole; a tail tile or smaller pages address each row from the layout.
   template <class Tile, int Cols, int LoadCols>
   ATTNC_DEVICE void load(u32 dst, const KvRows<Element>& x, int kv0, int rows, int tid) const {
+    using W = WholeRows<Tile, Cols, LoadCols>;
+    if constexpr (W::kApplies) {
+      if (rows == Config::kBlockKV && wholeApplies<W>(x)) {
+        loadWhole<Tile, Cols, LoadCols>(dst, x, kv0, tid);
+        return;
+      }
+    }
     if (x.table == nullptr) {
       const Element* first = x.base + kv0 * x.strideS;
       block::loadRowsAsyncConverged<Tile, Element, Config::kBlockKV, Cols, LoadCols,
@@ -193,14 +266,13 @@ struct DecodeProducer {
     }
   }
 
+  template <bool IsV>
   ATTNC_DEVICE void issue(int tid) {
     if (tile <= last) {
       const u32 dst = buffers + u32(buffer * Config::kSlotBytes);
       const int kv0 = tile * Config::kBlockKV;
       const int rows = minOf(Config::kBlockKV, tiles.p.kv_len - kv0);
-      // (Two branches, not a reference chosen at run time: that would put the producer on the
-      // stack.)
-      if (!nextIsV) {
+      if constexpr (!IsV) {
         load<typename Config::KTile, Config::kHeadDim, Config::kHeadDimPadded>(dst, k, kv0, rows,
                                                                                 tid);
       } else {
@@ -209,10 +281,18 @@ struct DecodeProducer {
         tile = tiles.nextLive(tile + 1, last, unused);
         fetchPages(tid);
       }
-      nextIsV = !nextIsV;
     }
     cpAsyncCommit();
     buffer = buffer + 1 == Config::kStages ? 0 : buffer + 1;
+  }
+
+  // The first Items of the stream (K, V, K, ...).
+  template <int Items>
+  ATTNC_DEVICE void prime(int tid) {
+    if constexpr (Items > 0) {
+      prime<Items - 1>(tid);
+      issue<(Items - 1) % 2 == 1>(tid);
+    }
   }
 };
 
@@ -421,8 +501,7 @@ ATTNC_DEVICE void decode(const DecodeParams& dp, unsigned char* smem) {
       tile,
       lastTile};
   producer.fetchPages(tid);
-#pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) producer.issue(tid);
+  producer.template prime<kStages - 1>(tid);
 
   u32 qRegs[kQInRegs ? kM : 1][kQInRegs ? Config::kQKSteps : 1][4];
   if constexpr (kQInRegs) {
@@ -445,11 +524,13 @@ ATTNC_DEVICE void decode(const DecodeParams& dp, unsigned char* smem) {
   const float log2Scale = Variant::kHasScore ? kLog2e : p.scale * kLog2e;
   const u32 warpKeys = u32(warp * kDecodeWarpKeys);
 
+  // The item consumed and the one issued are Stages - 1 apart in the K, V, K, ... stream.
+  constexpr bool kIssueVAtK = (kStages - 1) % 2 == 1;
   int buffer = 0;
-  const auto consumeNext = [&]() {
+  const auto consumeNext = [&](auto issuesV) {
     cpAsyncWait<kStages - 2>();
     blockSync();
-    producer.issue(tid);
+    producer.template issue<decltype(issuesV)::value>(tid);
     const u32 at = kvSmem + u32(buffer * Config::kSlotBytes);
     buffer = buffer + 1 == kStages ? 0 : buffer + 1;
     return at;
@@ -459,7 +540,7 @@ ATTNC_DEVICE void decode(const DecodeParams& dp, unsigned char* smem) {
     const int kCol = tile * Config::kBlockKV + int(warpKeys) + 2 * (lane & 3);
     float s[kM][Config::kWarpNTiles][4];
     u32 pA[kM][1][4];
-    const u32 kBuffer = consumeNext();
+    const u32 kBuffer = consumeNext(Flag<kIssueVAtK>{});
     warp::gemmQK<Element, kQInRegs, kM, Config::kWarpNTiles, Config::kQKSteps>(
         s, qRegs, qSmem, qLane, 0, kBuffer + warpKeys * KTile::kRowBytes, kLane);
     if constexpr (Variant::kHasScore)
@@ -467,9 +548,13 @@ ATTNC_DEVICE void decode(const DecodeParams& dp, unsigned char* smem) {
     const bool partial = tileClass == Tri::Unknown;
     if (partial || tiles.isTail(tile))
       applyMaskPacked<Variant, Config::kGroup>(s, view, b, laneRows, kCol, partial);
-    state.softmax.update(s, state.o, log2Scale);
+    // Lazy row maxima (OnlineSoftmax::advanceLazy): a warp's 16 keys a tile rarely raise a row's
+    // maximum by 2^8 past the first tiles, so O (kM x dv / 8 x 4 floats a lane) is rarely
+    // rescaled; the vote costs a few instructions where the rescale costs a multiply a float.
+    float factors[kM][2];
+    if (state.softmax.advanceLazy(s, log2Scale, factors)) state.softmax.rescale(state.o, factors);
     warp::packP<Element>(pA, s);
-    const u32 vBuffer = consumeNext();
+    const u32 vBuffer = consumeNext(Flag<!kIssueVAtK>{});
     warp::gemmPV<Element>(state.o, pA, vBuffer + warpKeys * VTile::kRowBytes, vLane);
   }
 
