@@ -4,7 +4,8 @@
 # suite's subsets), bench (quick), benchflex (quick, with FlexAttention), full and fullflex (every
 # row), nopdl (the batch-1 rows with the combine's launch not overlapped), probe
 # (dev/decode_probe.py), memcheck and racecheck (the sanitizer subset), pyvarlen
-# (test/gpu/test_python_varlen.py), host (examples/decode-host). Run on the GPU machine from the
+# (test/gpu/test_python_varlen.py), host (examples/decode-host), ncu (Nsight Compute sections of
+# the decode kernel on the rows in NCU_ROWS, bench row names separated by ';'). Run on the GPU machine from the
 # repository root with the bundle carried (dev/device-bundle.sh); results land in $OUT.
 #   bash dev/gpu-decode.sh [STEP...]   (default: smoke tiny bench memcheck)
 set -u
@@ -41,6 +42,15 @@ for s in "${steps[@]}"; do
     pyvarlen) step pyvarlen 240 "$OUT/pyvarlen.log" python3 test/gpu/test_python_varlen.py ;;
     host) step host 60 "$OUT/host.log" env LD_LIBRARY_PATH="$PWD/.device/bundle" \
             .device/bundle/bin/decode-host --steps 32 --check-every 8 ;;
+    ncu)
+      IFS=';' read -r -a ncu_rows <<<"${NCU_ROWS:-GQA 64/8 B8 kv32K q8 contiguous;GQA 64/8 B8 kv32K q8 paged16;GQA 32/8 B1 kv32K q1 contiguous}"
+      for i in "${!ncu_rows[@]}"; do
+        r=${ncu_rows[$i]}
+        step "ncu-$i" 120 "$OUT/ncu-$i.log" ncu --kernel-name regex:'_decode$' --launch-skip 3 \
+          --launch-count 1 --section SpeedOfLight --section WarpStateStats \
+          --section SchedulerStats --section Occupancy --section MemoryWorkloadAnalysis \
+          python3 bench/bench_decode.py --no-flex --no-varlen --only "$r"
+      done ;;
     memcheck) step memcheck 200 "$OUT/memcheck.log" compute-sanitizer --tool memcheck \
                 --error-exitcode 1 python3 test/gpu/test_decode.py --sanitize ;;
     *) echo "gpu-decode: unknown step '$s'" >&2 ;;
