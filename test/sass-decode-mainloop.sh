@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The decode mainloop's per-tile work in machine code (docs/design/decode.md): a whole K or V tile
 # is copied without a per-row zero-fill predicate (DecodeProducer::loadWhole: each thread steps its
-# rows by one stride, at least one copy a thread and tile for K and for V, in each of the
-# contiguous-or-large-page and the small-page paths), and O's rescale is skipped by a warp vote
-# (lazy row maxima, OnlineSoftmax::advanceLazy).
+# rows by one stride; ROWS_A_THREAD copies a thread and tile for K and for V, in the contiguous
+# or large-page path and in each small-page one), and O's rescale is skipped by a warp vote (lazy
+# row maxima, OnlineSoftmax::advanceLazy).
 #   test/sass-decode-mainloop.sh CUOBJDUMP CUBIN NAME ROWS_A_THREAD
 # Exits 77 (ctest: skipped) when there is no cuobjdump (scripts/install-deps.sh fetches one).
 set -euo pipefail
@@ -20,7 +20,7 @@ decode=$("$cuobjdump" --dump-sass "$cubin" |
 whole=$(grep -cE '^[[:space:]]*/\*[0-9a-f]+\*/[[:space:]]+LDGSTS[^;]*\.64\][[:space:]]*;' \
           <<<"$decode" || true)
 votes=$(grep -c 'VOTE.ANY' <<<"$decode" || true)
-# K and V, two paths each.
+# K and V, at least two paths each.
 want=$((4 * rows))
 echo "sass-decode-mainloop: ${name}: $whole copies without zero-fill (want >= $want)," \
      "$votes warp votes (want >= 1)"

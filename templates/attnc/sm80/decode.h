@@ -192,21 +192,23 @@ struct DecodeProducer {
   };
 
   // Whether loadWhole takes a whole tile of x: contiguous rows, or pages of at least a thread's
-  // row step whose byte strides fit 32 bits (a page's stride, and a page's rows: a multiply-add
-  // an address).
+  // row step.
   template <class W>
   ATTNC_DEVICE static bool wholeApplies(const KvRows<Element>& x) {
-    constexpr u64 kMax = 0xffffffffu;
-    return x.table == nullptr ||
-           (x.pageShift >= W::kStepShift && u64(x.stridePage) * sizeof(Element) <= kMax &&
-            (u64(x.strideS) * sizeof(Element) << x.pageShift) <= kMax);
+    return x.table == nullptr || x.pageShift >= W::kStepShift;
+  }
+
+  // Page `lane` of the tile (TilePages: lane l holds the tile's l-th page id), as the byte offset
+  // of its row 0 from page 0's. Unsigned: a negative id becomes large, so one min clamps both
+  // ends into the pool.
+  ATTNC_DEVICE i64 pageOffset(const KvRows<Element>& x, int lane) const {
+    const u32 id = minOf(u32(__shfl_sync(0xffffffffu, pageLo, lane)), u32(x.numPages - 1));
+    return i64(id) * (x.stridePage * i64(sizeof(Element)));
   }
 
   // Contiguous rows: one add from the tile's first. Pages of the whole tile or more: the same from
-  // the tile's row in its page. Smaller pages (row step .. tile): the tile starts a page, so row
-  // i's page (i x kRowStep) >> shift and its row in the page are the same in every tile and
-  // thread (row0 < kRowStep divides the page); the id is a shuffle of the tile's (TilePages, lane
-  // l: its l-th page). Ids are clamped into the pool.
+  // the tile's row in its page. Smaller pages (loadPages): the tile starts a page, so which page
+  // and row in it a thread's i-th row is is the same in every tile.
   template <class Tile, int Cols, int LoadCols>
   ATTNC_DEVICE void loadWhole(u32 dst, const KvRows<Element>& x, int kv0, int tid) const {
     using W = WholeRows<Tile, Cols, LoadCols>;
@@ -219,25 +221,40 @@ struct DecodeProducer {
     const auto copy = [&](int i, const char* src) {
       cpAsync16(dst0 + u32(i * kStep * Tile::kRowBytes), chunkValid ? src : base, chunkValid);
     };
-    // (wholeApplies: the page's byte stride and its rows' offsets fit 32 bits.) Unsigned: a
-    // negative id becomes large, so one min clamps both ends into the pool.
-    const auto pageAt = [&](const char* at, int lane) {
-      const u32 id = minOf(u32(__shfl_sync(0xffffffffu, pageLo, lane)), u32(x.numPages - 1));
-      return at + u64(id) * u32(x.stridePage * i64(sizeof(Element)));
-    };
-    if (x.table == nullptr || x.pageShift >= log2Floor(Config::kBlockKV)) {
+    constexpr int kTileShift = log2Floor(Config::kBlockKV);
+    if (x.table == nullptr || x.pageShift >= kTileShift) {
       const int inPage = x.table == nullptr ? kv0 : kv0 & ((1 << x.pageShift) - 1);
       const char* first = base + (inPage + row0) * rowBytes + chunk * 16;
-      if (x.table != nullptr) first = pageAt(first, 0);
+      if (x.table != nullptr) first += pageOffset(x, 0);
 #pragma unroll
       for (int i = 0; i < kRows; ++i) copy(i, first + i * kStep * rowBytes);
     } else {
-      const u32 rowBytes32 = u32(rowBytes), inPage = (1u << x.pageShift) - 1;
-      const char* thread = base + u32(row0) * rowBytes32 + chunk * 16;
+      loadPages<W::kStepShift, kTileShift>(x, base + row0 * rowBytes + chunk * 16, rowBytes, copy);
+    }
+  }
+
+  // Pages of 2^Shift rows, from a thread's row step (2^StepShift) up to a tile (the shift is the
+  // launch's; one instance a size, so that a row's page and its row in the page are constants):
+  // page c of the tile holds the thread's rows c x kPerPage + k, k x kStep rows into the page past
+  // `thread`. A page costs a shuffle and a multiply, a row an add.
+  template <int StepShift, int TileShift, int Shift = StepShift, class Copy>
+  ATTNC_DEVICE void loadPages(const KvRows<Element>& x, const char* thread, i64 rowBytes,
+                              const Copy& copy) const {
+    if constexpr (Shift < TileShift) {
+      if (x.pageShift != Shift) {
+        loadPages<StepShift, TileShift, Shift + 1>(x, thread, rowBytes, copy);
+        return;
+      }
+      constexpr int kStep = 1 << StepShift, kPerPage = 1 << (Shift - StepShift);
+      constexpr int kPages = 1 << (TileShift - Shift);
+      const char* rows[kPerPage];
 #pragma unroll
-      for (int i = 0; i < kRows; ++i) {
-        const u32 r = u32(i * kStep);
-        copy(i, pageAt(thread, int(r >> x.pageShift)) + (r & inPage) * rowBytes32);
+      for (int k = 0; k < kPerPage; ++k) rows[k] = thread + k * kStep * rowBytes;
+#pragma unroll
+      for (int c = 0; c < kPages; ++c) {
+        const i64 page = pageOffset(x, c);
+#pragma unroll
+        for (int k = 0; k < kPerPage; ++k) copy(c * kPerPage + k, rows[k] + page);
       }
     }
   }
