@@ -229,7 +229,7 @@ struct DecodeProducer {
 #pragma unroll
       for (int i = 0; i < kRows; ++i) copy(i, first + i * kStep * rowBytes);
     } else {
-      loadPages<W::kStepShift, kTileShift>(x, base + row0 * rowBytes + chunk * 16, rowBytes, copy);
+      loadPages<W::kStepShift, kTileShift>(x, row0, chunk, copy);
     }
   }
 
@@ -238,23 +238,22 @@ struct DecodeProducer {
   // page c of the tile holds the thread's rows c x kPerPage + k, k x kStep rows into the page past
   // `thread`. A page costs a shuffle and a multiply, a row an add.
   template <int StepShift, int TileShift, int Shift = StepShift, class Copy>
-  ATTNC_DEVICE void loadPages(const KvRows<Element>& x, const char* thread, i64 rowBytes,
+  ATTNC_DEVICE void loadPages(const KvRows<Element>& x, int row0, int chunk,
                               const Copy& copy) const {
     if constexpr (Shift < TileShift) {
       if (x.pageShift != Shift) {
-        loadPages<StepShift, TileShift, Shift + 1>(x, thread, rowBytes, copy);
+        loadPages<StepShift, TileShift, Shift + 1>(x, row0, chunk, copy);
         return;
       }
       constexpr int kStep = 1 << StepShift, kPerPage = 1 << (Shift - StepShift);
       constexpr int kPages = 1 << (TileShift - Shift);
-      const char* rows[kPerPage];
-#pragma unroll
-      for (int k = 0; k < kPerPage; ++k) rows[k] = thread + k * kStep * rowBytes;
+      const i64 rowBytes = x.strideS * i64(sizeof(Element));
+      const char* thread = reinterpret_cast<const char*>(x.base) + row0 * rowBytes + chunk * 16;
 #pragma unroll
       for (int c = 0; c < kPages; ++c) {
-        const i64 page = pageOffset(x, c);
+        const char* page = thread + pageOffset(x, c);
 #pragma unroll
-        for (int k = 0; k < kPerPage; ++k) copy(c * kPerPage + k, rows[k] + page);
+        for (int k = 0; k < kPerPage; ++k) copy(c * kPerPage + k, page + k * kStep * rowBytes);
       }
     }
   }
