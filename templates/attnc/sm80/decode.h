@@ -215,11 +215,13 @@ struct DecodeProducer {
     constexpr int kStep = W::kRowStep, kRows = Config::kBlockKV / kStep;
     const int chunk = tid % W::kChunksPerRow, row0 = tid / W::kChunksPerRow;
     const bool chunkValid = chunk < Cols / 8;  // (the k16 padding columns are zero-filled)
-    const u32 dst0 = dst + Tile::chunkOffset(row0, chunk);
     const char* base = reinterpret_cast<const char*>(x.base);
     const i64 rowBytes = x.strideS * i64(sizeof(Element));
+    // (A row step below 8 changes the row's swizzle from one i to the next: the offset is taken
+    // for each row; a step of 8 or more folds it into a constant past row0's.)
     const auto copy = [&](int i, const char* src) {
-      cpAsync16(dst0 + u32(i * kStep * Tile::kRowBytes), chunkValid ? src : base, chunkValid);
+      cpAsync16(dst + Tile::chunkOffset(row0 + i * kStep, chunk), chunkValid ? src : base,
+                chunkValid);
     };
     constexpr int kTileShift = log2Floor(Config::kBlockKV);
     if (x.table == nullptr || x.pageShift >= kTileShift) {
