@@ -51,8 +51,14 @@ def header(runs, json_names):
     attnc = f"attnc {facts.get('attnc', '?')}" + (f" at {facts['commit']}"
                                                  if facts.get("commit") else "")
     warm = f"{facts['warm_ms']:.0f} ms" if "warm_ms" in facts else "the bench's warm-up"
-    commands = "; ".join(f"`{r.get('facts', {}).get('command', 'python3 bench/bench_decode.py')}`"
-                         for r in runs)
+    # Runs of different builds (e.g. the varlen row taken from a second process of the same call)
+    # name each build.
+    commits = {r.get("facts", {}).get("commit") for r in runs}
+    def command(r):
+        f = r.get("facts", {})
+        text = f"`{f.get('command', 'python3 bench/bench_decode.py')}`"
+        return text + (f" (attnc at {f['commit']})" if len(commits) > 1 and f.get("commit") else "")
+    commands = "; ".join(command(r) for r in runs)
     copies = ", ".join(fmt(r.get("copy_gbps")) for r in runs)
     sources = " ".join(f"docs/perf/{name}" for name in json_names)
     stem = os.path.splitext(json_names[0])[0]

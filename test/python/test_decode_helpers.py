@@ -508,6 +508,16 @@ def test_page_joins_runs_in_order_with_each_command():
     assert text.count("## Varlen prefill") == 1
 
 
+def test_page_names_each_runs_build_where_they_differ():
+    first, second = made_up_run(), made_up_run()
+    second["results"] = []
+    first["facts"]["commit"], second["facts"]["commit"] = "aaaaaaa", "bbbbbbb"
+    text = decode_page.page([first, second], ["a.json", "b.json"])
+    assert "(attnc at aaaaaaa)" in text and "(attnc at bbbbbbb)" in text
+    second["facts"]["commit"] = "aaaaaaa"
+    assert "(attnc at" not in decode_page.page([first, second], ["a.json", "b.json"])
+
+
 @pytest.mark.parametrize("script", ["test/gpu/test_decode.py", "bench/bench_decode.py",
                                     "bench/decode_page.py"])
 def test_scripts_answer_help_without_a_gpu(script):
