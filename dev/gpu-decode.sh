@@ -2,11 +2,12 @@
 # One device call for the decode path (dev/README.md), each step time-bounded (dev/gpu-steps.sh),
 # then a short table. Steps: smoke (dev/decode_smoke.py), tiny, small and fullsubset (the decode
 # suite's subsets), bench (quick), benchflex (quick, with FlexAttention), full and fullflex (every
-# row), nopdl (the batch-1 rows with the combine's launch not overlapped), probe
-# (dev/decode_probe.py), memcheck and racecheck (the sanitizer subset), pyvarlen
-# (test/gpu/test_python_varlen.py), host (examples/decode-host), ncu (Nsight Compute sections of
-# the decode kernel on the rows in NCU_ROWS, bench row names separated by ';'). Run on the GPU machine from the
-# repository root with the bundle carried (dev/device-bundle.sh); results land in $OUT.
+# row), fullflex32 and fullflex64 (every row with FlexAttention, a GQA ratio each: two calls),
+# nopdl (the batch-1 rows with the combine's launch not overlapped), probe (dev/decode_probe.py),
+# memcheck and racecheck (the sanitizer subset), pyvarlen (test/gpu/test_python_varlen.py), host
+# (examples/decode-host), ncu (Nsight Compute sections of the decode kernel on the rows in
+# NCU_ROWS, bench row names separated by ';'). Run on the GPU machine from the repository root
+# with the bundle carried (dev/device-bundle.sh); results land in $OUT.
 #   bash dev/gpu-decode.sh [STEP...]   (default: smoke tiny bench memcheck)
 set -u
 source "$(dirname "$0")/gpu-steps.sh"
@@ -35,6 +36,13 @@ for s in "${steps[@]}"; do
             --json "$OUT/decode-full.json" ;;
     fullflex) step fullflex 540 "$OUT/fullflex.log" python3 bench/bench_decode.py \
                 --json "$OUT/decode-full.json" ;;
+    # Every row with FlexAttention in two halves, one a GQA ratio (each of torch.compile's shapes
+    # compiles anew): bench/decode_page.py joins decode-full-32.json decode-full-64.json. The
+    # varlen row runs with the first.
+    fullflex32) step fullflex32 420 "$OUT/fullflex32.log" python3 bench/bench_decode.py \
+                  --only "GQA 32/8" --json "$OUT/decode-full-32.json" ;;
+    fullflex64) step fullflex64 420 "$OUT/fullflex64.log" python3 bench/bench_decode.py \
+                  --no-varlen --only "GQA 64/8" --json "$OUT/decode-full-64.json" ;;
     racecheck) step racecheck 300 "$OUT/racecheck.log" compute-sanitizer --tool racecheck \
                  --error-exitcode 1 python3 test/gpu/test_decode.py --sanitize ;;
     fullsubset) step fullsubset 400 "$OUT/fullsubset.log" python3 test/gpu/test_decode.py \
