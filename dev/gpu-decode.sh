@@ -51,7 +51,9 @@ for s in "${steps[@]}"; do
     host) step host 60 "$OUT/host.log" env LD_LIBRARY_PATH="$PWD/.device/bundle" \
             .device/bundle/bin/decode-host --steps 32 --check-every 8 ;;
     ncu)
-      IFS=';' read -r -a ncu_rows <<<"${NCU_ROWS:-GQA 64/8 B8 kv32K q8 contiguous;GQA 64/8 B8 kv32K q8 paged16;GQA 32/8 B1 kv32K q1 contiguous}"
+      rows="GQA 64/8 B8 kv32K q8 contiguous;GQA 64/8 B8 kv32K q8 paged16"
+      rows+=";GQA 32/8 B1 kv32K q1 contiguous"
+      IFS=';' read -r -a ncu_rows <<<"${NCU_ROWS:-$rows}"
       for i in "${!ncu_rows[@]}"; do
         r=${ncu_rows[$i]}
         step "ncu-$i" 120 "$OUT/ncu-$i.log" ncu --kernel-name regex:'_decode$' --launch-skip 3 \
