@@ -79,15 +79,16 @@ DecodePlan decodePlanFor(const KernelMetadata& m, const ForwardArgs& args, int n
   const DecodeMetadata& d = *m.decode;
   const int group = m.headsQ / m.headsKV;
   const int64_t elementBytes = 2;  // bf16 and fp16
+  const int64_t packed = int64_t(group) * args.q_len;
   plan.decode = true;
   plan.rows = d.rows;
   plan.blockKV = d.blockKV;
-  plan.rowTiles = int((group * args.q_len + d.rows - 1) / d.rows);
+  plan.rowTiles = int((packed + d.rows - 1) / d.rows);
   const int kvTiles = int((args.kv_len + d.blockKV - 1) / d.blockKV);
   SplitProblem problem{int(std::min<int64_t>(INT32_MAX, args.batch * m.headsKV * plan.rowTiles)),
                        kvTiles, numSMs * blocksPerSM,
                        int64_t(d.blockKV) * (m.headDim + m.headDimV) * elementBytes,
-                       std::min<int64_t>(int64_t(group) * args.q_len, d.rows) * m.headDimV * 4};
+                       std::min<int64_t>(packed, d.rows) * m.headDimV * 4};
   thread_local std::vector<int> tiles;  // (kept: a decode step plans once a token)
   SplitPlan split;
   if (args.num_splits > 0) {

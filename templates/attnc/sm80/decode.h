@@ -238,7 +238,9 @@ struct DecodeProducer {
   // Pages of 2^Shift rows, from a thread's row step (2^StepShift) up to a tile (the shift is the
   // launch's; one instance a size, so that a row's page and its row in the page are constants):
   // page c of the tile holds the thread's rows c x kPerPage + k, k x kStep rows into the page past
-  // `thread`. A page costs a shuffle and a multiply, a row an add.
+  // `thread`. A page costs a shuffle and a multiply, a row an add. (The thread's row pointer is
+  // derived here, not passed in: passed, NVRTC held full_hd64's decode kernel to 168 registers on
+  // sm_80 and it spilled.)
   template <int StepShift, int TileShift, int Shift = StepShift, class Copy>
   ATTNC_DEVICE void loadPages(const KvRows<Element>& x, int row0, int chunk,
                               const Copy& copy) const {
