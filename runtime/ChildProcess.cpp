@@ -121,7 +121,8 @@ std::string describeSignal(int signal) {
 }
 
 ChildOutcome runInChild(const std::function<std::string()>& work,
-                        std::optional<std::chrono::steady_clock::time_point> deadline) {
+                        std::optional<std::chrono::steady_clock::time_point> deadline,
+                        const std::function<void()>& forked) {
   ChildOutcome outcome;
   int resultPipe[2] = {-1, -1}, errorPipe[2] = {-1, -1};
   if (::pipe2(resultPipe, O_CLOEXEC) != 0 || ::pipe2(errorPipe, O_CLOEXEC) != 0) {
@@ -131,6 +132,7 @@ ChildOutcome runInChild(const std::function<std::string()>& work,
   }
   const pid_t pid = ::fork();
   if (pid == 0) runChild(work, resultPipe[1], errorPipe[1]);
+  if (forked) forked();
   closeFd(resultPipe[1]);
   closeFd(errorPipe[1]);
   if (pid < 0) {

@@ -37,7 +37,10 @@ std::string describeSignal(int signal);
 // `deadline` passes, then reaps the child: no zombie is left in any case.
 // In a process with threads only the calling thread exists in the child: `work` must not need a
 // lock that another thread may hold (malloc is safe: glibc's fork() resets its locks).
+// `forked`, when given, runs in the parent right after fork() returns, whether it made a child or
+// not (ForkGate::Fork::release, for one).
 ChildOutcome runInChild(const std::function<std::string()>& work,
-                        std::optional<std::chrono::steady_clock::time_point> deadline);
+                        std::optional<std::chrono::steady_clock::time_point> deadline,
+                        const std::function<void()>& forked = {});
 
 }  // namespace attnc

@@ -4,6 +4,7 @@
 
 #include "runtime/ChildProcess.h"
 #include "runtime/DynamicLibrary.h"
+#include "runtime/ForkGate.h"
 
 #include <algorithm>
 #include <thread>
@@ -309,7 +310,17 @@ void finishIsolated(const ChildOutcome& child, const std::string& name,
     }
 }
 
+// The parent's wait at the gate; an empty Fork means `limits.deadline` passed first.
+ForkGate::Fork forkWhenQuiet(const NvrtcLimits& limits) {
+  return nvrtcForkGate().fork(limits.deadline);
+}
+
 }  // namespace
+
+ForkGate& nvrtcForkGate() {
+  static ForkGate* gate = new ForkGate(kNvrtcForkSettle);  // never destroyed: threads may outlive main
+  return *gate;
+}
 
 NvrtcResult Nvrtc::compile(const std::string& source, const std::string& name,
                            const std::vector<EmbeddedFile>& headers, const std::string& arch,
@@ -321,19 +332,26 @@ NvrtcResult Nvrtc::compile(const std::string& source, const std::string& name,
   };
   NvrtcResult result;
   if (!limits.isolate) {
-    result = compileHere(source, name, headers, arch, extraOptions);
+    {
+      ForkGate::Inside inside(nvrtcForkGate());
+      result = compileHere(source, name, headers, arch, extraOptions);
+    }
     if (pastDeadline()) result = NvrtcResult{false, NvrtcEnd::TimedOut};
     result.compileSeconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return result;
   }
-  if (limits.deadline && pastDeadline()) {
+  ForkGate::Fork fork = forkWhenQuiet(limits);
+  if (!fork) {
     result.end = NvrtcEnd::TimedOut;
     return result;
   }
   ChildOutcome child = runInChild(
-      [&] { return encodeResult(compileHere(source, name, headers, arch, extraOptions)); },
-      limits.deadline);
+      [&] {
+        nvrtcForkGate().inChild();
+        return encodeResult(compileHere(source, name, headers, arch, extraOptions));
+      },
+      limits.deadline, [&] { fork.release(); });
   std::vector<NvrtcResult> results(1);
   finishIsolated(child, name, [&](const std::string& payload) {
     return decodeResult(payload, &results[0]);
@@ -372,7 +390,8 @@ std::vector<NvrtcResult> Nvrtc::compileEach(const std::string& source, const std
   if (!limits.isolate || variants.size() <= 1) return onThreads(limits);
 
   const auto start = std::chrono::steady_clock::now();
-  if (limits.deadline && start > *limits.deadline) {
+  ForkGate::Fork fork = forkWhenQuiet(limits);
+  if (!fork) {
     std::vector<NvrtcResult> results(variants.size());
     for (NvrtcResult& result : results) result.end = NvrtcEnd::TimedOut;
     return results;
@@ -381,6 +400,7 @@ std::vector<NvrtcResult> Nvrtc::compileEach(const std::string& source, const std
   inChild.isolate = false;
   ChildOutcome child = runInChild(
       [&] {
+        nvrtcForkGate().inChild();
         std::string bytes;
         for (const NvrtcResult& result : onThreads(inChild)) {
           const std::string one = encodeResult(result);
@@ -388,7 +408,7 @@ std::vector<NvrtcResult> Nvrtc::compileEach(const std::string& source, const std
         }
         return bytes;
       },
-      limits.deadline);
+      limits.deadline, [&] { fork.release(); });
   std::vector<NvrtcResult> results(variants.size());
   finishIsolated(
       child, name,

@@ -54,6 +54,16 @@ bool ptxasOutOfRegisters(const NvrtcResult& result);
 std::string describeNvrtcFailure(const NvrtcResult& result, const std::string& name,
                                  const std::string& arch, double timeoutSeconds);
 
+// How long an isolated compile's fork waits past this process's last in-process compile, for
+// NVRTC's worker threads to finish exiting (runtime/ForkGate.h). They exit within microseconds
+// of the compile's return on an idle CPU; 50 ms covers a descheduled one on a loaded machine, and
+// only the first isolated compile after an in-process one waits.
+inline constexpr std::chrono::milliseconds kNvrtcForkSettle{50};
+
+class ForkGate;
+// The process's gate between in-process compiles and isolated compiles' forks.
+ForkGate& nvrtcForkGate();
+
 // How Nvrtc::compile runs: where, and for how long.
 struct NvrtcLimits {
   // In a child process (runtime/ChildProcess.h), so that an abort, a crash or a hang of NVRTC or

@@ -4,6 +4,7 @@
 #include "attnc/attnc.h"
 #include "compiler/Spec/Spec.h"
 #include "runtime/ChildProcess.h"
+#include "runtime/ForkGate.h"
 #include "runtime/Nvrtc.h"
 
 #include <gtest/gtest.h>
@@ -272,32 +273,24 @@ TEST(JitTimeout, StopsNvrtcMidCompile) {
   EXPECT_LT(seconds, 5.0);
 }
 
+const char* kVariantSource = "extern \"C\" __global__ void f(float* x) {\n"
+                             "#if ATTNC_VARIANT == 1\n  x[0] = 1;\n#else\n  x[0] = 2;\n#endif\n}\n";
+const std::vector<std::vector<std::string>> kVariants = {{"-DATTNC_VARIANT=1"},
+                                                         {"-DATTNC_VARIANT=2"},
+                                                         {"-DATTNC_VARIANT=1"}};
+
 // A kernel the JIT splits into several NVRTC programs (a mask that reads a declared input has a
 // tile-classes entry; the backward adds its own), compiled under a timeout, so isolated: all of
-// its programs in one child, with the same PTX as compiled in the process.
+// its programs in one child, with the same PTX as compiled in the process. (The isolated compiles
+// come first; IsolatedCompileAfterAnInProcessOneWaitsForNvrtcsThreads has the other order.)
 TEST(JitTimeout, ProgramsOfOneKernelCompileInOneChildAsInTheProcess) {
   Nvrtc* nvrtc = nvrtcOrSkip();
   if (!nvrtc) GTEST_SKIP() << "no NVRTC";
-  const std::string source = "extern \"C\" __global__ void f(float* x) {\n"
-                             "#if ATTNC_VARIANT == 1\n  x[0] = 1;\n#else\n  x[0] = 2;\n#endif\n}\n";
-  const std::vector<std::vector<std::string>> variants = {{"-DATTNC_VARIANT=1"},
-                                                          {"-DATTNC_VARIANT=2"},
-                                                          {"-DATTNC_VARIANT=1"}};
   NvrtcLimits here, isolated = NvrtcLimits::within(120);
   here.isolate = false;
   isolated.isolate = true;
-  std::vector<NvrtcResult> a = nvrtc->compileEach(source, "f.cu", {}, "sm_80", variants, here);
-  std::vector<NvrtcResult> b = nvrtc->compileEach(source, "f.cu", {}, "sm_80", variants, isolated);
-  ASSERT_EQ(a.size(), 3u);
-  ASSERT_EQ(b.size(), 3u);
-  for (size_t i = 0; i < 3; ++i) {
-    ASSERT_EQ(b[i].end, NvrtcEnd::Compiled) << i << ": " << b[i].log;
-    EXPECT_EQ(a[i].ptx, b[i].ptx) << i;
-    EXPECT_EQ(a[i].cubin, b[i].cubin) << i;
-    EXPECT_EQ(b[i].resources.count("f"), 1u) << i;
-  }
-  EXPECT_NE(b[0].ptx, b[1].ptx);
-  EXPECT_EQ(b[0].ptx, b[2].ptx);
+  std::vector<NvrtcResult> b =
+      nvrtc->compileEach(kVariantSource, "f.cu", {}, "sm_80", kVariants, isolated);
 
   JitOptions options;
   options.useCache = false;
@@ -308,6 +301,56 @@ TEST(JitTimeout, ProgramsOfOneKernelCompileInOneChildAsInTheProcess) {
                            "inputs: {doc: {dtype: i32, dims: [pos]}}\nmask: {document: doc}\n";
   Kernel kernel = jit.compileText(spec, *Target::byName("sm_80", nullptr), &status, true);
   EXPECT_TRUE(kernel) << status.message;
+
+  std::vector<NvrtcResult> a =
+      nvrtc->compileEach(kVariantSource, "f.cu", {}, "sm_80", kVariants, here);
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(b[i].end, NvrtcEnd::Compiled) << i << ": " << b[i].log;
+    EXPECT_EQ(a[i].ptx, b[i].ptx) << i;
+    EXPECT_EQ(a[i].cubin, b[i].cubin) << i;
+    EXPECT_EQ(b[i].resources.count("f"), 1u) << i;
+  }
+  EXPECT_NE(b[0].ptx, b[1].ptx);
+  EXPECT_EQ(b[0].ptx, b[2].ptx);
+}
+
+// NVRTC's worker threads finish exiting after an in-process compile returns, holding NVRTC's
+// mutex for a moment: a fork then would leave the child waiting on it until the deadline. An
+// isolated compile does not fork while one runs here, nor until kNvrtcForkSettle after it
+// (runtime/ForkGate.h), and then compiles.
+TEST(JitTimeout, IsolatedCompilesDoNotForkWhileNvrtcRunsHere) {
+  Nvrtc* nvrtc = nvrtcOrSkip();
+  if (!nvrtc) GTEST_SKIP() << "no NVRTC";
+  NvrtcLimits here;
+  here.isolate = false;
+  {
+    ForkGate::Inside compiling(nvrtcForkGate());
+    NvrtcLimits isolated = NvrtcLimits::within(0.5);
+    isolated.isolate = true;
+    std::vector<NvrtcResult> b =
+        nvrtc->compileEach(kVariantSource, "f.cu", {}, "sm_80", kVariants, isolated);
+    for (const NvrtcResult& result : b)
+      EXPECT_EQ(result.end, NvrtcEnd::TimedOut) << "forked while a compile ran here";
+    NvrtcResult one = nvrtc->compile(kVariantSource, "f.cu", {}, "sm_80", {}, isolated);
+    EXPECT_EQ(one.end, NvrtcEnd::TimedOut) << "forked while a compile ran here";
+  }
+  for (int round = 0; round < 3; ++round) {
+    std::vector<NvrtcResult> a =
+        nvrtc->compileEach(kVariantSource, "f.cu", {}, "sm_80", kVariants, here);
+    EXPECT_TRUE(nvrtcForkGate().settling()) << "the in-process compile did not pass the gate";
+    NvrtcLimits isolated = NvrtcLimits::within(120);
+    isolated.isolate = true;
+    std::vector<NvrtcResult> b =
+        nvrtc->compileEach(kVariantSource, "f.cu", {}, "sm_80", kVariants, isolated);
+    ASSERT_EQ(b.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      ASSERT_EQ(a[i].end, NvrtcEnd::Compiled) << i << ": " << a[i].log;
+      ASSERT_EQ(b[i].end, NvrtcEnd::Compiled) << i << ": " << b[i].log;
+      EXPECT_EQ(a[i].ptx, b[i].ptx) << i;
+    }
+  }
 }
 
 TEST(JitTimeout, EnvironmentTimeoutAppliesAndBadValuesAreErrors) {
