@@ -159,9 +159,23 @@ def target_lines(results, varlen):
     return lines
 
 
+def one_gpu(runs, json_paths):
+    """None when every run names the same GPU, else why the runs make no one page: its header
+    names one GPU, and ratios against the copy bandwidth of one card mean nothing on another."""
+    gpus = [r.get("facts", {}).get("gpu", "unknown GPU") for r in runs]
+    for path, gpu in zip(json_paths[1:], gpus[1:]):
+        if gpu != gpus[0]:
+            return (f"{path} ran on {gpu}, {json_paths[0]} on {gpus[0]}: a page holds one GPU's"
+                    " runs (render each GPU's to its own page with -o)")
+    return None
+
+
 def page(runs, json_paths):
     """The page of one bench run's JSON, or of several (e.g. one a GQA ratio, each within a
-    command's time limit) with their rows in the given order."""
+    command's time limit) with their rows in the given order, all of one GPU."""
+    mixed = one_gpu(runs, json_paths)
+    if mixed:
+        raise ValueError(mixed)
     results = [r for run in runs for r in run["results"]]
     varlen = next((run["varlen"] for run in runs if run.get("varlen")), None)
     lines = header(runs, [os.path.basename(p) for p in json_paths])
@@ -181,6 +195,10 @@ def main(argv=None):
     for path in args.json:
         with open(path) as f:
             runs.append(json.load(f))
+    mixed = one_gpu(runs, args.json)
+    if mixed:
+        print(f"decode_page.py: {mixed}", file=sys.stderr)
+        return 2
     return write_or_check(page(runs, args.json), " ".join(args.json), args.output, args.check,
                           "bench/decode_page.py")
 

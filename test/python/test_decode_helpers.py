@@ -518,6 +518,21 @@ def test_page_names_each_runs_build_where_they_differ():
     assert "(attnc at" not in decode_page.page([first, second], ["a.json", "b.json"])
 
 
+def test_page_refuses_runs_of_different_gpus(tmp_path, capsys):
+    first, second = made_up_run(), made_up_run()
+    second["facts"]["gpu"] = "Other GPU"
+    with pytest.raises(ValueError, match="b.json ran on Other GPU, a.json on Test GPU"):
+        decode_page.page([first, second], ["a.json", "b.json"])
+    paths = []
+    for name, run in (("a.json", first), ("b.json", second)):
+        paths.append(tmp_path / name)
+        paths[-1].write_text(json.dumps(run))
+    page = tmp_path / "a.md"
+    assert decode_page.main([str(p) for p in paths] + ["-o", str(page)]) == 2
+    assert not page.exists()
+    assert "a page holds one GPU's runs" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("script", ["test/gpu/test_decode.py", "bench/bench_decode.py",
                                     "bench/decode_page.py"])
 def test_scripts_answer_help_without_a_gpu(script):
