@@ -283,7 +283,7 @@ const std::vector<std::vector<std::string>> kVariants = {{"-DATTNC_VARIANT=1"},
 // A kernel the JIT splits into several NVRTC programs (a mask that reads a declared input has a
 // tile-classes entry; the backward adds its own), compiled under a timeout, so isolated: all of
 // its programs in one child, with the same PTX as compiled in the process. (The isolated compiles
-// come first; IsolatedCompileAfterAnInProcessOneWaitsForNvrtcsThreads has the other order.)
+// come first; IsolatedCompilesDoNotForkWhileNvrtcRunsHere has the other order.)
 TEST(JitTimeout, ProgramsOfOneKernelCompileInOneChildAsInTheProcess) {
   Nvrtc* nvrtc = nvrtcOrSkip();
   if (!nvrtc) GTEST_SKIP() << "no NVRTC";
