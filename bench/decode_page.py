@@ -195,11 +195,12 @@ def main(argv=None):
     for path in args.json:
         with open(path) as f:
             runs.append(json.load(f))
-    mixed = one_gpu(runs, args.json)
-    if mixed:
+    try:
+        text = page(runs, args.json)
+    except ValueError as mixed:
         print(f"decode_page.py: {mixed}", file=sys.stderr)
         return 2
-    return write_or_check(page(runs, args.json), " ".join(args.json), args.output, args.check,
+    return write_or_check(text, " ".join(args.json), args.output, args.check,
                           "bench/decode_page.py")
 
 

@@ -50,8 +50,8 @@ public:
   // Fork when `deadline` passes first (or has passed).
   Fork fork(std::optional<Clock::time_point> deadline);
 
-  // In the forked child, first: the gate is bypassed from then on (its mutex may have been copied
-  // locked by a parent thread, and the child's work has no fork of its own to wait for).
+  // In the forked child, first: enter() and leave() pass from then on (the mutex may have been
+  // copied locked by a parent thread, and the child makes no fork of its own).
   void inChild() { bypass_ = true; }
 
   // Whether fork() would wait now (tests).

@@ -310,15 +310,11 @@ void finishIsolated(const ChildOutcome& child, const std::string& name,
     }
 }
 
-// The parent's wait at the gate; an empty Fork means `limits.deadline` passed first.
-ForkGate::Fork forkWhenQuiet(const NvrtcLimits& limits) {
-  return nvrtcForkGate().fork(limits.deadline);
-}
-
 }  // namespace
 
 ForkGate& nvrtcForkGate() {
-  static ForkGate* gate = new ForkGate(kNvrtcForkSettle);  // never destroyed: threads may outlive main
+  // Never destroyed: threads may use it after main returns.
+  static ForkGate* gate = new ForkGate(kNvrtcForkSettle);
   return *gate;
 }
 
@@ -341,7 +337,7 @@ NvrtcResult Nvrtc::compile(const std::string& source, const std::string& name,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return result;
   }
-  ForkGate::Fork fork = forkWhenQuiet(limits);
+  ForkGate::Fork fork = nvrtcForkGate().fork(limits.deadline);  // empty: past the deadline
   if (!fork) {
     result.end = NvrtcEnd::TimedOut;
     return result;
@@ -390,7 +386,7 @@ std::vector<NvrtcResult> Nvrtc::compileEach(const std::string& source, const std
   if (!limits.isolate || variants.size() <= 1) return onThreads(limits);
 
   const auto start = std::chrono::steady_clock::now();
-  ForkGate::Fork fork = forkWhenQuiet(limits);
+  ForkGate::Fork fork = nvrtcForkGate().fork(limits.deadline);  // empty: past the deadline
   if (!fork) {
     std::vector<NvrtcResult> results(variants.size());
     for (NvrtcResult& result : results) result.end = NvrtcEnd::TimedOut;
